@@ -1,0 +1,191 @@
+"""What a mechanism family declares, and the registry it declares it to.
+
+    >>> from vhd.mechanisms import registry
+    >>> fam = registry.get("inventory_dp")
+    >>> theta = fam.sample(fam.Params(size=8, horizon=14), np.random.default_rng(7))
+    >>> sol = fam.solve(theta)
+
+A family is one module in `vhd/mechanisms/` ending in one `register(Family(...))` call.
+Generic code (tasks, gates, setters) only ever talks to a family through this dataclass.
+Policies are numpy integer arrays whose meaning is the family's own business; an `Episode`
+is the family simulator's account of one policy on one episode seed, with the canonical
+tool calls that play it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+from vhd.schemas.errors import InvalidParams, UnknownFamily
+
+Group = Literal["train", "near_ood", "far_ood", "probe_budgeted", "beyond"]
+Role = Literal["probe", "decision", "clock", "observe"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One canonical tool of a family's decision process."""
+
+    name: str
+    role: Role
+    description: str
+    input_schema: dict[str, Any]
+    reveals: tuple[str, ...] = ()
+    turn_cost: int = 1
+    noisy: bool = False
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Why a solution is optimal: status, method, bound/gap, solver and its version."""
+
+    status: str
+    method: str
+    solver: str
+    solver_version: str
+    state_space: int
+    gap: float = 0.0
+    bound: float | None = None
+    seconds: float = 0.0
+
+    def content(self) -> dict[str, Any]:
+        """The hashed part: everything but the wall time."""
+        return {
+            "status": self.status,
+            "method": self.method,
+            "solver": self.solver,
+            "solver_version": self.solver_version,
+            "state_space": self.state_space,
+            "gap": self.gap,
+            "bound": self.bound,
+        }
+
+
+@dataclass(frozen=True)
+class Solution:
+    """u* and π* of one θ, the expected values of the two reference policies, the certificate."""
+
+    u_star: float
+    policy: np.ndarray
+    u_default: float
+    u_idle: float
+    certificate: Certificate
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One policy played on one episode seed by the family's reference simulator."""
+
+    utility: float
+    calls: list[dict[str, Any]]
+    decisions: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything generic code needs to know about a mechanism family."""
+
+    name: str
+    version: str
+    group: Group
+    model_class: str
+    solver: str
+    doc: str
+    Params: type[BaseModel]
+    sample: Callable[[BaseModel, np.random.Generator], dict[str, Any]]
+    solve: Callable[[dict[str, Any]], Solution]
+    default_policy: Callable[[dict[str, Any]], np.ndarray]
+    idle_policy: Callable[[dict[str, Any]], np.ndarray]
+    random_policy: Callable[[dict[str, Any], np.random.Generator], np.ndarray]
+    evaluate: Callable[[dict[str, Any], np.ndarray], float]
+    simulate: Callable[[dict[str, Any], np.ndarray, int], Episode]
+    tools: tuple[ToolSpec, ...]
+    world: type
+    hidden: tuple[str, ...]
+    default_band: tuple[float, float]
+    knob_ranges: dict[str, tuple[int, int]]
+    turn_budget: Callable[[dict[str, Any]], int]
+    stochastic: bool = True
+
+    @property
+    def split(self) -> str:
+        return "train" if self.group == "train" else "ood"
+
+    @property
+    def code_version(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def params(self, knobs: dict[str, Any]) -> BaseModel:
+        """Validate knobs into the family's Params, translating pydantic's error."""
+        try:
+            return self.Params(**knobs)
+        except Exception as exc:  # pydantic.ValidationError, TypeError
+            first = str(exc).splitlines()
+            raise InvalidParams(f"bad knobs for {self.name}: {knobs!r} ({' '.join(first[1:3]).strip()})") from exc
+
+    def tool(self, name: str) -> ToolSpec:
+        for spec in self.tools:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def tools_with_role(self, role: Role) -> list[ToolSpec]:
+        return [spec for spec in self.tools if spec.role == role]
+
+    def default_position(self, solution: Solution) -> float:
+        """Where the default sits between idle (0) and optimal (1), in expectation."""
+        span = solution.u_star - solution.u_idle
+        if span <= 0:
+            return math.inf
+        return (solution.u_default - solution.u_idle) / span
+
+
+class Registry:
+    """Families by name; filled by importing every non-underscore module of the package."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Family] = {}
+        self._discovered = False
+
+    def register(self, family: Family) -> Family:
+        known = self._families.get(family.name)
+        if known is not None and known is not family:
+            raise ValueError(f"family {family.name!r} registered twice")
+        self._families[family.name] = family
+        return family
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        import importlib
+        import pkgutil
+
+        import vhd.mechanisms as package
+
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{info.name}")
+        self._discovered = True
+
+    def names(self) -> list[str]:
+        self._discover()
+        return sorted(self._families)
+
+    def all(self) -> list[Family]:
+        return [self._families[name] for name in self.names()]
+
+    def get(self, name: str) -> Family:
+        self._discover()
+        try:
+            return self._families[name]
+        except KeyError:
+            raise UnknownFamily(f"unknown family {name!r}; expected one of: {', '.join(self.names())}") from None
+
+
+registry = Registry()
+register = registry.register

@@ -1,0 +1,1 @@
+"""Records, errors, hashing and DDL migrations. Imports nothing else of ours."""

@@ -1,0 +1,48 @@
+"""The project's errors: one base class, small named leaves.
+
+    >>> raise UnknownFamily("no family 'foo'; known: inventory_dp")
+"""
+
+
+class VhdError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class UnknownFamily(VhdError):
+    """A family name that is not in the registry."""
+
+
+class InvalidParams(VhdError):
+    """Knobs or θ that do not satisfy a family's Params."""
+
+
+class SolverError(VhdError):
+    """A solver that did not reach a certified optimum."""
+
+
+class SetterError(VhdError):
+    """A setter that could not produce a module."""
+
+
+class SandboxError(VhdError):
+    """The sandbox itself failed (not the module under test)."""
+
+
+class WarehouseError(VhdError):
+    """A warehouse that cannot be opened, migrated or written."""
+
+
+class WarehouseMissing(WarehouseError):
+    """A warehouse file that does not exist where a reader expected it."""
+
+
+class WarehouseBusy(WarehouseError):
+    """A warehouse already opened for writing by another process."""
+
+
+class UnknownEnvironment(VhdError):
+    """An environment id that the warehouse does not hold."""
+
+
+class TrajectoryFormatError(VhdError):
+    """A trajectory file that is not JSONL of [{"tool", "arguments"}] lists."""

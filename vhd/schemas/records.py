@@ -1,0 +1,255 @@
+"""The warehouse's record kinds, one pydantic model each.
+
+    >>> m = ModelRecord.build(family="inventory_dp", family_version="1", knobs={...}, seed=7, theta={...})
+    >>> m.model_id == m.expected_id()
+    True
+
+Every record names the fields its id is computed over (`content()`); timings and run ids are
+metadata and stay out of the hash, so re-running a stage reproduces the same ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vhd.schemas.hashing import content_id
+
+Presentation = Literal["F", "I", "A"]
+
+
+class Record(BaseModel):
+    """A content-addressed row."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: ClassVar[str]
+    id_field: ClassVar[str]
+
+    def content(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def expected_id(self) -> str:
+        return content_id(self.kind, self.version(), self.content())
+
+    @property
+    def id(self) -> str:
+        return getattr(self, self.id_field)
+
+    @classmethod
+    def build(cls, **fields: Any):
+        """Make the record and fill in its content id."""
+        draft = cls.model_construct(**{cls.id_field: "", **fields})
+        return cls(**{**fields, cls.id_field: draft.expected_id()})
+
+
+class RunRecord(BaseModel):
+    """One flow run (an event, not an artifact: its id is a UUID)."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    flow: str
+    started_at: str
+    finished_at: str | None = None
+    status: str = "running"
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    code_version: str
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+
+class PassageRecord(Record):
+    """A real-world text passage that supplies a skin's vocabulary."""
+
+    kind = "passage"
+    id_field = "passage_id"
+    passage_id: str
+    domain: str
+    source: str
+    text: str
+    vocabulary: dict[str, Any]
+
+    def content(self):
+        return {"domain": self.domain, "source": self.source, "text": self.text, "vocabulary": self.vocabulary}
+
+    def version(self):
+        return "passage@1"
+
+
+class ModelRecord(Record):
+    """θ: one parameter draw of a family, with the seed that reproduces it."""
+
+    kind = "model"
+    id_field = "model_id"
+    model_id: str
+    family: str
+    family_version: str
+    knobs: dict[str, Any]
+    seed: int = Field(ge=0, description="the numpy SeedSequence entropy θ was sampled from")
+    theta: dict[str, Any]
+    batch: str
+    run_id: str = ""
+
+    def content(self):
+        return {"family": self.family, "knobs": self.knobs, "seed": self.seed, "theta": self.theta, "batch": self.batch}
+
+    def version(self):
+        return f"{self.family}@{self.family_version}"
+
+
+class SolutionRecord(Record):
+    """The exact solution of one θ: expected values of π*, the default and idle policies."""
+
+    kind = "solution"
+    id_field = "solution_id"
+    solution_id: str
+    model_id: str
+    family: str
+    family_version: str
+    u_star: float = Field(description="expected utility of the optimal policy")
+    u_default: float = Field(description="expected utility of the default policy")
+    u_idle: float = Field(description="expected utility of the idle policy")
+    certificate: dict[str, Any]
+    policy_digest: str = Field(description="sha256 of the policy array's .npy bytes")
+    policy: bytes = Field(repr=False, description="zlib-compressed .npy bytes of π*")
+    seconds: float = 0.0
+    run_id: str = ""
+
+    def content(self):
+        return {
+            "model_id": self.model_id,
+            "u_star": self.u_star,
+            "u_default": self.u_default,
+            "u_idle": self.u_idle,
+            "certificate": self.certificate,
+            "policy_digest": self.policy_digest,
+        }
+
+    def version(self):
+        return f"{self.family}@{self.family_version}"
+
+
+class ToolBinding(BaseModel):
+    """How one of the family's canonical tools is named and used in a generated module."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    canonical: str
+    name: str
+    role: Literal["probe", "decision", "clock", "observe"]
+    reveals: tuple[str, ...] = ()
+    turn_cost: int = 1
+
+
+class SetterOutputRecord(Record):
+    """A generated environment module and the interface it declares."""
+
+    kind = "setter_output"
+    id_field = "setter_output_id"
+    setter_output_id: str
+    family: str
+    family_version: str
+    setter: str
+    setter_version: str
+    passage_id: str
+    module: str
+    interface: tuple[ToolBinding, ...]
+    run_id: str = ""
+
+    def content(self):
+        return {
+            "family": self.family,
+            "family_version": self.family_version,
+            "passage_id": self.passage_id,
+            "module": self.module,
+            "interface": [b.model_dump(mode="json") for b in self.interface],
+        }
+
+    def version(self):
+        return f"{self.setter}@{self.setter_version}"
+
+    def tool_name(self, canonical: str) -> str:
+        for binding in self.interface:
+            if binding.canonical == canonical:
+                return binding.name
+        raise KeyError(canonical)
+
+
+class CheckRecord(Record):
+    """One gate's verdict on one environment candidate."""
+
+    kind = "check"
+    id_field = "check_id"
+    check_id: str
+    env_id: str
+    gate: str
+    passed: bool
+    message: str
+    checker_version: str
+    seconds: float = 0.0
+    run_id: str = ""
+
+    def content(self):
+        return {"env_id": self.env_id, "gate": self.gate, "passed": self.passed, "message": self.message}
+
+    def version(self):
+        return f"checker@{self.checker_version}"
+
+
+class EnvironmentRecord(Record):
+    """An environment candidate: θ + solution + module + presentation + episode seed, annotated."""
+
+    kind = "environment"
+    id_field = "env_id"
+    env_id: str
+    family: str
+    presentation: Presentation
+    split: str
+    model_id: str
+    solution_id: str
+    setter_output_id: str
+    episode_seed: int = Field(ge=0)
+    turn_budget: int = Field(gt=0)
+    knobs: dict[str, Any]
+    u_star: float = Field(description="utility of π* on this episode seed (reward 1)")
+    u_default: float = Field(description="utility of the default policy on this episode seed (reward 0)")
+    reference_trajectory: list[dict[str, Any]]
+    default_trajectory: list[dict[str, Any]]
+    instruction: str
+    tools: list[dict[str, Any]]
+    admitted: bool
+    reason: str = ""
+    gate_seconds: dict[str, float] = Field(default_factory=dict)
+    annotator_version: str
+    run_id: str = ""
+
+    def content(self):
+        return {
+            "family": self.family,
+            "presentation": self.presentation,
+            "model_id": self.model_id,
+            "solution_id": self.solution_id,
+            "setter_output_id": self.setter_output_id,
+            "episode_seed": self.episode_seed,
+            "turn_budget": self.turn_budget,
+        }
+
+    def version(self):
+        return f"annotator@{self.annotator_version}"
+
+    def config(self, theta: dict[str, Any]) -> dict[str, Any]:
+        """The full config `create` takes (grader side: carries θ even in presentation A)."""
+        return {
+            "params": theta,
+            "presentation": self.presentation,
+            "episode_seed": self.episode_seed,
+            "turn_budget": self.turn_budget,
+        }
+
+
+class LineageEdge(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    child_id: str
+    parent_id: str
+    relation: str

@@ -1,0 +1,1 @@
+"""Pipeline stages as plain functions (no prefect, no duckdb)."""

@@ -1,0 +1,1 @@
+"""Setters: render a solved family's decision process as an environment module."""
