@@ -137,12 +137,13 @@ class Family:
     def tools_with_role(self, role: Role) -> list[ToolSpec]:
         return [spec for spec in self.tools if spec.role == role]
 
-    def default_position(self, solution: Solution) -> float:
+    @staticmethod
+    def default_position(u_star: float, u_default: float, u_idle: float) -> float:
         """Where the default sits between idle (0) and optimal (1), in expectation."""
-        span = solution.u_star - solution.u_idle
+        span = u_star - u_idle
         if span <= 0:
             return math.inf
-        return (solution.u_default - solution.u_idle) / span
+        return (u_default - u_idle) / span
 
 
 class Registry:

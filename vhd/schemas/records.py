@@ -224,16 +224,17 @@ class EnvironmentRecord(Record):
     annotator_version: str
     run_id: str = ""
 
+    IDENTITY: ClassVar[tuple[str, ...]] = (
+        "family", "presentation", "model_id", "solution_id", "setter_output_id", "episode_seed", "turn_budget",
+    )
+
+    @classmethod
+    def id_for(cls, annotator_version: str, **identity: Any) -> str:
+        """The env_id of an environment before it is checked (its identity fields only)."""
+        return content_id(cls.kind, f"annotator@{annotator_version}", {key: identity[key] for key in cls.IDENTITY})
+
     def content(self):
-        return {
-            "family": self.family,
-            "presentation": self.presentation,
-            "model_id": self.model_id,
-            "solution_id": self.solution_id,
-            "setter_output_id": self.setter_output_id,
-            "episode_seed": self.episode_seed,
-            "turn_budget": self.turn_budget,
-        }
+        return {key: getattr(self, key) for key in self.IDENTITY}
 
     def version(self):
         return f"annotator@{self.annotator_version}"

@@ -1,0 +1,442 @@
+"""Cross-checks of the inventory DP family against plain-Python brute force.
+
+Everything here is written from the module docstring's Model section, not from `_Process`:
+the one-day step, the expectimax recursion over the scenario tree (exact, in Fractions), the
+exact expectation of a policy table over every demand sequence, and the replay of a demand
+path. The only layout assumption is that of a policy table, [day, state] with states
+(on hand, in transit) enumerated on hand first (in transit only with lead time 2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import registry
+from vhd.mechanisms import inventory_dp as inv
+from vhd.schemas.errors import InvalidParams
+
+FAM = registry.get("inventory_dp")
+TOL = 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in plain Python.
+
+
+def states_of(theta):
+    cap = theta["capacity"]
+    if theta["lead_time"] == 2:
+        return [(i, o) for i in range(cap + 1) for o in range(cap + 1 - i)]
+    return [(i, 0) for i in range(cap + 1)]
+
+
+def demand_dist(theta, day):
+    row = theta["demand_weights"][day % 7]
+    total = sum(row)
+    return [(d, Fraction(w, total)) for d, w in enumerate(row) if w > 0]
+
+
+def step(theta, day, on_hand, transit, q, demand):
+    """One day: order q, receive, serve demand, book costs. Returns (cash change, next state)."""
+    cap, lead = theta["capacity"], theta["lead_time"]
+    assert 0 <= q <= cap - on_hand - transit, (day, on_hand, transit, q)
+    cash = 0
+    if q > 0:
+        cash -= theta["order_fee"] + theta["unit_cost"] * q
+    available = on_hand + q if lead == 0 else on_hand
+    sold = min(available, demand)
+    left = available - sold
+    cash += theta["price"] * sold - theta["shortage_penalty"] * (demand - sold) - theta["holding_cost"] * left
+    if day == theta["horizon"] - 1:
+        cash += theta["salvage_value"] * left
+    if lead == 0:
+        nxt = (left, 0)
+    elif lead == 1:
+        nxt = (left + q, 0)
+    else:  # today's order is in transit tomorrow; yesterday's arrives tomorrow morning
+        nxt = (left + transit, q)
+    return cash, nxt
+
+
+def expectimax(theta, day=0, on_hand=None, transit=0):
+    """The optimum over the full scenario tree (no memo, no state enumeration)."""
+    if on_hand is None:
+        on_hand = theta["initial_stock"]
+    if day == theta["horizon"]:
+        return Fraction(0)
+    best = None
+    for q in range(theta["capacity"] - on_hand - transit + 1):
+        value = Fraction(0)
+        for demand, prob in demand_dist(theta, day):
+            cash, (i, o) = step(theta, day, on_hand, transit, q, demand)
+            value += prob * (cash + expectimax(theta, day + 1, i, o))
+        best = value if best is None or value > best else best
+    return best
+
+
+def play(theta, policy, demands):
+    """Replay a policy table on a demand path; (utility, decisions)."""
+    index = {s: n for n, s in enumerate(states_of(theta))}
+    on_hand, transit, total, decisions = theta["initial_stock"], 0, 0, []
+    for day, demand in enumerate(demands):
+        q = int(policy[day][index[(on_hand, transit)]])
+        decisions.append(q)
+        cash, (on_hand, transit) = step(theta, day, on_hand, transit, q, demand)
+        total += cash
+    return total, decisions
+
+
+def expectation(theta, policy):
+    """Exact expected utility of a policy table: every demand sequence, weighted."""
+    total = Fraction(0)
+    days = [demand_dist(theta, day) for day in range(theta["horizon"])]
+    for path in itertools.product(*days):
+        prob = Fraction(1)
+        for _, p in path:
+            prob *= p
+        utility, _ = play(theta, policy, [d for d, _ in path])
+        total += prob * utility
+    return total
+
+
+def all_policies(theta):
+    """Every deterministic Markov policy table (lists), respecting the storage rule."""
+    cap = theta["capacity"]
+    choices = [range(cap - i - o + 1) for i, o in states_of(theta)]
+    rows = list(itertools.product(*choices))
+    for table in itertools.product(rows, repeat=theta["horizon"]):
+        yield [list(row) for row in table]
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances.
+
+
+def _week(rows):
+    """Seven weekday rows from a few, cycling; all rows padded to one length."""
+    width = max(len(r) for r in rows)
+    padded = [list(r) + [0] * (width - len(r)) for r in rows]
+    for row in padded:
+        assert sum(row) == 1000
+    return [padded[d % len(padded)] for d in range(7)]
+
+
+COSTS = [
+    dict(unit_cost=3, price=8, holding_cost=1, shortage_penalty=2, order_fee=4, salvage_value=1),
+    dict(unit_cost=5, price=9, holding_cost=2, shortage_penalty=5, order_fee=1, salvage_value=4),
+    dict(unit_cost=2, price=12, holding_cost=0, shortage_penalty=0, order_fee=15, salvage_value=0),
+    dict(unit_cost=4, price=6, holding_cost=3, shortage_penalty=7, order_fee=0, salvage_value=3),
+]
+DEMANDS = [
+    _week([[300, 500, 200], [100, 300, 600], [700, 200, 100]]),
+    _week([[0, 1000], [250, 250, 250, 250], [500, 0, 0, 500]]),
+    _week([[900, 100], [50, 50, 900], [1000]]),
+]
+
+
+def hand_instances():
+    out = []
+    n = 0
+    for lead in (0, 1, 2):
+        for horizon, cap in ((2, 2), (3, 3), (3, 2), (2, 3)):
+            for k in range(2):
+                costs = COSTS[n % len(COSTS)]
+                weights = DEMANDS[(n + k) % len(DEMANDS)]
+                out.append(dict(horizon=horizon, capacity=cap, lead_time=lead, initial_stock=(n + k) % (cap + 1),
+                                initial_cash=500, demand_weights=weights, **costs))
+                n += 1
+    return out
+
+
+def random_instances(seed, count):
+    """Random tiny θ: random costs (often nonzero), random supports and integer weights."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in range(count):
+        lead = n % 3
+        horizon, cap = int(rng.integers(2, 4)), int(rng.integers(2, 4))
+        unit_cost = int(rng.integers(1, 7))
+        width = int(rng.integers(1, cap + 2))
+        weights = [[int(x) for x in rng.multinomial(1000, rng.dirichlet(np.ones(width)))] for _ in range(7)]
+        out.append(dict(
+            horizon=horizon, capacity=cap, lead_time=lead,
+            unit_cost=unit_cost, price=unit_cost + int(rng.integers(1, 9)),
+            holding_cost=int(rng.integers(0, 3)), shortage_penalty=int(rng.integers(0, 6)),
+            order_fee=int(rng.integers(0, 9)), salvage_value=int(rng.integers(0, unit_cost)),
+            initial_stock=int(rng.integers(0, cap + 1)), initial_cash=100, demand_weights=weights,
+        ))
+    return out
+
+
+def sampled_tiny(seed, lead):
+    theta = FAM.sample(FAM.Params(size=3, horizon=3), np.random.default_rng(seed))
+    theta = dict(theta, lead_time=lead)
+    return theta
+
+
+TINY = (hand_instances() + random_instances(2024, 15)
+        + [sampled_tiny(seed, lead) for seed in (1, 2) for lead in (0, 1, 2)])
+
+
+def _id(theta):
+    return "L%d-h%d-c%d-s%d" % (theta["lead_time"], theta["horizon"], theta["capacity"], theta["initial_stock"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bellman solver against brute force.
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_u_star_equals_expectimax_over_scenario_tree(theta):
+    sol = FAM.solve(theta)
+    exact = expectimax(theta)
+    assert abs(sol.u_star - float(exact)) <= TOL, (sol.u_star, float(exact))
+    assert sol.policy.shape == (theta["horizon"], len(states_of(theta)))
+    assert np.issubdtype(sol.policy.dtype, np.integer)
+    # π* is a valid table whose exact expectation (computed here) is the optimum
+    for day in range(theta["horizon"]):
+        for n, (i, o) in enumerate(states_of(theta)):
+            assert 0 <= int(sol.policy[day, n]) <= theta["capacity"] - i - o
+    assert abs(float(expectation(theta, sol.policy)) - float(exact)) <= TOL
+    assert abs(FAM.evaluate(theta, sol.policy) - sol.u_star) <= TOL
+    assert sol.certificate.status == "optimal"
+    assert sol.certificate.state_space == len(states_of(theta)) * theta["horizon"]
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_reference_policies_evaluate_to_plain_expectation(theta):
+    sol = FAM.solve(theta)
+    default, idle = FAM.default_policy(theta), FAM.idle_policy(theta)
+    assert not idle.any()
+    u_default = float(expectation(theta, default))
+    u_idle = float(expectation(theta, idle))
+    assert abs(FAM.evaluate(theta, default) - u_default) <= TOL
+    assert abs(FAM.evaluate(theta, idle) - u_idle) <= TOL
+    assert abs(sol.u_default - u_default) <= TOL
+    assert abs(sol.u_idle - u_idle) <= TOL
+    assert sol.u_star >= u_default - TOL and sol.u_star >= u_idle - TOL
+
+
+def _default_table(theta):
+    """The docstring of default_policy: order up to (lead + 1) days of mean demand."""
+    means = [sum(d * w for d, w in enumerate(row)) / sum(row) for row in theta["demand_weights"]]
+    level = min(theta["capacity"], math.ceil(sum(means) / 7 * (theta["lead_time"] + 1)))
+    row = [max(0, min(level - i - o, theta["capacity"] - i - o)) for i, o in states_of(theta)]
+    return [row] * theta["horizon"]
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_default_policy_is_order_up_to_mean(theta):
+    assert FAM.default_policy(theta).tolist() == _default_table(theta)
+
+
+ENUMERATED = [
+    dict(horizon=3, capacity=2, lead_time=0, initial_stock=1, initial_cash=0, demand_weights=DEMANDS[0], **COSTS[0]),
+    dict(horizon=2, capacity=2, lead_time=1, initial_stock=0, initial_cash=0, demand_weights=DEMANDS[1], **COSTS[1]),
+    dict(horizon=2, capacity=2, lead_time=2, initial_stock=1, initial_cash=0, demand_weights=DEMANDS[0], **COSTS[3]),
+]
+
+
+@pytest.mark.parametrize("theta", ENUMERATED, ids=[_id(t) for t in ENUMERATED])
+def test_u_star_is_max_over_every_markov_policy(theta):
+    sol = FAM.solve(theta)
+    best, count = None, 0
+    for table in all_policies(theta):
+        value = expectation(theta, table)
+        assert abs(FAM.evaluate(theta, np.array(table, dtype=np.int16)) - float(value)) <= TOL
+        best = value if best is None or value > best else best
+        count += 1
+    assert count >= 36
+    assert abs(sol.u_star - float(best)) <= TOL
+    assert best == expectimax(theta)
+
+
+def test_evaluate_rejects_a_policy_beyond_capacity():
+    theta = TINY[0]
+    table = FAM.idle_policy(theta).copy()
+    table[0, -1] = 1  # full store, orders one more
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, table)
+
+
+def test_solver_depends_on_holding_cost():
+    weights = _week([[900, 100, 0, 0], [800, 200], [1000]])
+    theta = dict(horizon=3, capacity=3, lead_time=1, initial_stock=3, initial_cash=0, demand_weights=weights,
+                 unit_cost=3, price=9, holding_cost=1, shortage_penalty=2, order_fee=2, salvage_value=1)
+    doubled = dict(theta, holding_cost=2)
+    u, u2 = FAM.solve(theta).u_star, FAM.solve(doubled).u_star
+    assert abs(u - float(expectimax(theta))) <= TOL
+    assert abs(u2 - float(expectimax(doubled))) <= TOL
+    assert u2 < u - 1.0  # three units sit on the shelf at least one night
+    for key, value in (("price", 10), ("salvage_value", 2)):
+        changed = dict(theta, **{key: value})
+        assert abs(FAM.solve(changed).u_star - float(expectimax(changed))) <= TOL, key
+        assert abs(FAM.solve(changed).u_star - u) > 1e-6, key
+
+
+def test_solver_depends_on_purchase_terms_when_ordering_pays():
+    weights = _week([[0, 300, 700], [0, 500, 500]])
+    theta = dict(horizon=3, capacity=3, lead_time=0, initial_stock=0, initial_cash=0, demand_weights=weights,
+                 unit_cost=3, price=12, holding_cost=1, shortage_penalty=2, order_fee=2, salvage_value=1)
+    sol = FAM.solve(theta)
+    assert sol.policy[0, 0] > 0  # with nothing on hand and sure demand, π* orders on day 0
+    for key, value in (("unit_cost", 4), ("order_fee", 3), ("lead_time", 1), ("lead_time", 2)):
+        changed = dict(theta, **{key: value})
+        assert abs(FAM.solve(changed).u_star - float(expectimax(changed))) <= TOL, key
+        assert FAM.solve(changed).u_star < sol.u_star - 1e-6, key
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference simulator.
+
+
+def _policies(theta, rng):
+    sol = FAM.solve(theta)
+    return {
+        "star": sol.policy,
+        "default": FAM.default_policy(theta),
+        "idle": FAM.idle_policy(theta),
+        "random": FAM.random_policy(theta, rng),
+    }
+
+
+SIM_THETAS = [FAM.sample(FAM.Params(size=size, horizon=horizon), np.random.default_rng(seed))
+              for seed, size, horizon in ((11, 6, 10), (12, 8, 14), (13, 5, 21), (14, 10, 9), (15, 7, 12),
+                                          (16, 4, 8))]
+
+
+def test_sim_thetas_cover_every_lead_time():
+    assert {t["lead_time"] for t in SIM_THETAS} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("theta", SIM_THETAS + TINY[:6], ids=[_id(t) for t in SIM_THETAS + TINY[:6]])
+def test_simulate_matches_plain_replay(theta):
+    rng = np.random.default_rng(99)
+    for name, policy in _policies(theta, rng).items():
+        for seed in (0, 1, 7, 12345, 2**31 - 1):
+            episode = FAM.simulate(theta, policy, seed)
+            demands = inv.World.demand_path(theta, seed)
+            assert len(demands) == theta["horizon"]
+            utility, decisions = play(theta, policy, demands)
+            assert episode.utility == utility, (name, seed)
+            assert episode.decisions == decisions
+            expected_calls = []
+            for q in decisions:
+                if q > 0:
+                    expected_calls.append({"tool": "place_order", "arguments": {"quantity": q}})
+                expected_calls.append({"tool": "end_day", "arguments": {}})
+            assert episode.calls == expected_calls
+
+
+def test_demand_path_is_deterministic_and_in_support():
+    theta = SIM_THETAS[1]
+    assert inv.World.demand_path(theta, 5) == inv.World.demand_path(theta, 5)
+    paths = {tuple(inv.World.demand_path(theta, s)) for s in range(20)}
+    assert len(paths) > 15
+    for path in paths:
+        for day, d in enumerate(path):
+            assert theta["demand_weights"][day % 7][d] > 0
+
+
+@pytest.mark.parametrize("which", [1, 2, 4])
+def test_simulate_average_is_close_to_evaluate(which):
+    theta = SIM_THETAS[which]
+    rng = np.random.default_rng(314 + which)
+    seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=1500)]
+    for name, policy in _policies(theta, rng).items():
+        values = np.array([FAM.simulate(theta, policy, s).utility for s in seeds])
+        expected = FAM.evaluate(theta, policy)
+        se = values.std(ddof=1) / math.sqrt(len(values))
+        assert abs(values.mean() - expected) <= 4 * se + 1e-9, (name, values.mean(), expected, se)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample, optimality sanity, Params.
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=9, horizon=20)
+    a = FAM.sample(params, np.random.default_rng(5))
+    b = FAM.sample(params, np.random.default_rng(5))
+    assert a == b
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others)
+    assert len({repr(sorted(o.items())) for o in others}) == 3
+
+
+@pytest.mark.parametrize("size,horizon", [(3, 3), (4, 7), (12, 30), (30, 120), (40, 365)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 1000 + horizon)
+    for _ in range(8):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == set(inv.World.PARAMS)
+        assert theta["horizon"] == horizon and theta["capacity"] == size
+        assert 3 <= theta["horizon"] <= 365 and 3 <= theta["capacity"] <= 40
+        assert theta["lead_time"] in (0, 1, 2)
+        assert 0 <= theta["initial_stock"] <= theta["capacity"]
+        assert 0 <= theta["salvage_value"] < theta["unit_cost"] < theta["price"]
+        for key in ("holding_cost", "shortage_penalty", "order_fee", "initial_cash"):
+            assert theta[key] >= 0
+        rows = theta["demand_weights"]
+        assert len(rows) == 7
+        assert len({len(r) for r in rows}) == 1
+        for row in rows:
+            assert all(type(w) is int and w >= 0 for w in row)
+            assert sum(row) == inv.WEIGHT_TOTAL == 1000
+        for key, value in theta.items():
+            if key != "demand_weights":
+                assert type(value) is int, key
+
+
+SANITY = [FAM.sample(FAM.Params(size=size, horizon=horizon), np.random.default_rng(seed))
+          for seed, size, horizon in ((21, 6, 14), (22, 10, 21), (23, 4, 7), (24, 12, 30), (25, 8, 10),
+                                      (26, 15, 20))]
+
+
+@pytest.mark.parametrize("theta", SANITY, ids=[_id(t) for t in SANITY])
+def test_u_star_dominates_reference_and_random_policies(theta):
+    sol = FAM.solve(theta)
+    assert sol.u_star >= sol.u_default - TOL
+    assert sol.u_star >= sol.u_idle - TOL
+    assert abs(sol.u_default - FAM.evaluate(theta, FAM.default_policy(theta))) <= TOL
+    assert abs(sol.u_idle - FAM.evaluate(theta, FAM.idle_policy(theta))) <= TOL
+    rng = np.random.default_rng(7)
+    randoms = [FAM.evaluate(theta, FAM.random_policy(theta, rng)) for _ in range(20)]
+    assert max(randoms) <= sol.u_star + TOL
+    # the random tables really are random and valid
+    assert len(set(randoms)) > 1
+
+
+def test_random_policy_is_seeded_and_valid():
+    theta = SANITY[0]
+    a = FAM.random_policy(theta, np.random.default_rng(3))
+    b = FAM.random_policy(theta, np.random.default_rng(3))
+    assert (a == b).all()
+    states = states_of(theta)
+    for day in range(theta["horizon"]):
+        for n, (i, o) in enumerate(states):
+            assert 0 <= a[day, n] <= theta["capacity"] - i - o
+    assert (a == 0).mean() >= 0.4
+
+
+@pytest.mark.parametrize("knobs", [dict(size=2), dict(size=41), dict(horizon=2), dict(horizon=366),
+                                   dict(size=0, horizon=10), dict(size="many")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+
+
+def test_params_bounds_accept_edges_and_family_translates_errors():
+    for knobs in (dict(size=3, horizon=3), dict(size=40, horizon=365)):
+        params = FAM.params(knobs)
+        assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
+    with pytest.raises(InvalidParams):
+        registry.get("inventory_dp").params({"size": 1})
+    with pytest.raises(InvalidParams):
+        registry.get("inventory_dp").params({"horizon": 400})

@@ -1,0 +1,73 @@
+"""Stage 5, annotate: candidates in, environment, check and lineage records out.
+
+    >>> candidates = make_candidates(family, models, solutions, outputs, assignment, ("I", "A"))
+    >>> env, checks, edges = annotate(family, verdict)
+"""
+
+from __future__ import annotations
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import (
+    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, SetterOutputRecord, SolutionRecord,
+)
+from vhd.tasks.check import CHECKER_VERSION, Candidate, Verdict, to_calls
+from vhd.tasks.sample import episode_seed
+
+ANNOTATOR_VERSION = "1"
+
+
+def make_candidates(
+    family: Family,
+    models: list[ModelRecord],
+    solutions: dict[str, SolutionRecord],
+    outputs: dict[str, SetterOutputRecord],
+    assignment: dict[str, str],
+    presentations: tuple[str, ...],
+) -> list[Candidate]:
+    """One candidate per (model, presentation); `solutions` keyed by model_id, `outputs` by id."""
+    candidates = []
+    for model in models:
+        solution, output = solutions[model.model_id], outputs[assignment[model.model_id]]
+        seed, budget = episode_seed(model.seed), family.turn_budget(model.theta)
+        for presentation in presentations:
+            env_id = EnvironmentRecord.id_for(
+                ANNOTATOR_VERSION, family=family.name, presentation=presentation, model_id=model.model_id,
+                solution_id=solution.solution_id, setter_output_id=output.setter_output_id,
+                episode_seed=seed, turn_budget=budget,
+            )
+            candidates.append(Candidate(env_id, model, solution, output, presentation, seed, budget))
+    return candidates
+
+
+def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[CheckRecord], list[LineageEdge]]:
+    c, refs = verdict.candidate, verdict.references
+    env = EnvironmentRecord(
+        env_id=c.env_id, family=family.name, presentation=c.presentation, split=family.split,
+        model_id=c.model.model_id, solution_id=c.solution.solution_id, setter_output_id=c.setter_output.setter_output_id,
+        episode_seed=c.episode_seed, turn_budget=c.turn_budget, knobs=c.model.knobs,
+        u_star=refs.optimal.utility, u_default=refs.default.utility,
+        reference_trajectory=to_calls(c.setter_output, refs.optimal.calls),
+        default_trajectory=to_calls(c.setter_output, refs.default.calls),
+        instruction=verdict.instruction, tools=verdict.tools, admitted=verdict.admitted, reason=verdict.reason,
+        gate_seconds={g.name: round(g.seconds, 6) for g in verdict.gates}, annotator_version=ANNOTATOR_VERSION,
+    )
+    checks = [
+        CheckRecord.build(env_id=c.env_id, gate=g.name, passed=g.passed, message=g.message,
+                          checker_version=CHECKER_VERSION, seconds=g.seconds)
+        for g in verdict.gates
+    ]
+    edges = [
+        LineageEdge(child_id=c.env_id, parent_id=c.model.model_id, relation="instance_of"),
+        LineageEdge(child_id=c.env_id, parent_id=c.solution.solution_id, relation="graded_by"),
+        LineageEdge(child_id=c.env_id, parent_id=c.setter_output.setter_output_id, relation="rendered_by"),
+        *(LineageEdge(child_id=check.check_id, parent_id=c.env_id, relation="checks") for check in checks),
+    ]
+    return env, checks, edges
+
+
+def upstream_edges(solutions: list[SolutionRecord], outputs: list[SetterOutputRecord]) -> list[LineageEdge]:
+    """Edges from solutions to their models and from modules to their passages."""
+    return [
+        *(LineageEdge(child_id=s.solution_id, parent_id=s.model_id, relation="solves") for s in solutions),
+        *(LineageEdge(child_id=o.setter_output_id, parent_id=o.passage_id, relation="skinned_by") for o in outputs),
+    ]

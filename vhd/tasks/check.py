@@ -1,0 +1,286 @@
+"""Stage 4, check: the admission gates of DESIGN §7, run against a sandboxed module.
+
+    >>> verdicts = check_batch(family, setter_output, candidates)
+    >>> [g.name for g in verdicts[0].gates if not g.passed]
+    []
+
+The parent plays the family's reference simulator for π*, the default, the idle policy and
+K random policies on each candidate's episode seed; the module plays the same decisions as
+tool calls in two fresh sandboxed processes with different hash seeds; every verdict is
+computed here, from the numbers the sandbox reported.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from vhd.mechanisms import Episode, Family
+from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.tasks.sample import draw
+from vhd.tasks.sandbox import Limits, SandboxResult, run_job
+from vhd.tasks.solve import unpack_policy
+
+CHECKER_VERSION = "1"
+RANDOM_TRAJECTORIES = 3
+EXTRA_THETAS = 2
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+ROLES_REQUIRED = ("probe", "decision", "clock")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One would-be environment: a solved θ, a module, a presentation, an episode seed."""
+
+    env_id: str
+    model: ModelRecord
+    solution: SolutionRecord
+    setter_output: SetterOutputRecord
+    presentation: str
+    episode_seed: int
+    turn_budget: int
+
+    def config(self) -> dict[str, Any]:
+        return {"params": self.model.theta, "presentation": self.presentation,
+                "episode_seed": self.episode_seed, "turn_budget": self.turn_budget}
+
+
+@dataclass(frozen=True)
+class References:
+    """The family simulator's episodes on the candidate's seed, and exact expected values."""
+
+    optimal: Episode
+    default: Episode
+    idle: Episode
+    random: list[Episode]
+    random_values: list[float]
+
+    def episodes(self) -> list[tuple[str, Episode]]:
+        named = [("optimal", self.optimal), ("default", self.default), ("idle", self.idle)]
+        return named + [(f"random_{k}", ep) for k, ep in enumerate(self.random)]
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    passed: bool
+    message: str
+    seconds: float = 0.0
+
+
+@dataclass
+class Verdict:
+    candidate: Candidate
+    references: References
+    gates: list[GateResult] = field(default_factory=list)
+    instruction: str = ""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def admitted(self) -> bool:
+        return all(gate.passed for gate in self.gates)
+
+    @property
+    def reason(self) -> str:
+        failed = [gate for gate in self.gates if not gate.passed]
+        return f"{failed[0].name}: {failed[0].message}" if failed else ""
+
+
+def to_calls(setter_output: SetterOutputRecord, canonical: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical tool calls renamed to the module's own tool names."""
+    return [{"tool": setter_output.tool_name(c["tool"]), "arguments": c["arguments"]} for c in canonical]
+
+
+def references(family: Family, candidate: Candidate) -> References:
+    theta, seed = candidate.model.theta, candidate.episode_seed
+    rng = np.random.default_rng([seed, 0x5EED])
+    policies = [family.random_policy(theta, rng) for _ in range(RANDOM_TRAJECTORIES)]
+    return References(
+        optimal=family.simulate(theta, unpack_policy(candidate.solution.policy), seed),
+        default=family.simulate(theta, family.default_policy(theta), seed),
+        idle=family.simulate(theta, family.idle_policy(theta), seed),
+        random=[family.simulate(theta, policy, seed) for policy in policies],
+        random_values=[family.evaluate(theta, policy) for policy in policies],
+    )
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+
+
+# --- the gates: each reads the candidate, its references and the two sandbox reports --------
+
+
+@dataclass(frozen=True)
+class Evidence:
+    family: Family
+    candidate: Candidate
+    refs: References
+    first: dict[str, Any] | None
+    second: dict[str, Any] | None
+    extras: list[dict[str, Any]]
+    failure: str
+
+    def played(self, name: str) -> dict[str, Any]:
+        index = [n for n, _ in self.refs.episodes()].index(name)
+        return self.first["trajectories"][index]
+
+
+def gate_executes(ev: Evidence) -> tuple[bool, str]:
+    if ev.failure:
+        return False, ev.failure
+    for report in [ev.first, *ev.extras]:
+        if "exception" in report["describe"]:
+            return False, "create() raised: " + report["describe"]["exception"][-300:]
+        for trajectory in report["trajectories"]:
+            if trajectory.get("exception"):
+                return False, "a tool call raised: " + trajectory["exception"][-300:]
+            utility = trajectory.get("utility")
+            if not isinstance(utility, (int, float)) or not math.isfinite(utility):
+                return False, f"utility {utility!r} is not a finite number"
+            if trajectory.get("terminal") is not True:
+                return False, "a reference policy did not reach the end of the episode"
+    return True, f"create() and every reference policy ran on {1 + len(ev.extras)} θ"
+
+
+def gate_default_band(ev: Evidence) -> tuple[bool, str]:
+    lo, hi = ev.family.default_band
+    s = ev.candidate.solution
+    position = ev.family.default_position(s.u_star, s.u_default, s.u_idle)
+    realized_gap = ev.refs.optimal.utility - ev.refs.default.utility
+    if not lo <= position <= hi:
+        return False, f"default sits at {position:.3f} between idle (0) and optimal (1); admissible band [{lo}, {hi}]"
+    if not realized_gap > 1e-9 * max(1.0, abs(ev.refs.optimal.utility)):
+        return False, f"on this episode the default ({ev.refs.default.utility}) is not below π* ({ev.refs.optimal.utility})"
+    return True, f"default at {position:.3f} in [{lo}, {hi}]; realized gap {realized_gap:g}"
+
+
+def gate_replay_agreement(ev: Evidence) -> tuple[bool, str]:
+    played = ev.played("optimal")
+    if played["errors"]:
+        return False, f"π* made {played['errors']} rejected calls; first: {played['first_error']}"
+    if not _close(played["utility"], ev.refs.optimal.utility):
+        return False, f"π* replayed through the tools gives {played['utility']}, the model says {ev.refs.optimal.utility}"
+    return True, f"π* reproduces u = {ev.refs.optimal.utility:g}"
+
+
+def gate_no_policy_beats_optimum(ev: Evidence) -> tuple[bool, str]:
+    solution = ev.candidate.solution
+    values = {"default": solution.u_default, "idle": solution.u_idle}
+    values.update({f"random_{k}": v for k, v in enumerate(ev.refs.random_values)})
+    if not ev.family.stochastic:  # deterministic: realized utilities are the values
+        values.update({name: ev.played(name)["utility"] for name, _ in ev.refs.episodes()[1:]})
+    tolerance = 1e-9 * max(1.0, abs(solution.u_star))
+    beaten = {name: v for name, v in values.items() if v > solution.u_star + tolerance}
+    if beaten:
+        return False, f"policies beat u* = {solution.u_star:g}: {beaten}"
+    return True, f"{len(values)} policies ≤ u* = {solution.u_star:g} (in expectation)" if ev.family.stochastic else "ok"
+
+
+def gate_dynamics_agreement(ev: Evidence) -> tuple[bool, str]:
+    for name, episode in ev.refs.episodes()[1:]:
+        played = ev.played(name)
+        if played["errors"]:
+            return False, f"{name}: {played['errors']} valid decisions were rejected; first: {played['first_error']}"
+        if not _close(played["utility"], episode.utility):
+            return False, f"{name}: the tools report {played['utility']}, the model says {episode.utility}"
+    return True, f"{len(ev.refs.episodes()) - 1} trajectories agree with the reference simulator"
+
+
+def gate_determinism(ev: Evidence) -> tuple[bool, str]:
+    if ev.second is None:
+        return False, "the second process produced no report"
+    keys = ("utility", "terminal", "turns_used", "obs_digest")
+    for k, (a, b) in enumerate(zip(ev.first["trajectories"], ev.second["trajectories"])):
+        if any(a.get(key) != b.get(key) for key in keys):
+            return False, f"trajectory {k} differs between processes with different PYTHONHASHSEED"
+    if ev.first["describe"] != ev.second["describe"]:
+        return False, "instruction or tools differ between processes"
+    return True, "identical observations and utilities in two fresh processes"
+
+
+def gate_interface(ev: Evidence) -> tuple[bool, str]:
+    tools = ev.first["describe"].get("tools", [])
+    names = [t.get("name") for t in tools if isinstance(t, dict)]
+    if len(names) < 10:
+        return False, f"{len(names)} tools; expected at least 10"
+    bad = [n for n in names if not isinstance(n, str) or not TOOL_NAME.match(n)]
+    if bad or len(set(names)) != len(names):
+        return False, f"tool names must be unique and match {TOOL_NAME.pattern}: {bad or names}"
+    for tool in tools:
+        if set(tool) != {"name", "description", "input_schema"}:
+            return False, f"tool {tool.get('name')} has keys {sorted(tool)}; expected name, description, input_schema"
+        schema = tool["input_schema"]
+        if not isinstance(schema, dict) or schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
+            return False, f"tool {tool['name']}: input_schema must be a JSON Schema object"
+    roles = {b.role for b in ev.candidate.setter_output.interface if b.name in names}
+    missing = [r for r in ROLES_REQUIRED if r not in roles]
+    if missing:
+        return False, f"no tool with role {missing}"
+    return True, f"{len(names)} tools with roles {sorted(roles)}"
+
+
+GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
+    ("executes", gate_executes),
+    ("interface", gate_interface),
+    ("default_band", gate_default_band),
+    ("replay_agreement", gate_replay_agreement),
+    ("no_policy_beats_optimum", gate_no_policy_beats_optimum),
+    ("dynamics_agreement", gate_dynamics_agreement),
+    ("determinism", gate_determinism),
+)
+
+
+# --- running a batch ------------------------------------------------------------------------
+
+
+def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
+         refs: list[References]) -> dict[str, Any]:
+    clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
+    episodes = [
+        {"key": c.env_id, "config": c.config(), "pad_with": None,
+         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()]}
+        for c, r in zip(candidates, refs)
+    ]
+    for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
+        _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
+        config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}
+        episodes.append({"key": f"extra-{k}", "config": config, "pad_with": clock, "trajectories": [[]]})
+    return {"module": setter_output.module, "episodes": episodes}
+
+
+def check_batch(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
+                limits: Limits = Limits()) -> list[Verdict]:
+    """Every gate on every candidate that shares one module; two sandbox runs for the batch."""
+    started = time.perf_counter()
+    refs = [references(family, c) for c in candidates]
+    simulate_seconds = (time.perf_counter() - started) / max(1, len(candidates))
+    job = _job(family, setter_output, candidates, refs)
+    first = run_job(job, limits, hash_seed=1)
+    second = run_job(job, limits, hash_seed=2) if first.status == "ok" else SandboxResult(first.status)
+    share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),
+             "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2}
+    extras = [first.episodes.get(f"extra-{k}") for k in range(EXTRA_THETAS)]
+    verdicts = []
+    for candidate, ref in zip(candidates, refs):
+        report = first.episodes.get(candidate.env_id)
+        failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
+        evidence = Evidence(family, candidate, ref, report, second.episodes.get(candidate.env_id),
+                            [e for e in extras if e], failure)
+        verdict = Verdict(candidate, ref)
+        for name, gate in GATES:
+            t0 = time.perf_counter()
+            if failure and name != "executes":
+                passed, message = False, "not run: the module did not execute"
+            else:
+                passed, message = gate(evidence)
+            verdict.gates.append(GateResult(name, passed, message, share.get(name, 0.0) + time.perf_counter() - t0))
+        if report and "instruction" in report["describe"]:
+            verdict.instruction, verdict.tools = report["describe"]["instruction"], report["describe"]["tools"]
+        verdicts.append(verdict)
+    return verdicts

@@ -1,0 +1,53 @@
+"""Stage 1, sample: θ draws of a family from recorded seeds.
+
+    >>> models = sample_models(registry.get("inventory_dp"), count=3, seed=7, batch="2026-12-02")
+
+Each model's seed is derived from (run seed, family, batch, index) through numpy's
+SeedSequence; the knobs and then θ are drawn from one Generator built from that seed, so
+`draw(family, model.seed)` reproduces a model exactly (the audit does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vhd.mechanisms import Family
+from vhd.schemas.hashing import sha256_hex
+from vhd.schemas.records import ModelRecord
+
+
+def _key(text: str) -> int:
+    return int(sha256_hex(text)[:8], 16)
+
+
+def model_seed(seed: int, family: str, batch: str, index: int) -> int:
+    """The recorded seed of the index-th model of a family in a batch (63 bits)."""
+    state = np.random.SeedSequence([seed, _key(family), _key(batch), index]).generate_state(2, dtype=np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def episode_seed(model_seed_value: int) -> int:
+    """The episode seed of a model's environments (the demand path, the noise draws…)."""
+    state = np.random.SeedSequence([model_seed_value, 1]).generate_state(1, dtype=np.uint32)
+    return int(state[0])
+
+
+def draw(family: Family, seed: int, knobs: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(knobs, θ) from one seed: knobs uniformly from the family's ranges unless given."""
+    rng = np.random.default_rng(seed)
+    drawn = {name: int(rng.integers(lo, hi + 1)) for name, (lo, hi) in sorted(family.knob_ranges.items())}
+    knobs = drawn if knobs is None else dict(knobs)
+    theta = family.sample(family.params(knobs), rng)
+    return knobs, theta
+
+
+def sample_models(family: Family, count: int, seed: int, batch: str) -> list[ModelRecord]:
+    models = []
+    for index in range(count):
+        s = model_seed(seed, family.name, batch, index)
+        knobs, theta = draw(family, s)
+        models.append(ModelRecord.build(family=family.name, family_version=family.version, knobs=knobs,
+                                        seed=s, theta=theta, batch=batch))
+    return models
