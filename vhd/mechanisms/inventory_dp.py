@@ -141,7 +141,8 @@ class _Process:
             index[i, o] = n
         # the storage rule keeps on hand + in transit within capacity, so every successor exists
         self.next_state = index[next_on_hand, next_transit]
-        self.probabilities = np.array(theta["demand_weights"], dtype=float) / WEIGHT_TOTAL
+        weights = np.array(theta["demand_weights"], dtype=float)
+        self.probabilities = weights / weights.sum(axis=1, keepdims=True)  # as World.demand_path draws them
 
     def q_values(self, day: int, v_next: np.ndarray) -> np.ndarray:
         """Expected reward-to-go of every state-action pair on `day`, given tomorrow's values."""

@@ -1,0 +1,246 @@
+"""`vhd`: the command line. Thin: parse, call a flow or the warehouse, print (rich) or --json.
+
+    $ vhd refresh --families inventory_dp --per-family 20
+    $ vhd envs --json | head
+    $ vhd audit ENV_ID
+
+Only `refresh` imports Prefect (its embedded server takes seconds to start); every other
+command reads the warehouse read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import wraps
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vhd.schemas.errors import VhdError
+
+app = typer.Typer(help="VHD-Play corpus factory: solved mechanisms rendered as stateful tool environments.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+DB_HELP = "warehouse file (default: $VHD_DB or data/vhd.duckdb)"
+DbOption = typer.Option(None, "--db", help=DB_HELP, envvar="VHD_DB")
+JsonOption = typer.Option(False, "--json", help="print machine-readable JSON instead of tables")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def handles_errors(command: Callable) -> Callable:
+    """Turn the project's own errors into one line on stderr and exit code 1."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except VhdError as exc:
+            _fail(str(exc))
+
+    return wrapper
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@app.command()
+@handles_errors
+def families(as_json: bool = JsonOption) -> None:
+    """List the registered mechanism families with group, split, solver and knobs."""
+    from vhd.mechanisms import registry
+
+    rows = [{"name": f.name, "version": f.version, "group": f.group, "split": f.split, "model_class": f.model_class,
+             "solver": f.solver, "knobs": {k: list(v) for k, v in f.knob_ranges.items()},
+             "tools": len(f.tools)} for f in registry.all()]
+    if as_json:
+        return _emit(rows)
+    table = Table("family", "group", "split", "model class", "solver", "knobs")
+    for r in rows:
+        table.add_row(r["name"], r["group"], r["split"], r["model_class"], r["solver"],
+                      ", ".join(f"{k} {lo}–{hi}" for k, (lo, hi) in r["knobs"].items()))
+    console.print(table)
+
+
+@app.command()
+@handles_errors
+def refresh(
+    families: str = typer.Option("", help="comma-separated family names (default: all registered)"),
+    per_family: int = typer.Option(20, min=1, help="θ draws per family; each yields one environment per presentation"),
+    seed: int = typer.Option(0, min=0, help="run seed: the same seed and batch give the same corpus"),
+    batch: str = typer.Option("default", help="batch key the model seeds derive from"),
+    presentations: str = typer.Option("I,A", help="presentations to build, among I and A"),
+    db: Optional[Path] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Sample, solve, synthesize, check and annotate environments (runs the Prefect flow)."""
+    from vhd.mechanisms import registry
+    from vhd.warehouse import Warehouse, default_path
+
+    names = _csv(families) or registry.names()
+    for name in names:
+        registry.get(name)
+    chosen = tuple(_csv(presentations))
+    if not chosen or any(p not in ("I", "A") for p in chosen):
+        _fail(f"--presentations must list I and/or A, got {presentations!r}")
+    path = db or default_path()
+    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from vhd.flows.refresh import refresh as refresh_flow
+
+    summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+                           presentations=chosen)
+    if as_json:
+        return _emit(summary)
+    table = Table("family", "admitted", "rejected", "already there", title=f"refresh {summary['run_id']}")
+    for name, row in summary["families"].items():
+        table.add_row(name, str(row["admitted"]), str(row["rejected"]), str(row["reused"]))
+    console.print(table)
+    console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
+
+
+def _reader(db: Optional[Path]):
+    from vhd.warehouse import Warehouse
+
+    return Warehouse.open(db, read_only=True)
+
+
+@app.command()
+@handles_errors
+def envs(family: Optional[str] = typer.Option(None, help="only this family"), db: Optional[Path] = DbOption,
+         as_json: bool = JsonOption) -> None:
+    """List admitted environments."""
+    if family is not None:
+        from vhd.mechanisms import registry
+
+        registry.get(family)
+    with _reader(db) as wh:
+        rows = [{"env_id": e.env_id, "family": e.family, "presentation": e.presentation, "split": e.split,
+                 "knobs": e.knobs, "u_star": e.u_star, "u_default": e.u_default, "turn_budget": e.turn_budget}
+                for e in wh.environments(family)]
+    if as_json:
+        return _emit(rows)
+    table = Table("env_id", "family", "pres.", "split", "knobs", "u*", "u0")
+    for r in rows:
+        table.add_row(r["env_id"][:16], r["family"], r["presentation"], r["split"],
+                      " ".join(f"{k}={v}" for k, v in r["knobs"].items()), f"{r['u_star']:g}", f"{r['u_default']:g}")
+    console.print(table)
+    console.print(f"{len(rows)} admitted environments")
+
+
+def _resolve(wh, env_id: str) -> str:
+    """Accept a full id or a unique prefix of one (as `vhd envs` prints)."""
+    from vhd.schemas.errors import UnknownEnvironment
+
+    matches = [row[0] for row in wh.con.execute(
+        "SELECT env_id FROM environments WHERE starts_with(env_id, ?) LIMIT 2", [env_id]).fetchall()] if env_id else []
+    if len(matches) != 1:
+        raise UnknownEnvironment(f"{'no' if not matches else 'more than one'} environment matches {env_id!r}; "
+                                 "expected an env_id from `vhd envs`")
+    return matches[0]
+
+
+@app.command()
+@handles_errors
+def audit(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
+          db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """Walk the lineage from an environment back to θ and its seed, recompute and re-hash it all."""
+    from vhd.tasks.audit import verify
+    from vhd.warehouse.lineage import load_chain
+
+    with _reader(db) as wh:
+        report = verify(load_chain(wh, _resolve(wh, env_id)))
+    if as_json:
+        _emit(report)
+    else:
+        table = Table("kind", "id", "relation", "code version", "run", "hash")
+        for link in report["chain"]:
+            table.add_row(link["kind"], link["id"][:16], link["relation"], link["code_version"], link["run_id"][:8],
+                          "ok" if link["hash_ok"] else "[red]MISMATCH[/red]")
+        console.print(table)
+        console.print(f"seed {report['seed']}, knobs {report['knobs']}")
+        for problem in report["problems"]:
+            console.print(f"[red]✗[/red] {problem}")
+        console.print("[green]verified[/green]" if report["verified"] else "[red]NOT verified[/red]")
+    if not report["verified"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handles_errors
+def score(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
+          trajectories: Path = typer.Option(..., "--trajectories", help="JSONL file: one list of {tool, arguments} per line"),
+          db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """Replay trajectories through an admitted environment in the sandbox and print their rewards."""
+    from vhd.mechanisms import registry
+    from vhd.schemas.errors import TrajectoryFormatError
+    from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord
+    from vhd.tasks.score import parse_trajectories, score as score_stage
+
+    try:
+        text = trajectories.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TrajectoryFormatError(f"cannot read {trajectories}: {exc.strerror}") from None
+    parsed = parse_trajectories(text, str(trajectories))
+    with _reader(db) as wh:
+        env = wh.get(EnvironmentRecord, _resolve(wh, env_id))
+        model, output = wh.get(ModelRecord, env.model_id), wh.get(SetterOutputRecord, env.setter_output_id)
+    rows = score_stage(env, output, model.theta, registry.get(env.family), parsed)
+    if as_json:
+        return _emit(rows)
+    table = Table("#", "utility", "reward", "error")
+    for k, row in enumerate(rows, start=1):
+        table.add_row(str(k), f"{row['utility']}", f"{row['reward']:.4f}", row["error"] or "")
+    console.print(table)
+
+
+@app.command()
+@handles_errors
+def export(out: Path = typer.Option(..., "--out", help="directory to write environments.jsonl/.parquet into"),
+           format: str = typer.Option("jsonl", "--format", help="jsonl or parquet"),
+           db: Optional[Path] = DbOption) -> None:
+    """Export admitted environments: module, player view and grader view, one row each."""
+    from vhd.mechanisms import registry
+    from vhd.schemas.records import ModelRecord, SetterOutputRecord
+    from vhd.tasks.export import export_row
+
+    if format not in ("jsonl", "parquet"):
+        _fail(f"--format must be jsonl or parquet, got {format!r}")
+    with _reader(db) as wh:
+        rows = [export_row(e, wh.get(ModelRecord, e.model_id), wh.get(SetterOutputRecord, e.setter_output_id),
+                           registry.get(e.family)) for e in wh.environments()]
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"environments.{format}"
+    partial = target.with_suffix(target.suffix + ".partial")
+    if format == "jsonl":
+        partial.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+    else:
+        import polars as pl
+
+        flat = [{**r, "player": json.dumps(r["player"], sort_keys=True), "grader": json.dumps(r["grader"], sort_keys=True)}
+                for r in rows]
+        pl.DataFrame(flat, schema={k: pl.Utf8 for k in ("env_id", "family", "presentation", "split", "module",
+                                                          "player", "grader")}).write_parquet(partial)
+    partial.replace(target)  # never a half-written export
+    console.print(f"{len(rows)} environments → {target}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

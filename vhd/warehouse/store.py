@@ -1,0 +1,182 @@
+"""The warehouse: one DuckDB file, one writer, any number of read-only readers.
+
+    >>> with Warehouse.open("data/vhd.duckdb") as wh, wh.transaction():
+    ...     wh.insert(models)
+    >>> Warehouse.open("data/vhd.duckdb", read_only=True).get(ModelRecord, model_id)
+
+Records go in as batches (one Arrow table per kind and call: `executemany` is ~400× slower
+here) with `INSERT OR IGNORE`, so writing a row that is already there is a no-op: ids are
+content hashes, and equal ids mean equal content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import typing
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
+from vhd.schemas.hashing import canonical_json
+from vhd.schemas.records import (
+    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
+    SolutionRecord,
+)
+from vhd.warehouse.migrate import migrate
+
+TABLES: dict[type, tuple[str, str]] = {
+    RunRecord: ("runs", "run_id"),
+    PassageRecord: ("passages", "passage_id"),
+    ModelRecord: ("models", "model_id"),
+    SolutionRecord: ("solutions", "solution_id"),
+    SetterOutputRecord: ("setter_outputs", "setter_output_id"),
+    CheckRecord: ("checks", "check_id"),
+    EnvironmentRecord: ("environments", "env_id"),
+    LineageEdge: ("lineage_edges", ""),
+}
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("VHD_DB", "data/vhd.duckdb"))
+
+
+def _json_fields(cls: type) -> frozenset[str]:
+    return frozenset(
+        name for name, field in cls.model_fields.items() if typing.get_origin(field.annotation) in (dict, list, tuple)
+    )
+
+
+_JSON = {cls: _json_fields(cls) for cls in TABLES}
+
+
+def _row(record: Any) -> dict[str, Any]:
+    cls = type(record)
+    row = record.model_dump(mode="python")
+    if _JSON[cls]:
+        as_json = record.model_dump(mode="json", include=set(_JSON[cls]))
+        row.update({name: canonical_json(value) for name, value in as_json.items()})
+    return row
+
+
+def _record(cls: type, row: dict[str, Any]) -> Any:
+    return cls(**{k: (json.loads(v) if k in _JSON[cls] else v) for k, v in row.items()})
+
+
+class Warehouse:
+    """A connection to the warehouse file, migrated to the current schema when writable."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
+        self.con, self.path, self.read_only = con, path, read_only
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, *, read_only: bool = False) -> "Warehouse":
+        path = Path(path) if path is not None else default_path()
+        if read_only and not path.exists():
+            raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh` first or pass --db PATH")
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            holder = re.search(r"PID (\d+)", str(exc))
+            if holder:
+                raise WarehouseBusy(f"warehouse {path} is in use by PID {holder.group(1)}; wait for it to finish") from exc
+            raise WarehouseError(f"cannot open warehouse {path}: {str(exc).splitlines()[0]}") from exc
+        except duckdb.Error as exc:
+            raise WarehouseError(f"cannot open warehouse {path}: {str(exc).splitlines()[0]}") from exc
+        if not read_only:
+            migrate(con)
+        elif not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'environments'").fetchall()[0][0]:
+            con.close()
+            raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
+        return cls(con, path, read_only)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Warehouse":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    # -- writing ----------------------------------------------------------------------------
+    def insert(self, records: Sequence[Any]) -> None:
+        """Insert a batch of records of one kind; rows whose key exists are left as they are."""
+        if not records:
+            return
+        table, _ = TABLES[type(records[0])]
+        batch = pa.Table.from_pylist([_row(r) for r in records])
+        self.con.register("_vhd_batch", batch)
+        try:
+            self.con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT * FROM _vhd_batch")
+        finally:
+            self.con.unregister("_vhd_batch")
+
+    def upsert_run(self, run: RunRecord) -> None:
+        self.con.execute("DELETE FROM runs WHERE run_id = ?", [run.run_id])
+        self.insert([run])
+
+    # -- reading ----------------------------------------------------------------------------
+    def _select(self, cls: type, where: str = "", params: Sequence[Any] = (), order: str = "") -> list[Any]:
+        table, _ = TABLES[cls]
+        cursor = self.con.execute(f"SELECT * FROM {table} {where} {order}", list(params))
+        columns = [d[0] for d in cursor.description]
+        return [_record(cls, dict(zip(columns, row))) for row in cursor.fetchall()]
+
+    def get(self, cls: type, record_id: str) -> Any | None:
+        _, key = TABLES[cls]
+        found = self._select(cls, f"WHERE {key} = ?", [record_id])
+        return found[0] if found else None
+
+    def present(self, cls: type, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        if not ids:
+            return set()
+        table, key = TABLES[cls]
+        rows = self.con.execute(f"SELECT {key} FROM {table} WHERE list_contains(?, {key})", [ids]).fetchall()
+        return {row[0] for row in rows}
+
+    def solutions_for(self, model_ids: Iterable[str]) -> dict[str, SolutionRecord]:
+        ids = list(model_ids)
+        found = self._select(SolutionRecord, "WHERE list_contains(?, model_id)", [ids]) if ids else []
+        return {s.model_id: s for s in found}
+
+    def environments(self, family: str | None = None, admitted: bool | None = True) -> list[EnvironmentRecord]:
+        clauses, params = [], []
+        if family is not None:
+            clauses.append("family = ?")
+            params.append(family)
+        if admitted is not None:
+            clauses.append("admitted = ?")
+            params.append(admitted)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        return self._select(EnvironmentRecord, where, params, "ORDER BY family, env_id")
+
+    def checks_for(self, env_id: str) -> list[CheckRecord]:
+        return self._select(CheckRecord, "WHERE env_id = ?", [env_id], "ORDER BY check_id")
+
+    def parents(self, child_id: str) -> list[LineageEdge]:
+        return self._select(LineageEdge, "WHERE child_id = ?", [child_id], "ORDER BY relation, parent_id")
+
+    def runs(self) -> list[RunRecord]:
+        return self._select(RunRecord, order="ORDER BY started_at")
+
+    def counts(self) -> dict[str, int]:
+        return {table: self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] for table, _ in TABLES.values()}
