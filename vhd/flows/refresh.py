@@ -94,10 +94,9 @@ def refresh(
                 family, models, solutions, {o.setter_output_id: o for o in outputs}, assignment, presentations)
             done = wh.present(annotate_stage.EnvironmentRecord, [c.env_id for c in candidates])
             todo = [c for c in candidates if c.env_id not in done]
-            futures = [
-                check_task.submit(name, output, [c for c in todo if c.setter_output.setter_output_id == output.setter_output_id])
-                for output in outputs
-            ]
+            batches = {o.setter_output_id: (o, [c for c in todo if c.setter_output.setter_output_id == o.setter_output_id])
+                       for o in outputs}
+            futures = [check_task.submit(name, output, batch) for output, batch in batches.values() if batch]
             verdicts = [v for future in futures for v in future.result()]
             annotated = annotate_task(name, verdicts)
             with wh.transaction():

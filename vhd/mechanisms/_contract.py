@@ -27,6 +27,12 @@ Group = Literal["train", "near_ood", "far_ood", "probe_budgeted", "beyond"]
 Role = Literal["probe", "decision", "clock", "observe"]
 
 
+class AgentError(Exception):
+    """A player's mistake inside a World tool. In a generated module the runtime defines its
+    own AgentError and the World's source is re-executed there, so this class serves only
+    in-process use of a World (tests)."""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """One canonical tool of a family's decision process."""

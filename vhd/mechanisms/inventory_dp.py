@@ -39,14 +39,8 @@ import sqlite3
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified
-
-try:  # the generated module defines AgentError before World; here it comes from the runtime
-    from vhd.tasks.setters.runtime import AgentError
-except ImportError:  # pragma: no cover
-    class AgentError(Exception):
-        pass
 
 WEIGHT_TOTAL = 1000
 COST_FIELDS = ("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value")

@@ -10,6 +10,7 @@ metadata and stay out of the hash, so re-running a stage reproduces the same ids
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,7 +23,7 @@ Presentation = Literal["F", "I", "A"]
 class Record(BaseModel):
     """A content-addressed row."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
     kind: ClassVar[str]
     id_field: ClassVar[str]
 
@@ -254,3 +255,17 @@ class LineageEdge(BaseModel):
     child_id: str
     parent_id: str
     relation: str
+
+
+@dataclass
+class Chain:
+    """An environment and every record on its lineage, as loaded for an audit."""
+
+    environment: EnvironmentRecord
+    model: ModelRecord | None
+    solution: SolutionRecord | None
+    setter_output: SetterOutputRecord | None
+    passage: PassageRecord | None
+    checks: list[CheckRecord]
+    edges: dict[str, list[LineageEdge]]
+    runs: dict[str, RunRecord | None] = field(default_factory=dict)

@@ -9,30 +9,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from vhd.mechanisms import registry
 from vhd.schemas.errors import UnknownFamily
 from vhd.schemas.hashing import sha256_hex
-from vhd.schemas.records import (
-    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
-    SolutionRecord,
-)
+from vhd.schemas.records import Chain
 from vhd.tasks.sample import draw, episode_seed
 from vhd.tasks.solve import pack_policy
-
-
-@dataclass
-class Chain:
-    environment: EnvironmentRecord
-    model: ModelRecord | None
-    solution: SolutionRecord | None
-    setter_output: SetterOutputRecord | None
-    passage: PassageRecord | None
-    checks: list[CheckRecord]
-    edges: dict[str, list[LineageEdge]]
-    runs: dict[str, RunRecord | None] = field(default_factory=dict)
 
 
 def _link(kind: str, record: Any, relation: str) -> dict[str, Any]:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from vhd.schemas.errors import UnknownEnvironment
 from vhd.schemas.records import (
-    EnvironmentRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
+    Chain, EnvironmentRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
-from vhd.tasks.audit import Chain  # a plain dataclass: tasks never import warehouse
 from vhd.warehouse.store import Warehouse
 
 

@@ -1,0 +1,132 @@
+"""The spine end to end: `vhd refresh` on the real Prefect engine, then envs, audit, score, export."""
+
+import json
+
+import duckdb
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from vhd.cli import app
+
+from conftest import run_vhd
+
+runner = CliRunner()
+
+
+def vhd(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_refresh_admits_and_reports(refreshed):
+    _, summary = refreshed
+    assert {"run_id", "admitted", "rejected", "seconds"} <= set(summary)
+    assert summary["admitted"] + summary["rejected"] == 20
+    assert summary["admitted"] >= 16
+
+
+def test_envs_lists_admitted_environments(refreshed):
+    db, summary = refreshed
+    rows = json.loads(vhd("envs", "--db", db, "--json").stdout)
+    assert len(rows) == summary["admitted"]
+    assert {"env_id", "family", "presentation", "knobs"} <= set(rows[0])
+    assert {r["presentation"] for r in rows} == {"I", "A"}
+
+
+def test_every_admitted_environment_is_verified_by_audit(refreshed):
+    db, _ = refreshed
+    for row in json.loads(vhd("envs", "--db", db, "--json").stdout):
+        result = vhd("audit", row["env_id"], "--db", db, "--json")
+        report = json.loads(result.stdout)
+        assert result.exit_code == 0 and report["verified"] is True, report["problems"]
+        kinds = [link["kind"] for link in report["chain"]]
+        assert kinds[:5] == ["environment", "model", "solution", "setter_output", "passage"]
+        assert report["seed"] is not None and all(report["runs"].values())
+
+
+def test_optimal_scores_one_default_zero(refreshed, tmp_path):
+    db, _ = refreshed
+    env_id = json.loads(vhd("envs", "--db", db, "--json").stdout)[0]["env_id"]
+    con = duckdb.connect(str(db), read_only=True)
+    reference, default, tools = con.execute(
+        "SELECT reference_trajectory, default_trajectory, tools FROM environments WHERE env_id = ?", [env_id]).fetchall()[0]
+    con.close()
+    clock = [t["name"] for t in json.loads(tools) if t["name"].startswith("end_")][0]
+    file = tmp_path / "t.jsonl"
+    file.write_text("\n".join([reference, default, json.dumps([{"tool": clock, "arguments": {}}])]) + "\n")
+    rows = json.loads(vhd("score", env_id, "--trajectories", file, "--db", db, "--json").stdout)
+    assert [r["reward"] for r in rows[:2]] == [1.0, 0.0]
+    assert rows[2]["error"] is None and 0.0 <= rows[2]["reward"] <= 1.0  # idle: the clock alone, padded to the end
+
+
+def test_export_splits_player_and_grader(refreshed, tmp_path):
+    db, _ = refreshed
+    assert vhd("export", "--out", tmp_path, "--db", db).exit_code == 0
+    rows = [json.loads(line) for line in (tmp_path / "environments.jsonl").read_text().splitlines()]
+    assert rows and all(set(r) >= {"env_id", "family", "presentation", "module", "player", "grader"} for r in rows)
+    hidden = [r for r in rows if r["presentation"] == "A"][0]
+    assert "unit_cost" not in hidden["player"]["config"]["params"] and "unit_cost" in hidden["grader"]["config"]["params"]
+    assert "episode_seed" not in hidden["player"]["config"]
+    assert vhd("export", "--out", tmp_path, "--format", "parquet", "--db", db).exit_code == 0
+    assert pl.read_parquet(tmp_path / "environments.parquet").height == len(rows)
+
+
+def test_rerun_reuses_everything(refreshed, prefect_server):
+    db, _ = refreshed
+    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp", "--per-family", "10", "--seed", "3",
+                     "--db", db, "--json")
+    again = json.loads(result.stdout)
+    assert again["admitted"] == 0 and again["rejected"] == 0 and again["reused"] == 20
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM environments").fetchall()[0][0] == 20
+    assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 2
+    con.close()
+
+
+def test_tampering_is_caught_by_audit(refreshed, tmp_path):
+    import shutil
+
+    db, _ = refreshed
+    copy = tmp_path / "tampered.duckdb"
+    shutil.copy(db, copy)
+    env_id = json.loads(vhd("envs", "--db", copy, "--json").stdout)[0]["env_id"]
+    con = duckdb.connect(str(copy))
+    model_id = con.execute("SELECT model_id FROM environments WHERE env_id = ?", [env_id]).fetchall()[0][0]
+    theta = json.loads(con.execute("SELECT theta FROM models WHERE model_id = ?", [model_id]).fetchall()[0][0])
+    theta["price"] += 1
+    con.execute("UPDATE models SET theta = ? WHERE model_id = ?", [json.dumps(theta), model_id])
+    con.close()
+    result = vhd("audit", env_id, "--db", copy, "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["verified"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["refresh", "--families", "nope"], "unknown family 'nope'"),
+    (["envs", "--family", "nope"], "unknown family 'nope'"),
+    (["audit", "deadbeef"], "no environment matches"),
+    (["refresh", "--families", "inventory_dp", "--presentations", "X"], "--presentations"),
+])
+def test_bad_input_gets_one_line_and_exit_1(refreshed, args, message):
+    db, _ = refreshed
+    before = duckdb.connect(str(db), read_only=True).execute("SELECT count(*) FROM environments").fetchall()
+    result = vhd(*args, "--db", db)
+    assert result.exit_code == 1
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert duckdb.connect(str(db), read_only=True).execute("SELECT count(*) FROM environments").fetchall() == before
+
+
+def test_missing_warehouse_and_bad_trajectories(refreshed, tmp_path):
+    db, _ = refreshed
+    result = vhd("envs", "--db", tmp_path / "none.duckdb")
+    assert result.exit_code == 1 and "no warehouse at" in result.stderr
+    assert not (tmp_path / "none.duckdb").exists()
+    env_id = json.loads(vhd("envs", "--db", db, "--json").stdout)[0]["env_id"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('[{"tool": "x", "arguments": {}}]\n{"not": "a list"}\n')
+    result = vhd("score", env_id, "--trajectories", bad, "--db", db)
+    assert result.exit_code == 1 and "bad.jsonl:2" in result.stderr
+
+
+def test_families_lists_inventory():
+    rows = json.loads(vhd("families", "--json").stdout)
+    assert any(r["name"] == "inventory_dp" and r["group"] == "train" for r in rows)
