@@ -153,6 +153,8 @@ def gate_default_band(ev: Evidence) -> tuple[bool, str]:
     s = ev.candidate.solution
     position = ev.family.default_position(s.u_star, s.u_default, s.u_idle)
     realized_gap = ev.refs.optimal.utility - ev.refs.default.utility
+    if position == math.inf:
+        return False, f"doing nothing is already optimal (u* = {s.u_star:g} ≤ u_idle = {s.u_idle:g}): nothing to learn"
     if not lo <= position <= hi:
         return False, f"default sits at {position:.3f} between idle (0) and optimal (1); admissible band [{lo}, {hi}]"
     if not realized_gap > 1e-9 * max(1.0, abs(ev.refs.optimal.utility)):
