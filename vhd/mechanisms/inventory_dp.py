@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import random
-import sqlite3
 
 import numpy as np
 from pydantic import BaseModel, Field

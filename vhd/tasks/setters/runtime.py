@@ -13,9 +13,9 @@ A `World` keeps all of its mutable state in the SQLite database, so that rollbac
 """
 
 import hashlib
-import json
+import json  # noqa: F401  (SKIN = json.loads(...) and World use it)
 import math
-import random
+import random  # noqa: F401  (for World)
 import sqlite3
 
 ENV_API = 1
@@ -83,11 +83,11 @@ class Env:
         self._budget = config["turn_budget"]
         self._turns = 0
         self._db = sqlite3.connect(":memory:", isolation_level=None)
-        self._world = World(self._db, config["params"], config["episode_seed"], SKIN)
-        self._specs = {tool["name"]: tool for tool in SKIN["tools"]}
+        self._world = World(self._db, config["params"], config["episode_seed"], SKIN)  # noqa: F821  (both follow)
+        self._specs = {tool["name"]: tool for tool in SKIN["tools"]}  # noqa: F821
         self.tools = [
             {"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
-            for t in SKIN["tools"]
+            for t in SKIN["tools"]  # noqa: F821
         ]
         self.instruction = self._world.instruction(self._presentation, self._budget)
 
