@@ -117,6 +117,8 @@ class Family:
     knob_ranges: dict[str, tuple[int, int]]
     turn_budget: Callable[[dict[str, Any]], int]
     stochastic: bool = True
+    tables: tuple[str, ...] = ()
+    vocabulary: tuple[str, ...] = ("site", "currency")
 
     @property
     def split(self) -> str:

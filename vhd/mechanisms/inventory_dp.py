@@ -507,4 +507,6 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 30), "horizon": (7, 120)},
     turn_budget=turn_budget,
+    tables=("catalog", "orders", "ledger", "days", "state"),
+    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
 ))

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from vhd.mechanisms import Family
+from vhd.schemas.errors import SetterError
 from vhd.schemas.records import PassageRecord, SetterOutputRecord, ToolBinding
 
 SETTER = "template"
@@ -31,6 +32,9 @@ def _slug(text: str) -> str:
 def _skin(family: Family, passage: PassageRecord) -> dict:
     vocab = dict(passage.vocabulary)
     words = vocab.pop("synonyms", {})
+    missing = [key for key in family.vocabulary if key not in vocab]
+    if missing:
+        raise SetterError(f"passage {passage.passage_id[:12]} lacks vocabulary {missing} that {family.name} needs")
     site = _slug(vocab["site"])
 
     def rename(canonical: str) -> str:
@@ -50,8 +54,8 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
         })
     names = [tool["name"] for tool in tools]
     if len(set(names)) != len(names):
-        raise ValueError(f"passage {passage.passage_id} maps two tools of {family.name} to one name: {names}")
-    tables = {part: f"{site}_{_slug(words.get(part, part))}" for part in ("catalog", "orders", "ledger", "days", "state")}
+        raise SetterError(f"passage {passage.passage_id} maps two tools of {family.name} to one name: {names}")
+    tables = {part: f"{site}_{_slug(words.get(part, part))}" for part in family.tables}
     first_sentence = passage.text.split(". ")[0].rstrip(".") + "."
     return {"family": family.name, "tools": tools, "tables": tables, "vocab": vocab, "narrative": first_sentence}
 
