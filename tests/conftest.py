@@ -37,6 +37,6 @@ def refreshed(prefect_server, tmp_path_factory):
     """A warehouse built once by `vhd refresh` (10 θ → up to 20 environments) and its summary."""
     db = tmp_path_factory.mktemp("warehouse") / "vhd.duckdb"
     result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp", "--per-family", "10", "--seed", "3",
-                     "--db", db, "--json")
+                     "--batch", "t1", "--db", db, "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     return db, json.loads(result.stdout)

@@ -71,16 +71,41 @@ def test_export_splits_player_and_grader(refreshed, tmp_path):
     assert pl.read_parquet(tmp_path / "environments.parquet").height == len(rows)
 
 
-def test_rerun_reuses_everything(refreshed, prefect_server):
-    db, _ = refreshed
-    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp", "--per-family", "10", "--seed", "3",
-                     "--db", db, "--json")
-    again = json.loads(result.stdout)
-    assert again["admitted"] == 0 and again["rejected"] == 0 and again["reused"] == 20
-    con = duckdb.connect(str(db), read_only=True)
+def test_first_run_publishes_a_corpus_version(refreshed):
+    db, summary = refreshed
+    assert summary["corpus_version"] == "v1" and summary["published"] is True
+    assert summary["computed"] == {"sample": 10, "solve": 10, "synthesize": summary["computed"]["synthesize"],
+                                   "check": 20, "annotate": 20}
+    rows = json.loads(vhd("versions", "--db", db, "--json").stdout)
+    assert [(r["version"], r["admitted"]) for r in rows] == [("v1", summary["admitted"])]
+    assert sum(rows[0]["counts"]["presentation"].values()) == summary["admitted"]
+
+
+def test_rerun_of_a_batch_does_nothing_and_a_new_batch_adds_a_version(refreshed, prefect_server, tmp_path):
+    import shutil
+
+    db, first = refreshed
+    copy = tmp_path / "grow.duckdb"
+    shutil.copy(db, copy)
+    args = ("refresh", "--families", "inventory_dp", "--per-family", "10", "--seed", "3", "--db", copy, "--json")
+    again = json.loads(run_vhd(prefect_server, *args, "--batch", "t1").stdout)
+    assert again["nothing_to_do"] is True and again["admitted"] == 0 and again["reused"] == 20
+    assert set(again["computed"].values()) == {0}
+    assert again["found"]["solve"] == 10 and again["found"]["check"] == 20
+    assert again["corpus_version"] == "v1" and again["published"] is False
+    con = duckdb.connect(str(copy), read_only=True)
     assert con.execute("SELECT count(*) FROM environments").fetchall()[0][0] == 20
     assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 2
     con.close()
+    grown = json.loads(run_vhd(prefect_server, *args, "--batch", "t2").stdout)
+    assert grown["computed"]["check"] == 20 and grown["corpus_version"] == "v2" and grown["published"] is True
+    counts = {r["version"]: r["admitted"] for r in json.loads(vhd("versions", "--db", copy, "--json").stdout)}
+    assert counts == {"v1": first["admitted"], "v2": first["admitted"] + grown["admitted"]}
+    out = tmp_path / "v1"
+    assert vhd("export", "--out", out, "--corpus-version", "v1", "--db", copy).exit_code == 0
+    assert len((out / "environments.jsonl").read_text().splitlines()) == first["admitted"]
+    result = vhd("export", "--out", out, "--corpus-version", "v9", "--db", copy)
+    assert result.exit_code == 1 and "no corpus version 'v9'" in result.stderr
 
 
 def test_tampering_is_caught_by_audit(refreshed, tmp_path):

@@ -81,7 +81,8 @@ def refresh(
     families: str = typer.Option("", help="comma-separated family names (default: all registered)"),
     per_family: int = typer.Option(20, min=1, help="θ draws per family; each yields one environment per presentation"),
     seed: int = typer.Option(0, min=0, help="run seed: the same seed and batch give the same corpus"),
-    batch: str = typer.Option("default", help="batch key the model seeds derive from"),
+    batch: Optional[str] = typer.Option(None, help="batch key the model seeds derive from (default: today's date); "
+                                        "rerunning a batch finds its work done"),
     presentations: str = typer.Option("I,A", help="presentations to build, among I and A"),
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
@@ -110,6 +111,11 @@ def refresh(
         table.add_row(name, str(row["admitted"]), str(row["rejected"]), str(row["reused"]))
     console.print(table)
     console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
+    if summary["nothing_to_do"]:
+        console.print(f"nothing to do: batch {summary['batch']!r} was already complete")
+    version = summary["corpus_version"]
+    console.print(f"corpus version {version}" + (" published" if summary["published"] else " (unchanged)") if version
+                  else "no corpus version: nothing admitted yet")
 
 
 def _reader(db: Optional[Path]):
@@ -209,19 +215,46 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
 
 @app.command()
 @handles_errors
+def versions(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """List published corpus versions (immutable manifests of admitted environments)."""
+    with _reader(db) as wh:
+        rows = [{"version": v.version, "created_at": v.created_at, "admitted": v.admitted, "run_id": v.run_id,
+                 "counts": v.manifest["counts"]} for v in wh.versions()]
+    if as_json:
+        return _emit(rows)
+    table = Table("version", "created at", "admitted", "per family")
+    for r in rows:
+        table.add_row(r["version"], r["created_at"], str(r["admitted"]),
+                      ", ".join(f"{k} {n}" for k, n in r["counts"]["family"].items()))
+    console.print(table)
+
+
+@app.command()
+@handles_errors
 def export(out: Path = typer.Option(..., "--out", help="directory to write environments.jsonl/.parquet into"),
            format: str = typer.Option("jsonl", "--format", help="jsonl or parquet"),
+           corpus_version: Optional[str] = typer.Option(None, "--corpus-version",
+                                                        help="export exactly this version (default: all admitted)"),
            db: Optional[Path] = DbOption) -> None:
     """Export admitted environments: module, player view and grader view, one row each."""
     from vhd.mechanisms import registry
-    from vhd.schemas.records import ModelRecord, SetterOutputRecord
+    from vhd.schemas.errors import UnknownCorpusVersion
+    from vhd.schemas.records import CorpusVersionRecord, EnvironmentRecord, ModelRecord, SetterOutputRecord
     from vhd.tasks.export import export_row
 
     if format not in ("jsonl", "parquet"):
         _fail(f"--format must be jsonl or parquet, got {format!r}")
     with _reader(db) as wh:
+        if corpus_version is None:
+            envs = wh.environments()
+        else:
+            version = wh.get(CorpusVersionRecord, corpus_version)
+            if version is None:
+                known = ", ".join(v.version for v in wh.versions()) or "none yet"
+                raise UnknownCorpusVersion(f"no corpus version {corpus_version!r}; published: {known}")
+            envs = [wh.get(EnvironmentRecord, env_id) for env_id in version.manifest["env_ids"]]
         rows = [export_row(e, wh.get(ModelRecord, e.model_id), wh.get(SetterOutputRecord, e.setter_output_id),
-                           registry.get(e.family)) for e in wh.environments()]
+                           registry.get(e.family)) for e in envs]
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"environments.{format}"
     partial = target.with_suffix(target.suffix + ".partial")

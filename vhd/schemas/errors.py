@@ -46,3 +46,7 @@ class UnknownEnvironment(VhdError):
 
 class TrajectoryFormatError(VhdError):
     """A trajectory file that is not JSONL of [{"tool", "arguments"}] lists."""
+
+
+class UnknownCorpusVersion(VhdError):
+    """A corpus version that has not been published."""

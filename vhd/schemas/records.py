@@ -269,3 +269,14 @@ class Chain:
     checks: list[CheckRecord]
     edges: dict[str, list[LineageEdge]]
     runs: dict[str, RunRecord | None] = field(default_factory=dict)
+
+
+class CorpusVersionRecord(BaseModel):
+    """An immutable manifest of the admitted environments at one point in time."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    version: str = Field(description="v1, v2, … in publication order")
+    created_at: str
+    run_id: str
+    admitted: int = Field(ge=0)
+    manifest: dict[str, Any] = Field(description="env_ids, counts per family/split/presentation, digest")

@@ -71,3 +71,9 @@ def upstream_edges(solutions: list[SolutionRecord], outputs: list[SetterOutputRe
         *(LineageEdge(child_id=s.solution_id, parent_id=s.model_id, relation="solves") for s in solutions),
         *(LineageEdge(child_id=o.setter_output_id, parent_id=o.passage_id, relation="skinned_by") for o in outputs),
     ]
+
+
+def by_module(outputs: list[SetterOutputRecord], candidates: list[Candidate]) -> list[tuple[SetterOutputRecord, list[Candidate]]]:
+    """Candidates grouped by the module that serves them (one sandbox batch each); empty groups dropped."""
+    groups = [(o, [c for c in candidates if c.setter_output.setter_output_id == o.setter_output_id]) for o in outputs]
+    return [(o, group) for o, group in groups if group]

@@ -25,7 +25,7 @@ import pyarrow as pa
 from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
 from vhd.schemas.hashing import canonical_json
 from vhd.schemas.records import (
-    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
+    CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
     SolutionRecord,
 )
 from vhd.warehouse.migrate import migrate
@@ -39,6 +39,7 @@ TABLES: dict[type, tuple[str, str]] = {
     CheckRecord: ("checks", "check_id"),
     EnvironmentRecord: ("environments", "env_id"),
     LineageEdge: ("lineage_edges", ""),
+    CorpusVersionRecord: ("corpus_versions", "version"),
 }
 
 
@@ -174,6 +175,9 @@ class Warehouse:
 
     def parents(self, child_id: str) -> list[LineageEdge]:
         return self._select(LineageEdge, "WHERE child_id = ?", [child_id], "ORDER BY relation, parent_id")
+
+    def versions(self) -> list[CorpusVersionRecord]:
+        return self._select(CorpusVersionRecord, order="ORDER BY created_at, version")
 
     def runs(self) -> list[RunRecord]:
         return self._select(RunRecord, order="ORDER BY started_at")
