@@ -96,3 +96,20 @@ def test_sandbox_has_no_network_where_the_machine_allows_it():
         assert "Network is unreachable" in message or "Unreachable" in message or "OSError" in message
     else:  # pragma: no cover - documented fallback
         pytest.skip("no network namespace on this machine")
+
+
+def test_an_invalid_call_that_changes_state_is_rejected_by_robustness(batch):
+    output, candidates = batch
+    wrong = _mutate(output, '            return {"ok": False, "error": "%s: %s" % (name, problem)}',
+                    '            self._turns += 1\n            return {"ok": False, "error": "%s: %s" % (name, problem)}')
+    verdicts = check_batch(FAMILY, wrong, candidates[:2])
+    assert _failed(verdicts) >= {"robustness"}
+    assert "state changed" in [g for g in verdicts[0].gates if g.name == "robustness"][0].message
+
+
+def test_skipped_argument_validation_is_rejected_by_robustness(batch):
+    output, candidates = batch
+    wrong = _mutate(output, "problem = schema_problem(spec[\"input_schema\"], arguments)", "problem = None")
+    verdicts = check_batch(FAMILY, wrong, candidates[:2])
+    assert "robustness" in _failed(verdicts)
+    assert all(g.passed for v in verdicts for g in v.gates if g.name in ("replay_agreement", "dynamics_agreement"))

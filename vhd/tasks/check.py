@@ -206,6 +206,40 @@ def gate_determinism(ev: Evidence) -> tuple[bool, str]:
     return True, "identical observations and utilities in two fresh processes"
 
 
+def gate_robustness(ev: Evidence) -> tuple[bool, str]:
+    report = ev.first.get("fuzz")
+    if report is None:
+        return False, "no fuzz report from the sandbox"
+    if report.get("exception"):
+        return False, "an invalid call raised instead of returning an error: " + report["exception"][-300:]
+    if report["failed"]:
+        return False, f"{report['failed']} of {report['calls']} invalid calls mishandled, e.g. {report['failures'][0]}"
+    checked = "state digest unchanged" if report["digest"] else "no state_digest() to compare (structure only)"
+    return True, f"{report['calls']} invalid calls gave structured errors; {checked}"
+
+
+def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[str, Any]]:
+    """Invalid calls from the tool schemas: unknown tool, non-object, wrong types, out of range, extra/missing."""
+    calls: list[dict[str, Any]] = [{"tool": "no_such_tool", "arguments": {}}]
+    for spec in family.tools:
+        name = setter_output.tool_name(spec.name)
+        calls += [{"tool": name, "arguments": "not an object"}, {"tool": name, "arguments": {"bogus_argument": 1}}]
+        properties = spec.input_schema.get("properties", {})
+        valid = {key: properties[key].get("minimum", 0) for key in spec.input_schema.get("required", [])}
+        for required in valid:
+            calls.append({"tool": name, "arguments": {k: v for k, v in valid.items() if k != required}})
+        for key, prop in properties.items():
+            wrong = "seven" if prop.get("type") in ("integer", "number") else 7
+            calls.append({"tool": name, "arguments": {**valid, key: wrong}})
+            if "minimum" in prop:
+                calls.append({"tool": name, "arguments": {**valid, key: prop["minimum"] - 1}})
+            if "maximum" in prop:
+                calls.append({"tool": name, "arguments": {**valid, key: prop["maximum"] + 1}})
+            if prop.get("type") == "integer":
+                calls.append({"tool": name, "arguments": {**valid, key: 1.5}})
+    return calls
+
+
 def gate_interface(ev: Evidence) -> tuple[bool, str]:
     tools = ev.first["describe"].get("tools", [])
     names = [t.get("name") for t in tools if isinstance(t, dict)]
@@ -235,6 +269,7 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("no_policy_beats_optimum", gate_no_policy_beats_optimum),
     ("dynamics_agreement", gate_dynamics_agreement),
     ("determinism", gate_determinism),
+    ("robustness", gate_robustness),
 )
 
 
@@ -244,11 +279,14 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
 def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
          refs: list[References]) -> dict[str, Any]:
     clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
-    episodes = [
-        {"key": c.env_id, "config": c.config(), "pad_with": None,
-         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()]}
-        for c, r in zip(candidates, refs)
-    ]
+    fuzz = fuzz_calls(setter_output, family)
+    episodes = []
+    for c, r in zip(candidates, refs):
+        optimal = to_calls(setter_output, r.optimal.calls)
+        half = len(optimal) // 2
+        episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
+                         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()],
+                         "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}

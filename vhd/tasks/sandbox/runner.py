@@ -51,6 +51,35 @@ def _play(module, config, trajectory, pad_with):
     }
 
 
+def _digest(env):
+    probe = getattr(env, "state_digest", None)
+    return probe() if callable(probe) else None
+
+
+def _fuzz(module, config, prefix, calls, rest):
+    """Invalid calls mid-episode and after the end: each must be a structured error, state unchanged."""
+    failures = []
+    try:
+        env = module.create(config)
+        for step in prefix:
+            env.call(step["tool"], step["arguments"])
+        for phase, trajectory in (("mid-episode", []), ("after the end", rest)):
+            for step in trajectory:
+                env.call(step["tool"], step["arguments"])
+            for call in calls if phase == "mid-episode" else calls[:3]:
+                before = _digest(env)
+                observation = env.call(call["tool"], call["arguments"])
+                structured = (isinstance(observation, dict) and observation.get("ok") is False
+                              and isinstance(observation.get("error"), str))
+                if not structured or _digest(env) != before:
+                    failures.append("%s %s(%s): %s" % (phase, call["tool"], json.dumps(call["arguments"])[:80],
+                                                       "state changed" if structured else "not a structured error"))
+    except Exception:
+        return {"exception": _short(traceback.format_exc(limit=3))}
+    return {"calls": len(calls) + 3, "failures": failures[:5], "failed": len(failures),
+            "digest": _digest(env) is not None}
+
+
 def _describe(module, config):
     try:
         env = module.create(config)
@@ -76,6 +105,9 @@ def main(job_path, result_fd):
             _play(module, episode["config"], trajectory, episode.get("pad_with"))
             for trajectory in episode["trajectories"]
         ]
+        fuzz = episode.get("fuzz")
+        if fuzz:
+            record["fuzz"] = _fuzz(module, episode["config"], fuzz["prefix"], fuzz["calls"], fuzz["rest"])
         out.write(json.dumps(record) + "\n")
         out.flush()
     out.write(json.dumps({"end": True}) + "\n")
