@@ -113,3 +113,45 @@ def test_skipped_argument_validation_is_rejected_by_robustness(batch):
     verdicts = check_batch(FAMILY, wrong, candidates[:2])
     assert "robustness" in _failed(verdicts)
     assert all(g.passed for v in verdicts for g in v.gates if g.name in ("replay_agreement", "dynamics_agreement"))
+
+
+@pytest.fixture(scope="module")
+def hidden_batch(batch):
+    output, _ = batch
+    models = sample_models(FAMILY, 3, seed=4, batch="hiding")
+    solutions = {s.model_id: s for s in solve_models(FAMILY, models)}
+    return output, make_candidates(FAMILY, models, solutions, {output.setter_output_id: output},
+                                   {m.model_id: output.setter_output_id for m in models}, ("A",))
+
+
+def test_presentation_a_passes_information_hiding(hidden_batch):
+    output, candidates = hidden_batch
+    gates = [g for v in check_batch(FAMILY, output, candidates) for g in v.gates if g.name == "information_hiding"]
+    assert gates and all(g.passed and "invariant" in g.message for g in gates)
+
+
+def test_a_leaking_instruction_is_rejected_by_information_hiding(hidden_batch):
+    output, candidates = hidden_batch
+    leaky = _mutate(output, '        if presentation == "I":', '        lines.append("fee: %d" % p["order_fee"])\n'
+                    '        if presentation == "I":')
+    for verdict in check_batch(FAMILY, leaky, candidates):
+        gate = [g for g in verdict.gates if g.name == "information_hiding"][0]
+        assert not gate.passed and "instruction" in gate.message
+
+
+def test_a_leaking_observation_is_rejected_by_information_hiding(hidden_batch):
+    output, candidates = hidden_batch
+    leaky = _mutate(output, '"ordered_today": self._get("pending"), "capacity"',
+                    '"ordered_today": self._get("pending"), "hint": self.p["price"], "capacity"')
+    for verdict in check_batch(FAMILY, leaky, candidates):
+        gate = [g for g in verdict.gates if g.name == "information_hiding"][0]
+        assert not gate.passed and "observation tool" in gate.message
+
+
+def test_free_probes_are_rejected_by_information_hiding(hidden_batch):
+    output, candidates = hidden_batch
+    free = output.model_copy(update={"module": output.module.replace('"turn_cost": 1', '"turn_cost": 0')})
+    assert free.module != output.module
+    for verdict in check_batch(FAMILY, free, candidates):
+        gate = [g for g in verdict.gates if g.name == "information_hiding"][0]
+        assert not gate.passed and "≥ 1 turn" in gate.message

@@ -125,6 +125,7 @@ class Evidence:
     second: dict[str, Any] | None
     extras: list[dict[str, Any]]
     failure: str
+    twin: dict[str, Any] | None = None
 
     def played(self, name: str) -> dict[str, Any]:
         index = [n for n, _ in self.refs.episodes()].index(name)
@@ -134,12 +135,14 @@ class Evidence:
 def gate_executes(ev: Evidence) -> tuple[bool, str]:
     if ev.failure:
         return False, ev.failure
-    for report in [ev.first, *ev.extras]:
+    references = len(ev.refs.episodes())
+    for report, played in [(ev.first, references), *((extra, 1) for extra in ev.extras)]:
         if "exception" in report["describe"]:
             return False, "create() raised: " + report["describe"]["exception"][-300:]
-        for trajectory in report["trajectories"]:
-            if trajectory.get("exception"):
-                return False, "a tool call raised: " + trajectory["exception"][-300:]
+        if any(t.get("exception") for t in report["trajectories"]):
+            raised = [t for t in report["trajectories"] if t.get("exception")][0]
+            return False, "a tool call raised: " + raised["exception"][-300:]
+        for trajectory in report["trajectories"][:played]:
             utility = trajectory.get("utility")
             if not isinstance(utility, (int, float)) or not math.isfinite(utility):
                 return False, f"utility {utility!r} is not a finite number"
@@ -218,6 +221,33 @@ def gate_robustness(ev: Evidence) -> tuple[bool, str]:
     return True, f"{report['calls']} invalid calls gave structured errors; {checked}"
 
 
+def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
+    if ev.candidate.presentation != "A":
+        return True, "presentation I reveals θ by design"
+    probes = ev.first["trajectories"][-1]
+    expected = sum(b.turn_cost for b in ev.candidate.setter_output.interface if b.role == "probe")
+    if probes.get("errors") or probes.get("turns_used") != expected or any(
+            b.turn_cost < 1 for b in ev.candidate.setter_output.interface if b.role == "probe"):
+        return False, f"probes must each cost ≥ 1 turn: calling each once used {probes.get('turns_used')}, expected {expected}"
+    twin = ev.twin
+    if twin is None or "exception" in twin["describe"] or twin["trajectories"][0].get("exception"):
+        return True, "probes cost turns; hidden θ could not be perturbed for this module (leak check not run)"
+    if twin["describe"]["instruction"] != ev.first["describe"]["instruction"]:
+        return False, "the A instruction changes when only hidden parameters change: it leaks them"
+    if twin["trajectories"][0]["obs_digest"] != ev.first["trajectories"][-2]["obs_digest"]:
+        return False, "an observation tool's first answer changes when only hidden parameters change: it leaks them"
+    return True, "instruction and observations invariant to hidden θ; probes cost turns"
+
+
+def perturbed(value: Any) -> Any:
+    """Every number moved (ints by +1), structure kept: a θ that differs in every hidden field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, list)):
+        return value
+    if isinstance(value, list):
+        return [perturbed(v) for v in value]
+    return value + 1 if isinstance(value, int) else value * 1.25 + 0.5
+
+
 def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[str, Any]]:
     """Invalid calls from the tool schemas: unknown tool, non-object, wrong types, out of range, extra/missing."""
     calls: list[dict[str, Any]] = [{"tool": "no_such_tool", "arguments": {}}]
@@ -270,6 +300,7 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("dynamics_agreement", gate_dynamics_agreement),
     ("determinism", gate_determinism),
     ("robustness", gate_robustness),
+    ("information_hiding", gate_information_hiding),
 )
 
 
@@ -280,13 +311,22 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
          refs: list[References]) -> dict[str, Any]:
     clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
     fuzz = fuzz_calls(setter_output, family)
+    looks = [{"tool": setter_output.tool_name(t.name), "arguments": {}} for t in family.tools_with_role("observe")
+             if not t.input_schema.get("required")]
+    probes = [{"tool": setter_output.tool_name(t.name), "arguments": {key: t.input_schema["properties"][key].get("minimum", 0)
+                                                                      for key in t.input_schema.get("required", [])}}
+              for t in family.tools_with_role("probe")]
     episodes = []
     for c, r in zip(candidates, refs):
         optimal = to_calls(setter_output, r.optimal.calls)
         half = len(optimal) // 2
         episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
-                         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()],
+                         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()] + [looks, probes],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
+        if c.presentation == "A":  # the same episode with every hidden parameter moved
+            theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
+            episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta},
+                             "pad_with": None, "trajectories": [looks]})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}
@@ -311,7 +351,7 @@ def check_batch(family: Family, setter_output: SetterOutputRecord, candidates: l
         report = first.episodes.get(candidate.env_id)
         failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
         evidence = Evidence(family, candidate, ref, report, second.episodes.get(candidate.env_id),
-                            [e for e in extras if e], failure)
+                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"))
         verdict = Verdict(candidate, ref)
         for name, gate in GATES:
             t0 = time.perf_counter()
