@@ -6,12 +6,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
+import threading
 import time
 from typing import Any, Callable
 
 from vhd.mechanisms._contract import Certificate
 from vhd.schemas.errors import SolverError
+
+_STDOUT_LOCK = threading.Lock()
 
 
 def certified(
@@ -44,3 +50,25 @@ def certified(
         seconds=seconds,
     )
     return float(value), plan, cert
+
+
+@contextlib.contextmanager
+def quiet_native_stdout():
+    """Silence file descriptor 1 around a native solver call: HiGHS 1.x (scipy 1.17) printf()s a debug
+    line ("HighsMipSolverData::transformNewIntegerFeasibleSolution ...") on some instances,
+    which would corrupt machine-read stdout such as `vhd refresh --json`. The lock keeps two
+    threads from saving each other's redirected descriptor."""
+    with _STDOUT_LOCK:
+        try:
+            sys.stdout.flush()
+            saved = os.dup(1)
+        except (OSError, ValueError, AttributeError):  # no real fd 1: nothing to protect
+            yield
+            return
+        try:
+            with open(os.devnull, "w") as devnull:
+                os.dup2(devnull.fileno(), 1)
+                yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)

@@ -1,0 +1,474 @@
+"""Cross-checks of the knapsack family against plain-Python brute force, its rendered module
+and the real admission gates.
+
+The brute force is written from the module docstring's Model section, not from the solver: a
+selection is a set of lots, feasible when every resource's total load is within its capacity,
+worth the sum of its values; u* is the best value over all 2^n subsets. The only layout
+assumption is that of a plan: a 0/1 vector over the lots.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import draw, sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("knapsack")
+PASSAGES = builtin_passages()
+HIDDEN = ("values", "weights", "capacities")
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in plain Python.
+
+
+def feasible(theta, chosen):
+    return all(sum(theta["weights"][r][i] for i in chosen) <= theta["capacities"][r]
+               for r in range(theta["n_resources"]))
+
+
+def worth(theta, chosen):
+    return sum(theta["values"][i] for i in chosen)
+
+
+def brute_force(theta):
+    """(best value, number of feasible subsets) over every subset of the lots."""
+    best, count = 0, 0
+    n = theta["n_items"]
+    for mask in range(2 ** n):
+        chosen = [i for i in range(n) if mask >> i & 1]
+        if feasible(theta, chosen):
+            count += 1
+            best = max(best, worth(theta, chosen))
+    return best, count
+
+
+def chosen_of(plan):
+    return [i for i, x in enumerate(np.asarray(plan).tolist()) if x == 1]
+
+
+def index_order_while_fits(theta):
+    """The default's docstring: lots 0, 1, 2, … while they fit; stop at the first misfit."""
+    chosen = []
+    for i in range(theta["n_items"]):
+        if not feasible(theta, chosen + [i]):
+            break
+        chosen.append(i)
+    return chosen
+
+
+def make(values, weights, capacities):
+    return {"n_items": len(values), "n_resources": len(capacities), "values": list(values),
+            "weights": [list(row) for row in weights], "capacities": list(capacities)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances.
+
+
+def hand_instances():
+    return [
+        make([10], [[3]], [2]),                                     # the only lot does not fit
+        make([10], [[3]], [3]),                                     # exactly full
+        make([6, 10, 12], [[1, 2, 3]], [5]),                        # classic 1-d: take lots 1, 2
+        make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4]),            # two binding resources
+        make([1, 9, 9, 9], [[5, 3, 3, 3], [0, 2, 2, 2]], [9, 6]),   # the default stops after a bad lot 0
+        make([3, 3, 3], [[0, 0, 0], [1, 1, 1]], [0, 3]),            # zero loads, zero capacity
+        make([7, 7, 1, 1], [[2, 2, 1, 1]], [3]),                    # ties: several optima of equal value
+    ]
+
+
+def random_instances(seed, count):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n, m = int(rng.integers(1, 11)), int(rng.integers(1, 5))
+        weights = rng.integers(0, 9, size=(m, n))
+        capacities = [int(c) for c in rng.integers(0, max(2, int(weights.sum()) // m), size=m)]
+        out.append(make([int(v) for v in rng.integers(0, 30, size=n)], weights.tolist(), capacities))
+    return out
+
+
+def sampled_instances():
+    return [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(100 * n + m))
+            for n in (2, 4, 6, 8, 10) for m in (1, 3, 6)]
+
+
+TINY = hand_instances() + random_instances(2024, 40) + sampled_instances()
+
+
+def _id(theta):
+    return "n%d-m%d-c%s" % (theta["n_items"], theta["n_resources"], "_".join(map(str, theta["capacities"]))[:20])
+
+
+IDS = [f"{k}-{_id(t)}" for k, t in enumerate(TINY)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The MILP solver against brute force.
+
+
+@pytest.mark.parametrize("theta", TINY, ids=IDS)
+def test_u_star_equals_brute_force_over_every_subset(theta):
+    sol = FAM.solve(theta)
+    best, _ = brute_force(theta)
+    assert sol.u_star == best
+    assert sol.policy.shape == (theta["n_items"],) and np.issubdtype(sol.policy.dtype, np.integer)
+    assert set(sol.policy.tolist()) <= {0, 1}
+    chosen = chosen_of(sol.policy)
+    assert feasible(theta, chosen) and worth(theta, chosen) == best
+    assert FAM.evaluate(theta, sol.policy) == sol.u_star
+    cert = sol.certificate
+    assert cert.status == "optimal" and cert.state_space == 2 ** theta["n_items"]
+    assert 0.0 <= cert.gap <= 1e-9 and cert.bound >= best - 1e-6 and cert.bound < best + 1
+    assert "HiGHS" in cert.solver
+
+
+@pytest.mark.parametrize("theta", TINY, ids=IDS)
+def test_reference_and_random_plans_are_valid_and_never_beat_u_star(theta):
+    sol = FAM.solve(theta)
+    default, idle = FAM.default_policy(theta), FAM.idle_policy(theta)
+    assert chosen_of(default) == index_order_while_fits(theta)
+    assert not idle.any() and idle.shape == (theta["n_items"],)
+    assert sol.u_default == worth(theta, index_order_while_fits(theta)) == FAM.evaluate(theta, default)
+    assert sol.u_idle == 0.0 == FAM.evaluate(theta, idle)
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        plan = FAM.random_policy(theta, rng)
+        assert feasible(theta, chosen_of(plan))
+        assert FAM.evaluate(theta, plan) == worth(theta, chosen_of(plan)) <= sol.u_star
+    assert sol.u_star >= sol.u_default >= sol.u_idle
+
+
+def test_default_stops_at_the_first_misfit_and_is_beaten():
+    theta = make([1, 9, 9, 9], [[5, 3, 3, 3], [0, 2, 2, 2]], [9, 6])
+    assert chosen_of(FAM.default_policy(theta)) == [0, 1]  # lot 2 no longer fits the first resource
+    sol = FAM.solve(theta)
+    assert sol.u_default == 10 and sol.u_star == 27 and chosen_of(sol.policy) == [1, 2, 3]
+
+
+def test_random_policy_is_seeded_and_differs_between_calls():
+    theta = FAM.sample(FAM.Params(size=12, horizon=3), np.random.default_rng(3))
+    a = FAM.random_policy(theta, np.random.default_rng(5))
+    b = FAM.random_policy(theta, np.random.default_rng(5))
+    assert (a == b).all()
+    rng = np.random.default_rng(5)
+    plans = {tuple(FAM.random_policy(theta, rng).tolist()) for _ in range(30)}
+    assert len(plans) > 10
+    assert all(feasible(theta, chosen_of(p)) for p in plans)
+
+
+@pytest.mark.parametrize("plan", [[1, 1, 1], [1, 0], [1, 0, 2], [0, 0, -1], [[1, 0, 0]]])
+def test_evaluate_rejects_invalid_plans(plan):
+    theta = make([6, 10, 12], [[1, 2, 3]], [5])
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, np.array(plan))
+
+
+def test_solver_depends_on_values_weights_and_capacities():
+    theta = make([6, 10, 12, 7], [[1, 2, 3, 2], [2, 1, 1, 3]], [5, 4])
+    u = FAM.solve(theta).u_star
+    assert u == brute_force(theta)[0]
+    for changed in (dict(theta, values=[6, 10, 12, 30]), dict(theta, capacities=[6, 4]),
+                    dict(theta, capacities=[5, 1]), dict(theta, weights=[[1, 2, 4, 2], [2, 1, 1, 3]])):
+        u2 = FAM.solve(changed).u_star
+        assert u2 == brute_force(changed)[0]
+        assert u2 != u, changed
+
+
+def test_solve_is_fast_and_exact_across_knob_ranges():
+    for seed in range(12):
+        knobs, theta = draw(FAM, seed)
+        sol = FAM.solve(theta)
+        assert sol.certificate.seconds < 0.3, (knobs, sol.certificate.seconds)
+        assert sol.certificate.gap <= 1e-9
+        if theta["n_items"] <= 10:
+            assert sol.u_star == brute_force(theta)[0]
+    big = FAM.sample(FAM.Params(size=14, horizon=11), np.random.default_rng(0))
+    assert FAM.solve(big).certificate.seconds < 0.3
+    assert FAM.turn_budget(big) < 300
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference simulator.
+
+
+@pytest.mark.parametrize("theta", TINY[:7] + sampled_instances()[6:12], ids=[_id(t) for t in TINY[:7] + sampled_instances()[6:12]])
+def test_simulate_adds_the_plan_in_index_order_then_submits(theta):
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(11)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+        chosen = chosen_of(plan)
+        for seed in (0, 1, 2**31 - 1):
+            ep = FAM.simulate(theta, plan, seed)
+            assert ep.utility == FAM.evaluate(theta, plan) == worth(theta, chosen)
+            assert ep.decisions == chosen
+            assert ep.calls == [{"tool": "add_item", "arguments": {"item": i}} for i in chosen] + [
+                {"tool": "submit_selection", "arguments": {}}]
+            assert len(ep.calls) <= FAM.turn_budget(theta)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample and Params.
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=9, horizon=4)
+    a = FAM.sample(params, np.random.default_rng(5))
+    assert a == FAM.sample(params, np.random.default_rng(5))
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others) and len({repr(o) for o in others}) == 3
+
+
+@pytest.mark.parametrize("size,horizon", [(1, 1), (6, 1), (6, 5), (11, 11), (14, 11), (24, 12)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 100 + horizon)
+    for _ in range(10):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == {"n_items", "n_resources", "values", "weights", "capacities"}
+        assert theta["n_items"] == size and theta["n_resources"] == horizon
+        assert len(theta["values"]) == size and len(theta["capacities"]) == horizon
+        assert len(theta["weights"]) == horizon and all(len(row) == size for row in theta["weights"])
+        assert all(type(v) is int and v >= 10 for v in theta["values"])
+        assert all(type(w) is int and 0 <= w <= 20 for row in theta["weights"] for w in row)
+        for i in range(size):
+            assert sum(theta["weights"][r][i] for r in range(horizon)) > 0
+        for r in range(horizon):
+            total = sum(theta["weights"][r])
+            assert type(theta["capacities"][r]) is int
+            assert theta["capacities"][r] == max(1, theta["capacities"][r])
+            assert theta["capacities"][r] <= max(1, 0.6 * total)
+            assert theta["capacities"][r] >= min(0.4 * total - 1, 1)
+
+
+@pytest.mark.parametrize("knobs", [dict(size=0), dict(size=25), dict(horizon=0), dict(horizon=13), dict(size="many")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+    with pytest.raises(InvalidParams):
+        FAM.params(knobs)
+
+
+def test_params_edges_and_knob_ranges():
+    for knobs in (dict(size=1, horizon=1), dict(size=24, horizon=12)):
+        params = FAM.params(knobs)
+        assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
+    assert FAM.knob_ranges == {"size": (6, 14), "horizon": (1, 11)}
+    assert FAM.stochastic is False and FAM.group == "near_ood" and set(FAM.hidden) == set(HIDDEN)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rendered module, in process.
+
+_MODULES: dict[int, tuple] = {}
+
+
+def generated(k):
+    if k not in _MODULES:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("generated_knapsack_%d" % k)
+        exec(compile(out.module, "<generated knapsack %d>" % k, "exec"), module.__dict__)
+        _MODULES[k] = (out, module)
+    return _MODULES[k]
+
+
+def make_env(k, theta, presentation="I", budget=None, seed=0):
+    _, module = generated(k)
+    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
+                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+
+
+MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(s))
+                 for s, n, m in ((1, 6, 5), (2, 9, 2), (3, 11, 11), (4, 14, 1))]
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
+    out, _ = generated(k)
+    names = [out.tool_name(t.name) for t in FAM.tools]
+    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(k)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+        for presentation in ("I", "A"):
+            env = make_env(k, theta, presentation)
+            for call in FAM.simulate(theta, plan, k).calls:
+                assert not env.done
+                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                assert result["ok"], result
+            outcome = env.outcome()
+            assert outcome["terminal"] and env.done
+            assert outcome["utility"] == FAM.evaluate(theta, plan)
+            assert outcome["turns_used"] == len(chosen_of(plan)) + 1
+
+
+def test_probes_and_observations_report_theta():
+    theta = MODULE_THETAS[0]
+    out, _ = generated(0)
+    env = make_env(0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    lot = call("inspect_item", item=3)
+    assert lot["ok"] and lot["value"] == theta["values"][3]
+    assert list(lot["loads"].values()) == [theta["weights"][r][3] for r in range(theta["n_resources"])]
+    assert call("view_headroom")["ok"] is False  # the capacities are not read yet
+    caps = call("read_capacities")
+    assert [r["capacity"] for r in caps["resources"]] == theta["capacities"]
+    plan = FAM.solve(theta).policy
+    assert len(chosen_of(plan)) >= 2
+    for i in chosen_of(plan):
+        assert call("add_item", item=i)["ok"]
+    sel = call("view_selection")
+    assert sel["selected"] == chosen_of(plan) and sel["value"] == FAM.evaluate(theta, plan)
+    used = [sum(theta["weights"][r][i] for i in chosen_of(plan)) for r in range(theta["n_resources"])]
+    assert list(sel["load"].values()) == used
+    assert list(call("view_headroom")["headroom"].values()) == [c - u for c, u in zip(theta["capacities"], used)]
+    listed = call("list_items")["lots"]
+    assert [x["selected"] for x in listed] == [bool(x) for x in plan.tolist()]
+    assert [x["inspected"] for x in listed] == [i == 3 for i in range(theta["n_items"])]
+    assert [x["item"] for x in call("view_inspected")["lots"]] == [3]
+    assert call("view_log", limit=2)["log"][0]["action"] == "add"
+    assert call("remove_item", item=chosen_of(plan)[0])["ok"]
+    assert call("clear_selection")["ok"] and call("view_selection")["value"] == 0
+
+
+def test_invalid_calls_are_reported_and_leave_state_unchanged():
+    theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
+    out, _ = generated(1)
+    env = make_env(1, theta, "I")
+    call = lambda tool, args: env.call(out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+    assert call("add_item", {"item": 0})["ok"]
+    bad = [
+        ("add_item", {"item": 0}),          # already selected
+        ("add_item", {"item": 1}),          # 4 + 3 > 6 on the first resource
+        ("add_item", {"item": 3}),          # no lot 3 (n = 3): the World refuses
+        ("add_item", {"item": 99}),         # beyond the schema maximum
+        ("add_item", {"item": -1}),
+        ("add_item", {"item": "0"}),
+        ("add_item", {}),
+        ("add_item", {"item": 2, "extra": 1}),
+        ("remove_item", {"item": 1}),       # not selected
+        ("view_headroom", {}),              # capacities not read
+        ("view_log", {"limit": 0}),
+        ("no_such_tool", {}),
+    ]
+    for tool, args in bad:
+        before = env.state_digest()
+        result = call(tool, args)
+        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
+        assert env.state_digest() == before, (tool, args)
+    assert "capacity" in call("add_item", {"item": 1})["error"]
+    assert call("remove_item", {"item": 0})["ok"]
+    before = env.state_digest()
+    assert call("clear_selection", {})["ok"] is False and env.state_digest() == before
+    assert call("submit_selection", {})["ok"] and env.done
+    before = env.state_digest()
+    assert call("add_item", {"item": 2})["ok"] is False and env.state_digest() == before
+    assert env.outcome() == {"utility": 0.0, "terminal": True, "turns_used": 3}
+
+
+def test_running_out_of_turns_submits_the_selection_as_it_stands():
+    theta = MODULE_THETAS[1]
+    out, _ = generated(2)
+    env = make_env(2, theta, "I", budget=3)
+    chosen = chosen_of(FAM.default_policy(theta))
+    assert len(chosen) >= 2
+    assert env.call(out.tool_name("add_item"), {"item": chosen[0]})["ok"]
+    assert env.call(out.tool_name("view_selection"), {})["ok"]
+    assert env.call(out.tool_name("add_item"), {"item": chosen[1]})["ok"]
+    assert env.done
+    assert env.outcome() == {"utility": float(worth(theta, chosen[:2])), "terminal": True, "turns_used": 3}
+    assert env.call(out.tool_name("add_item"), {"item": chosen[-1]})["ok"] is False
+
+
+def test_presentation_a_hides_the_numbers_that_i_states():
+    theta = MODULE_THETAS[0]
+    other = dict(theta, values=[v + 1000 for v in theta["values"]],
+                 weights=[[w + 500 for w in row] for row in theta["weights"]],
+                 capacities=[c + 7000 for c in theta["capacities"]])
+    for k in range(len(PASSAGES)):
+        out, _ = generated(k)
+        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+        # A reads the same whatever the hidden fields are; I does not
+        assert make_env(k, other, "A").instruction == a_text
+        assert make_env(k, other, "I").instruction != i_text
+        for i, v in enumerate(theta["values"]):
+            assert "lot %d: value %d;" % (i, v) in i_text and "value %d" % v not in a_text
+        caps = ", ".join(str(c) for c in theta["capacities"])
+        assert all(" %d" % c in i_text for c in theta["capacities"]), caps
+        assert out.tool_name("inspect_item") in a_text and out.tool_name("read_capacities") in a_text
+        assert "lot 0: value" not in a_text
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real gates.
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=4, batch="t")
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        verdicts += check_batch(FAM, output, mine)
+    return outputs, candidates, verdicts
+
+
+def _failed(verdicts):
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
+
+
+def test_the_gates_admit_the_family_in_both_presentations(gated):
+    _, _, verdicts = gated
+    assert len(verdicts) == 12
+    for presentation in ("I", "A"):
+        mine = [v for v in verdicts if v.candidate.presentation == presentation]
+        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
+    for v in verdicts:  # a rejection may only come from the model's own default band
+        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.instruction and len(v.tools) == len(FAM.tools)
+
+
+def test_a_doubled_value_in_the_world_is_rejected(gated):
+    outputs, candidates, _ = gated
+    output = outputs[0]
+    old = "SELECT COALESCE(SUM(c.value), 0)"
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, "SELECT COALESCE(SUM(2 * c.value), 0)")})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    failed = _failed(verdicts)
+    assert {"replay_agreement", "no_policy_beats_optimum", "dynamics_agreement"} <= failed
+
+
+def test_a_world_where_lot_zero_is_worthless_is_rejected(gated):
+    outputs, candidates, _ = gated
+    output = outputs[-1]
+    # the module's utility leaves lot 0 out; the default always starts with lot 0 when it fits
+    old = "JOIN %s s ON s.item_id = c.item_id\""
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(
+        old, "JOIN %s s ON s.item_id = c.item_id AND c.item_id > 0\"")})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement"}

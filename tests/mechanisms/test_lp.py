@@ -1,0 +1,470 @@
+"""Cross-checks of the LP production-planning family against independent methods.
+
+Written from the module docstring's Model section: the feasible set {usage·x ≤ capacity,
+0 ≤ x ≤ demand}, the profit Σ profit·x. The optimum is checked against vertex enumeration
+in exact rational arithmetic (every choice of n tight constraints, solved by
+Gaussian elimination in Fractions) on tiny instances, and against cvxpy (CLARABEL) on
+sampled ones. The policy layout assumed is a float vector of quantities, one per product.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import types
+from fractions import Fraction
+
+import cvxpy as cp
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import lp
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import draw, sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("lp")
+TOL = 1e-9
+PASSAGES = builtin_passages()
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in plain Python.
+
+
+def constraints(theta):
+    """Every constraint as (coefficients, rhs) meaning coef·x ≤ rhs, in exact integers."""
+    n = theta["products"]
+    rows = [(list(row), cap) for row, cap in zip(theta["usage"], theta["capacity"])]
+    for j in range(n):
+        unit = [int(k == j) for k in range(n)]
+        rows.append((unit, theta["demand"][j]))
+        rows.append(([-u for u in unit], 0))
+    return rows
+
+
+def gauss(a, b):
+    """Solve the square system a·x = b exactly, or None if singular."""
+    n = len(a)
+    m = [[Fraction(v) for v in row] + [Fraction(r)] for row, r in zip(a, b)]
+    for col in range(n):
+        piv = next((r for r in range(col, n) if m[r][col] != 0), None)
+        if piv is None:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            m[r] = [x - f * y for x, y in zip(m[r], m[col])]
+    x = [Fraction(0)] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))) / m[r][r]
+    return x
+
+
+def feasible(theta, x):
+    return all(sum(Fraction(c) * v for c, v in zip(coef, x)) <= rhs for coef, rhs in constraints(theta))
+
+
+def vertex_optimum(theta):
+    """max profit·x over every feasible vertex (exact); also the number of vertices found."""
+    rows = constraints(theta)
+    best, count = None, 0
+    for subset in itertools.combinations(range(len(rows)), theta["products"]):
+        x = gauss([rows[k][0] for k in subset], [rows[k][1] for k in subset])
+        if x is None or not feasible(theta, x):
+            continue
+        count += 1
+        value = sum(p * v for p, v in zip(theta["profit"], x))
+        best = value if best is None or value > best else best
+    return best, count
+
+
+def plain_value(theta, plan):
+    """Profit of a plan (floats), asserting it is feasible up to the docstring's 1e-9."""
+    for coef, rhs in constraints(theta):
+        assert sum(c * float(q) for c, q in zip(coef, plan)) <= rhs + 1e-9
+    return sum(p * float(q) for p, q in zip(theta["profit"], plan))
+
+
+def greedy_fill(theta):
+    """The default's docstring: index order, each product as much as fits (Fractions)."""
+    left = list(theta["capacity"])
+    left = [Fraction(c) for c in left]
+    plan = []
+    for j in range(theta["products"]):
+        limits = [Fraction(theta["demand"][j])]
+        limits += [left[i] / theta["usage"][i][j] for i in range(theta["resources"]) if theta["usage"][i][j] > 0]
+        q = max(Fraction(0), min(limits))
+        for i in range(theta["resources"]):
+            left[i] -= theta["usage"][i][j] * q
+        plan.append(q)
+    return plan
+
+
+def make(profit, usage, capacity, demand):
+    return {"products": len(profit), "resources": len(capacity), "profit": profit, "usage": usage,
+            "capacity": capacity, "demand": demand}
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances.
+
+HAND = [
+    make([3, 5], [[1, 2], [3, 1]], [8, 9], [5, 5]),
+    make([4, 4], [[1, 1], [2, 1]], [4, 6], [3, 3]),            # ties along an edge
+    make([10, 1], [[5, 1], [0, 1]], [10, 3], [1, 9]),          # demand limit binds
+    make([2, 3, 4], [[1, 1, 1], [0, 2, 3]], [5, 6], [4, 4, 4]),
+    make([6, 5, 4], [[2, 2, 2], [1, 0, 3], [0, 1, 1]], [6, 3, 2], [2, 2, 2]),  # degenerate vertex
+    make([1, 1, 1], [[0, 0, 1], [1, 1, 0]], [0, 1], [5, 5, 5]),  # a zero capacity
+]
+
+
+def random_tiny(seed, count):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n, m = int(rng.integers(2, 4)), int(rng.integers(2, 4))
+        usage = [[int(x) for x in row] for row in rng.integers(0, 5, size=(m, n))]
+        out.append(make([int(x) for x in rng.integers(1, 12, size=n)], usage,
+                        [int(x) for x in rng.integers(0, 20, size=m)], [int(x) for x in rng.integers(0, 8, size=n)]))
+    return out
+
+
+SAMPLED_TINY = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(seed))
+                for seed, n, m in ((1, 2, 2), (2, 2, 3), (3, 3, 2), (4, 3, 3), (5, 3, 2), (6, 2, 2))]
+TINY = HAND + random_tiny(2024, 40) + SAMPLED_TINY
+
+
+def _id(theta):
+    return "n%d-m%d-p%s" % (theta["products"], theta["resources"], "".join(map(str, theta["profit"])))
+
+
+# ---------------------------------------------------------------------------------------------
+# Solver against brute force and cvxpy.
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_u_star_equals_vertex_enumeration(theta):
+    sol = FAM.solve(theta)
+    best, count = vertex_optimum(theta)
+    assert count >= 1
+    assert abs(sol.u_star - float(best)) <= TOL * max(1.0, abs(float(best))), (sol.u_star, best)
+    assert sol.policy.shape == (theta["products"],) and sol.policy.dtype == np.float64
+    assert abs(plain_value(theta, sol.policy) - sol.u_star) <= TOL
+    assert FAM.evaluate(theta, sol.policy) == sol.u_star
+    assert sol.certificate.status == "optimal"
+    assert abs(sol.certificate.bound - sol.u_star) <= 1e-6 * max(1.0, sol.u_star)
+    assert sol.certificate.state_space == math.comb(theta["resources"] + 2 * theta["products"], theta["products"])
+    # reference plans never beat the optimum
+    assert sol.u_idle == 0.0 and not FAM.idle_policy(theta).any()
+    assert sol.u_default <= sol.u_star + TOL
+    rng = np.random.default_rng(len(theta["profit"]))
+    for _ in range(5):
+        assert FAM.evaluate(theta, FAM.random_policy(theta, rng)) <= sol.u_star + TOL
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_default_is_the_index_order_fill(theta):
+    expected = greedy_fill(theta)
+    default = FAM.default_policy(theta)
+    assert default.tolist() == [float(q) for q in expected]
+    sol = FAM.solve(theta)
+    assert abs(sol.u_default - float(sum(p * q for p, q in zip(theta["profit"], expected)))) <= TOL
+
+
+SAMPLED = [draw(FAM, seed)[1] for seed in range(25)]
+
+
+@pytest.mark.parametrize("theta", SAMPLED, ids=[_id(t) for t in SAMPLED])
+def test_u_star_equals_cvxpy(theta):
+    sol = FAM.solve(theta)
+    x = cp.Variable(theta["products"])
+    problem = cp.Problem(cp.Maximize(np.array(theta["profit"], dtype=float) @ x),
+                         [np.array(theta["usage"], dtype=float) @ x <= np.array(theta["capacity"], dtype=float),
+                          x >= 0, x <= np.array(theta["demand"], dtype=float)])
+    problem.solve(solver="CLARABEL")
+    assert problem.status == "optimal"
+    assert abs(sol.u_star - problem.value) <= 1e-6 * max(1.0, abs(problem.value))
+    assert FAM.evaluate(theta, sol.policy) == sol.u_star
+    assert sol.u_default < sol.u_star or math.isclose(sol.u_default, sol.u_star)
+    rng = np.random.default_rng(5)
+    randoms = [FAM.evaluate(theta, FAM.random_policy(theta, rng)) for _ in range(10)]
+    assert max(randoms) <= sol.u_star + TOL * max(1.0, sol.u_star)
+    assert len(set(randoms)) > 1
+
+
+def test_solver_time_is_small():
+    slowest = max(FAM.solve(t).certificate.seconds for t in SAMPLED)
+    assert slowest < 0.3
+
+
+def test_solver_depends_on_profits_and_capacities():
+    theta = HAND[0]
+    u = FAM.solve(theta).u_star
+    for key, index, delta in (("profit", 0, 1), ("profit", 1, 1), ("capacity", 0, 1), ("capacity", 1, -1)):
+        changed = {k: (list(v) if isinstance(v, list) else v) for k, v in theta.items()}
+        changed[key][index] += delta
+        u2 = FAM.solve(changed).u_star
+        assert abs(u2 - float(vertex_optimum(changed)[0])) <= TOL
+        assert abs(u2 - u) > 1e-6, (key, index)
+
+
+def test_evaluate_rejects_infeasible_plans():
+    theta = HAND[0]
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, np.array([6.0, 0.0]))  # over demand
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, np.array([3.0, 3.0]))  # resource 1: 9 + 3 > 9
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, np.array([-1.0, 0.0]))
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, np.array([1.0]))
+    assert FAM.evaluate(theta, np.array([3.0 + 1e-10, 0.0])) == pytest.approx(9.0)  # within 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# simulate and the reference plans.
+
+
+def _plans(theta, rng):
+    return {"star": FAM.solve(theta).policy, "default": FAM.default_policy(theta), "idle": FAM.idle_policy(theta),
+            "random": FAM.random_policy(theta, rng)}
+
+
+@pytest.mark.parametrize("theta", SAMPLED[:8] + HAND, ids=[_id(t) for t in SAMPLED[:8] + HAND])
+def test_simulate_matches_evaluate_and_emits_the_plan(theta):
+    rng = np.random.default_rng(3)
+    for name, plan in _plans(theta, rng).items():
+        for seed in (0, 17):
+            episode = FAM.simulate(theta, plan, seed)
+            assert episode.utility == FAM.evaluate(theta, plan)
+            assert abs(episode.utility - plain_value(theta, plan)) <= TOL
+            expected = [{"tool": "set_production", "arguments": {"product": j, "quantity": float(q)}}
+                        for j, q in enumerate(plan) if q > 0]
+            expected.append({"tool": "close_plan", "arguments": {}})
+            assert episode.calls == expected, name
+            assert len(episode.calls) <= FAM.turn_budget(theta)
+
+
+def test_random_policy_is_seeded_valid_and_varied():
+    theta = SAMPLED[3]
+    a = FAM.random_policy(theta, np.random.default_rng(3))
+    b = FAM.random_policy(theta, np.random.default_rng(3))
+    assert (a == b).all()
+    rng = np.random.default_rng(4)
+    plans = [FAM.random_policy(theta, rng) for _ in range(30)]
+    assert len({tuple(p) for p in plans}) == 30
+    for plan in plans:
+        assert (plan >= 0).all()
+        plain_value(theta, plan)
+    assert any((p == 0).any() for p in plans)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample and Params.
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=5, horizon=4)
+    a = FAM.sample(params, np.random.default_rng(5))
+    assert a == FAM.sample(params, np.random.default_rng(5))
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others)
+
+
+@pytest.mark.parametrize("size,horizon", [(2, 2), (3, 6), (8, 2), (8, 6), (5, 3)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 10 + horizon)
+    for _ in range(10):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == set(lp.World.PARAMS)
+        assert theta["products"] == size and theta["resources"] == horizon
+        assert len(theta["usage"]) == horizon and all(len(r) == size for r in theta["usage"])
+        for key in ("profit", "demand", "capacity"):
+            assert all(type(v) is int and v >= 1 for v in theta[key]), key
+        assert all(type(v) is int and 0 <= v <= 6 for row in theta["usage"] for v in row)
+        assert all(3 <= d <= 20 for d in theta["demand"])
+        assert theta["demand"] == sorted(theta["demand"], reverse=True)  # best sellers first
+        assert all(any(row[j] for row in theta["usage"]) for j in range(size))
+        assert all(any(row) for row in theta["usage"])
+        needed = [sum(a * d for a, d in zip(row, theta["demand"])) for row in theta["usage"]]
+        assert all(c <= math.ceil(0.45 * h) + 1 for c, h in zip(theta["capacity"], needed))
+
+
+@pytest.mark.parametrize("knobs", [dict(size=1), dict(size=9), dict(horizon=1), dict(horizon=7), dict(size="x")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+    with pytest.raises(InvalidParams):
+        FAM.params(knobs)
+
+
+def test_params_edges_and_knob_ranges():
+    for knobs in (dict(size=2, horizon=2), dict(size=8, horizon=6)):
+        p = FAM.params(knobs)
+        assert (p.size, p.horizon) == (knobs["size"], knobs["horizon"])
+    for name, (lo, hi) in FAM.knob_ranges.items():
+        field = FAM.Params.model_fields[name]
+        bounds = {type(m).__name__: m for m in field.metadata}
+        assert bounds["Ge"].ge <= lo <= hi <= bounds["Le"].le
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated module, in-process.
+
+_MODULES: dict[int, tuple] = {}
+
+
+def generated(k):
+    if k not in _MODULES:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("generated_lp_%d" % k)
+        exec(compile(out.module, "<generated lp %d>" % k, "exec"), module.__dict__)
+        _MODULES[k] = (out, module)
+    return _MODULES[k]
+
+
+def env_for(k, theta, presentation="I", budget=None):
+    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": 0,
+                                   "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_generated_module_replays_every_reference_plan(k):
+    out, _ = generated(k)
+    rng = np.random.default_rng(k)
+    for theta in (SAMPLED[k], SAMPLED[k + 8], HAND[k % len(HAND)]):
+        for name, plan in _plans(theta, rng).items():
+            env = env_for(k, theta)
+            for call in FAM.simulate(theta, plan, k).calls:
+                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                assert result["ok"], (name, result)
+            outcome = env.outcome()
+            assert outcome["terminal"] and env.done
+            assert outcome["utility"] == FAM.evaluate(theta, plan), name
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_invalid_calls_are_refused_and_leave_state_unchanged(k):
+    out, _ = generated(k)
+    theta = HAND[0]  # products 0, 1; capacities 8, 9; demand 5, 5
+    env = env_for(k, theta)
+    n = out.tool_name
+    assert env.call(n("set_production"), {"product": 0, "quantity": 2.5})["ok"]
+    digest = env.state_digest()
+    bad = [
+        ("set_production", {"product": 0, "quantity": 5.5}),         # over demand
+        ("set_production", {"product": 1, "quantity": 4.0}),         # resource 1: 7.5 + 4 > 9
+        ("set_production", {"product": 5, "quantity": 1.0}),         # no such product
+        ("set_production", {"product": 0, "quantity": -1.0}),        # schema minimum
+        ("set_production", {"product": 0, "quantity": "many"}),      # schema type
+        ("set_production", {"product": 0}),                          # missing argument
+        ("set_production", {"product": 0, "quantity": 1, "x": 1}),   # unknown argument
+        ("clear_production", {"product": 1}),                        # not in the plan
+        ("view_plan", {"limit": 3}),
+        ("no_such_tool", {}),
+    ]
+    for canonical, arguments in bad:
+        name = n(canonical) if canonical != "no_such_tool" else canonical
+        result = env.call(name, arguments)
+        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], canonical
+        assert env.state_digest() == digest, canonical
+    assert env.call(n("reset_plan"), {})["ok"]
+    digest = env.state_digest()
+    assert env.call(n("reset_plan"), {})["ok"] is False  # already empty
+    assert env.state_digest() == digest
+    # a plan that uses a resource exactly is accepted, observations report it
+    assert env.call(n("set_production"), {"product": 0, "quantity": 3})["ok"]
+    use = env.call(n("view_resource_use"), {})
+    assert [u["hours"] for u in use["hours_used"]] == [3.0, 9.0]
+    assert env.call(n("set_production"), {"product": 1, "quantity": 1e-10})["ok"]  # within 1e-9
+    assert env.call(n("set_production"), {"product": 1, "quantity": 1e-6})["ok"] is False
+    plan = env.call(n("view_plan"), {})["plan"]
+    assert [p["quantity"] for p in plan] == [3.0, 1e-10]
+    closed = env.call(n("close_plan"), {})
+    assert closed["ok"] and closed["profit"] == 3 * 3.0 + 5 * 1e-10
+    assert env.call(n("view_plan"), {})["ok"] is False  # the episode is over
+
+
+def test_budget_run_out_produces_the_plan_as_it_stands():
+    out, _ = generated(0)
+    theta = HAND[0]
+    env = env_for(0, theta, budget=3)
+    assert env.call(out.tool_name("set_production"), {"product": 1, "quantity": 2})["ok"]
+    assert env.call(out.tool_name("view_plan"), {})["ok"]
+    assert env.call(out.tool_name("set_production"), {"product": 0, "quantity": 1})["ok"]
+    assert env.done and env.outcome() == {"utility": 13.0, "terminal": True, "turns_used": 3}
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_presentation_a_hides_what_i_states(k):
+    out, _ = generated(k)
+    theta = make([17, 23, 29], [[4, 1, 6], [2, 5, 3]], [41, 37], [9, 8, 7])
+    inst_i, inst_a = env_for(k, theta, "I").instruction, env_for(k, theta, "A").instruction
+    hidden = ["product 0: 17", "product 1: 23", "product 2: 29", "resource 0: 41", "resource 1: 37",
+              "resource 0: 4 1 6", "resource 1: 2 5 3"]
+    for text in hidden:
+        assert text in inst_i, text
+        assert text not in inst_a, text
+    for number in ("17", "23", "29", "41", "37"):
+        assert number not in inst_a
+    for probe in ("get_profit_sheet", "get_usage_table", "get_capacity_sheet"):
+        assert out.tool_name(probe) in inst_a
+    assert "product 0: 9" in inst_a and "product 0: 9" in inst_i  # demand limits are public
+    env = env_for(k, theta, "A")
+    assert [r["profit"] for r in env.call(out.tool_name("get_profit_sheet"), {})["profit_per_unit"]] == [17, 23, 29]
+    table = env.call(out.tool_name("get_usage_table"), {})["hours_per_unit"]
+    assert [r["hours_by_resource"] for r in table] == [[4, 2], [1, 5], [6, 3]]
+    caps = env.call(out.tool_name("get_capacity_sheet"), {})["capacity_hours"]
+    assert [c["capacity"] for c in caps] == [41, 37]
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real gates.
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=7, batch="t")
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        verdicts += check_batch(FAM, output, mine)
+    return models, outputs, candidates, verdicts
+
+
+def test_gates_admit_the_family(gated):
+    models, _, _, verdicts = gated
+    admitted = {}
+    for v in verdicts:
+        admitted.setdefault(v.candidate.model.model_id, set())
+        if v.admitted:
+            admitted[v.candidate.model.model_id].add(v.candidate.presentation)
+        else:  # a rejection may only come from the model's own default band
+            assert {g.name for g in v.gates if not g.passed} == {"default_band"}, v.reason
+    both = [m for m, pres in admitted.items() if pres == {"I", "A"}]
+    assert len(admitted) == 6 and len(both) >= 5, [v.reason for v in verdicts]
+
+
+def test_a_mutated_profit_is_rejected(gated):
+    _, outputs, candidates, _ = gated
+    output = outputs[0]
+    old = "total += profit * quantity"
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, "total += 1.01 * profit * quantity")})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert verdicts and not any(v.admitted for v in verdicts)
+    failed = {g.name for v in verdicts for g in v.gates if not g.passed}
+    assert failed & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}

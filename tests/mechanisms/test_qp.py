@@ -1,0 +1,520 @@
+"""Cross-checks of the QP allocation family against exact enumeration and an independent solver.
+
+Everything here is written from the module docstring's Model section, not from the solver:
+the objective f(x) = Σ r_i x_i − λ(Σ_f (Σ_i A_fi x_i)² + ridge Σ x_i²) in Fractions, and the
+exact optimum by active-set enumeration (every pattern of bounds at 0 / at cap / free and
+the budget tight or not; solve the KKT linear system exactly, keep the feasible points, take
+the best). Then scipy's SLSQP as a loose second opinion, the reference simulator, the rendered
+module in-process, and the real admission gates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import types
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from scipy.optimize import minimize
+
+from vhd.mechanisms import qp as QP
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("qp")
+TOL = 1e-9
+PASSAGES = builtin_passages()
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in exact arithmetic.
+
+
+def objective(theta, x):
+    """f(x) in Fractions (λ is the exact binary value of the float in θ)."""
+    x = [Fraction(v) for v in x]
+    lam = Fraction(theta["risk_aversion"])
+    ret = sum(r * v for r, v in zip(theta["returns"], x))
+    risk = sum(sum(a * v for a, v in zip(row, x)) ** 2 for row in theta["exposures"])
+    risk += theta["ridge"] * sum(v * v for v in x)
+    return ret - lam * risk
+
+
+def q_matrix(theta):
+    n = theta["assets"]
+    return [[sum(row[i] * row[j] for row in theta["exposures"]) + (theta["ridge"] if i == j else 0)
+             for j in range(n)] for i in range(n)]
+
+
+def solve_exact(matrix, rhs):
+    """Gaussian elimination over Fractions; None when singular."""
+    m = len(rhs)
+    aug = [list(row) + [b] for row, b in zip(matrix, rhs)]
+    for col in range(m):
+        pivot = next((r for r in range(col, m) if aug[r][col] != 0), None)
+        if pivot is None:
+            return None
+        aug[col], aug[pivot] = aug[pivot], aug[col]
+        for r in range(m):
+            if r != col and aug[r][col] != 0:
+                factor = aug[r][col] / aug[col][col]
+                aug[r] = [a - factor * b for a, b in zip(aug[r], aug[col])]
+    return [aug[r][m] / aug[r][r] for r in range(m)]
+
+
+def feasible(theta, x):
+    return all(0 <= v <= c for v, c in zip(x, theta["caps"])) and sum(x) <= theta["budget"]
+
+
+def enumerate_optimum(theta):
+    """max f over the stationary points of every face of the polytope (exact)."""
+    n, q = theta["assets"], q_matrix(theta)
+    lam, r, caps = Fraction(theta["risk_aversion"]), theta["returns"], theta["caps"]
+    best, best_x = Fraction(0), [Fraction(0)] * n  # x = 0 is feasible
+    for pattern in itertools.product(("low", "cap", "free"), repeat=n):
+        for tight in (False, True):
+            fixed = {i: (0 if s == "low" else caps[i]) for i, s in enumerate(pattern) if s != "free"}
+            free = [i for i in range(n) if pattern[i] == "free"]
+            rows, rhs = [], []
+            for i in free:  # ∂f/∂x_i = r_i − 2λ (Qx)_i = μ on free coordinates
+                rows.append([2 * lam * q[i][j] for j in free] + ([1] if tight else []))
+                rhs.append(r[i] - 2 * lam * sum(q[i][j] * v for j, v in fixed.items()))
+            if tight:
+                rows.append([1] * len(free) + [0])
+                rhs.append(theta["budget"] - sum(fixed.values()))
+            if not rows:
+                x = [Fraction(fixed[i]) for i in range(n)]
+                if tight and sum(x) != theta["budget"]:
+                    continue
+            else:
+                sol = solve_exact(rows, rhs)
+                if sol is None:
+                    continue
+                x = [Fraction(fixed[i]) if i in fixed else None for i in range(n)]
+                for k, i in enumerate(free):
+                    x[i] = sol[k]
+            if feasible(theta, x):
+                value = objective(theta, x)
+                if value > best:
+                    best, best_x = value, x
+    return best, best_x
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances.
+
+
+def theta_of(returns, caps, budget, exposures, ridge, lam):
+    return {"assets": len(returns), "factors": len(exposures), "budget": budget, "returns": returns,
+            "caps": caps, "exposures": exposures, "ridge": ridge, "risk_aversion": lam}
+
+
+HAND = [
+    theta_of([10, 5], [4, 4], 5, [[1, 1]], 1, 0.1),            # budget binds
+    theta_of([10, 5], [4, 4], 20, [[1, 1]], 1, 0.01),          # both caps bind, budget slack
+    theta_of([3, 2], [20, 20], 40, [[1, 0]], 2, 0.5),          # interior: nothing binds
+    theta_of([20, 1], [5, 5], 8, [[0, 2]], 1, 0.05),           # one at cap, one at zero
+    theta_of([6, 6, 6], [3, 3, 3], 9, [[1, 1, 1]], 1, 0.001),  # everything at cap = budget (degenerate)
+    theta_of([12, 9, 4], [5, 6, 7], 10, [[2, -1, 0], [0, 1, 3]], 2, 0.07),
+    theta_of([8, 15, 11], [10, 2, 10], 12, [[-1, 3, 1]], 3, 0.033),
+]
+
+
+def random_tiny(seed, count):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        n, f = 2 + k % 2, int(rng.integers(1, 4))
+        caps = [int(c) for c in rng.integers(1, 9, size=n)]
+        out.append(theta_of([int(r) for r in rng.integers(1, 25, size=n)], caps, int(rng.integers(1, sum(caps) + 3)),
+                            [[int(a) for a in rng.integers(-2, 4, size=n)] for _ in range(f)],
+                            int(rng.integers(1, 4)), int(rng.integers(1, 400)) / 1000.0))
+    return out
+
+
+SAMPLED_TINY = [FAM.sample(FAM.Params(size=n, horizon=h), np.random.default_rng(seed))
+                for seed, n, h in ((1, 2, 1), (2, 2, 3), (3, 3, 1), (4, 3, 2), (5, 3, 6), (6, 2, 6))]
+TINY = HAND + random_tiny(2025, 24) + SAMPLED_TINY
+
+
+def _id(theta):
+    return "n%d-k%d-B%d-l%g" % (theta["assets"], theta["factors"], theta["budget"], theta["risk_aversion"])
+
+
+def _pattern(theta, x):
+    caps = theta["caps"]
+    return (tuple("low" if v == 0 else "cap" if v == c else "free" for v, c in zip(x, caps)),
+            sum(x) == theta["budget"])
+
+
+def test_tiny_instances_cover_every_structural_case():
+    patterns = [_pattern(t, enumerate_optimum(t)[1]) for t in TINY]
+    assert any(tight for _, tight in patterns)
+    assert any(not tight for _, tight in patterns)
+    assert any("cap" in p for p, _ in patterns) and any("low" in p for p, _ in patterns)
+    assert any(set(p) == {"free"} and not tight for p, tight in patterns)  # an interior optimum
+
+
+# ---------------------------------------------------------------------------------------------
+# The solver against enumeration.
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_u_star_equals_active_set_enumeration(theta):
+    sol = FAM.solve(theta)
+    best, best_x = enumerate_optimum(theta)
+    assert abs(sol.u_star - float(best)) <= TOL * max(1.0, abs(float(best))), (sol.u_star, float(best))
+    x = sol.policy
+    assert x.shape == (theta["assets"],) and x.dtype == np.float64
+    assert np.abs(x - np.array([float(v) for v in best_x])).max() <= 1e-8  # the optimum is unique
+    assert all(0 <= v <= c for v, c in zip(x, theta["caps"])) and x.sum() <= theta["budget"] + 1e-9
+    assert abs(float(objective(theta, x)) - float(best)) <= TOL * max(1.0, abs(float(best)))
+    assert FAM.evaluate(theta, x) == sol.u_star
+    cert = sol.certificate
+    assert cert.status == "optimal" and cert.state_space == 2 * 3 ** theta["assets"]
+    assert 0.0 <= cert.gap <= 1e-8 and cert.bound >= sol.u_star - TOL
+
+
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_reference_policies_are_exact_and_dominated(theta):
+    sol = FAM.solve(theta)
+    default, idle = FAM.default_policy(theta), FAM.idle_policy(theta)
+    share = theta["budget"] / theta["assets"]
+    assert default.tolist() == [min(share, c) for c in theta["caps"]]
+    assert not idle.any() and sol.u_idle == 0.0
+    assert abs(sol.u_default - float(objective(theta, default))) <= TOL * max(1.0, abs(sol.u_default))
+    assert sol.u_star >= sol.u_default - TOL and sol.u_star >= 0.0
+    rng = np.random.default_rng(len(theta["returns"]) + theta["budget"])
+    for _ in range(30):
+        x = FAM.random_policy(theta, rng)
+        assert (x >= 0).all() and (x <= np.array(theta["caps"])).all() and x.sum() <= theta["budget"]
+        assert float(objective(theta, x)) <= sol.u_star + TOL * max(1.0, sol.u_star)
+
+
+def _slsqp(theta):
+    caps = np.array(theta["caps"], dtype=float)
+    res = minimize(lambda x: -QP.World.objective(theta, [float(v) for v in x]),
+                   FAM.default_policy(theta), method="SLSQP", bounds=[(0, c) for c in caps],
+                   constraints=[{"type": "ineq", "fun": lambda x: theta["budget"] - x.sum()}],
+                   options={"ftol": 1e-12, "maxiter": 500})
+    x = np.clip(res.x, 0, caps)
+    return x, x.sum() <= theta["budget"] + 1e-7
+
+
+SLSQP_THETAS = [FAM.sample(FAM.Params(size=n, horizon=h), np.random.default_rng(100 + seed))
+                for seed, (n, h) in enumerate(itertools.product((2, 4, 6, 8), (1, 3, 6)))]
+
+
+def test_u_star_agrees_with_slsqp_loosely():
+    compared = 0
+    for theta in SLSQP_THETAS:
+        sol = FAM.solve(theta)
+        x, ok = _slsqp(theta)
+        if not ok:  # SLSQP sometimes stops slightly outside the budget; nothing to compare then
+            continue
+        value = float(objective(theta, x))
+        assert value <= sol.u_star + 1e-6 * max(1.0, sol.u_star)  # no feasible point beats u*
+        assert sol.u_star - value <= 1e-4 * max(1.0, sol.u_star), (value, sol.u_star)
+        compared += 1
+    assert compared >= len(SLSQP_THETAS) // 2
+
+
+def test_solver_depends_on_every_parameter():
+    theta = HAND[5]
+    base = FAM.solve(theta).u_star
+    changes = {"risk_aversion": 0.09, "ridge": 3, "returns": [13, 9, 4], "caps": [4, 6, 7], "budget": 11,
+               "exposures": [[2, 1, 0], [0, 1, 3]]}
+    for key, value in changes.items():
+        changed = dict(theta, **{key: value})
+        u = FAM.solve(changed).u_star
+        assert abs(u - float(enumerate_optimum(changed)[0])) <= TOL * max(1.0, u), key
+        assert abs(u - base) > 1e-6, key
+
+
+def test_evaluate_rejects_infeasible_plans():
+    theta = HAND[0]
+    for bad in ([5.0, 0.0], [-1e-6, 1.0], [3.0, 2.5], [1.0], [float("nan"), 0.0]):
+        with pytest.raises(ValueError):
+            FAM.evaluate(theta, np.array(bad))
+    assert FAM.evaluate(theta, np.array([4.0, 1.0])) == float(objective(theta, [4, 1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference simulator, sampling, random plans, Params.
+
+
+SIM_THETAS = [FAM.sample(FAM.Params(size=n, horizon=h), np.random.default_rng(seed))
+              for seed, n, h in ((11, 2, 1), (12, 5, 3), (13, 8, 6), (14, 3, 4), (15, 7, 2))]
+
+
+def _policies(theta, rng):
+    return {"star": FAM.solve(theta).policy, "default": FAM.default_policy(theta), "idle": FAM.idle_policy(theta),
+            "random": FAM.random_policy(theta, rng)}
+
+
+@pytest.mark.parametrize("theta", SIM_THETAS + HAND[:3], ids=[_id(t) for t in SIM_THETAS + HAND[:3]])
+def test_simulate_matches_evaluate_and_plain_calls(theta):
+    rng = np.random.default_rng(5)
+    for name, policy in _policies(theta, rng).items():
+        for seed in (0, 1, 2**31 - 1):
+            episode = FAM.simulate(theta, policy, seed)
+            assert episode.utility == FAM.evaluate(theta, policy), name
+            assert abs(episode.utility - float(objective(theta, policy))) <= TOL * max(1.0, abs(episode.utility))
+            expected = [{"tool": "allocate", "arguments": {"asset": i + 1, "amount": float(v)}}
+                        for i, v in enumerate(policy) if v > 0]
+            assert episode.calls == expected + [{"tool": "commit_allocation", "arguments": {}}]
+            assert all(type(c["arguments"]["amount"]) is float for c in expected)
+            assert episode.decisions == [float(v) for v in policy]
+            assert len(episode.calls) <= FAM.turn_budget(theta)
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=5, horizon=3)
+    a = FAM.sample(params, np.random.default_rng(5))
+    assert a == FAM.sample(params, np.random.default_rng(5))
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others)
+
+
+@pytest.mark.parametrize("size,horizon", [(2, 1), (3, 6), (5, 2), (8, 1), (8, 6)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 10 + horizon)
+    for _ in range(10):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == set(QP.World.PARAMS)
+        assert theta["assets"] == size and theta["factors"] == horizon
+        assert len(theta["returns"]) == len(theta["caps"]) == size
+        assert len(theta["exposures"]) == horizon and all(len(row) == size for row in theta["exposures"])
+        for key in ("assets", "factors", "budget", "ridge"):
+            assert type(theta[key]) is int
+        assert type(theta["risk_aversion"]) is float and theta["risk_aversion"] > 0
+        assert all(type(v) is int and v > 0 for v in theta["returns"] + theta["caps"])
+        assert all(type(a) is int for row in theta["exposures"] for a in row)
+        assert theta["ridge"] >= 1 and 0 < theta["budget"] < sum(theta["caps"])
+        assert math.isclose(theta["risk_aversion"] * 1000, round(theta["risk_aversion"] * 1000))
+
+
+def test_random_policy_is_seeded_valid_and_varied():
+    theta = SIM_THETAS[2]
+    a = FAM.random_policy(theta, np.random.default_rng(3))
+    assert (a == FAM.random_policy(theta, np.random.default_rng(3))).all()
+    rng = np.random.default_rng(4)
+    draws = [FAM.random_policy(theta, rng) for _ in range(50)]
+    assert len({tuple(d) for d in draws}) == 50
+    for x in draws:
+        assert (x >= 0).all() and (x <= np.array(theta["caps"])).all() and x.sum() <= theta["budget"]
+    assert any((d == 0).any() for d in draws) and any((d > 0).all() for d in draws)
+
+
+@pytest.mark.parametrize("knobs", [dict(size=1), dict(size=9), dict(horizon=0), dict(horizon=7), dict(size="x")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+    with pytest.raises(InvalidParams):
+        FAM.params(knobs)
+
+
+def test_params_edges_and_knob_ranges():
+    for knobs in (dict(size=2, horizon=1), dict(size=8, horizon=6)):
+        params = FAM.params(knobs)
+        assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
+    for name, (lo, hi) in FAM.knob_ranges.items():
+        field = FAM.Params.model_fields[name]
+        assert field.description
+        FAM.Params(**{name: lo}), FAM.Params(**{name: hi})
+
+
+# ---------------------------------------------------------------------------------------------
+# The rendered module, in-process.
+
+_MODULES: dict[int, tuple] = {}
+
+
+def generated(k):
+    if k not in _MODULES:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("generated_qp_%d" % k)
+        exec(compile(out.module, "<generated qp %d>" % k, "exec"), module.__dict__)
+        _MODULES[k] = (out, module)
+    return _MODULES[k]
+
+
+def make_env(k, theta, presentation="I", budget=None):
+    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": 0,
+                                   "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_module_replays_reference_plans_exactly(k):
+    out, _ = generated(k)
+    theta = SIM_THETAS[k % len(SIM_THETAS)]
+    rng = np.random.default_rng(k)
+    for name, policy in _policies(theta, rng).items():
+        env = make_env(k, theta, "AI"[k % 2])
+        for call in FAM.simulate(theta, policy, k).calls:
+            resp = env.call(out.tool_name(call["tool"]), call["arguments"])
+            assert resp["ok"] is True, (name, call, resp)
+        outcome = env.outcome()
+        assert outcome["terminal"] is True and env.done
+        assert outcome["utility"] == FAM.evaluate(theta, policy), name
+        assert env.call(out.tool_name("view_budget"), {})["ok"] is False  # the episode is over
+
+
+def test_module_observations_track_the_plan():
+    out, _ = generated(0)
+    theta = HAND[5]
+    env = make_env(0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
+    assert call("get_return_forecast")["expected_return_per_unit"] == {"1": 12, "2": 9, "3": 4}
+    assert call("get_position_limits")["cap_per_project"] == {"1": 5, "2": 6, "3": 7}
+    risk = call("get_risk_model")
+    assert risk["exposures"]["factor 2"] == {"1": 0, "2": 1, "3": 3} and risk["ridge"] == 2
+    assert call("allocate", asset=1, amount=4.5)["left"] == 5.5
+    assert call("allocate", asset=3, amount=2)["allocated"] == 6.5
+    assert call("allocate", asset=1, amount=3.0)["allocated"] == 5.0  # replaces, does not add
+    assert call("view_allocation")["allocation"] == {"1": 3.0, "2": 0.0, "3": 2.0}
+    assert call("view_budget")["left"] == 5.0
+    obj = call("view_objective")
+    assert abs(obj["objective"] - float(objective(theta, [3, 0, 2]))) <= 1e-12
+    assert obj["expected_return"] == 44.0
+    assert call("release_asset", asset=3)["allocated"] == 3.0
+    assert [e["action"] for e in call("view_journal", limit=5)["entries"]] == ["release", "allocate", "allocate",
+                                                                               "allocate"]
+    assert call("reset_allocation")["allocated"] == 0.0
+    assert env.outcome()["utility"] == 0.0 and not env.done
+    assert len(call("list_assets")["projects"]) == 3
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_invalid_calls_are_reported_and_change_nothing(k):
+    out, _ = generated(k)
+    theta = HAND[5]  # caps 5, 6, 7; budget 10; three projects
+    env = make_env(k, theta)
+    assert env.call(out.tool_name("allocate"), {"asset": 1, "amount": 4.0})["ok"]
+    before, turns = env.state_digest(), env.outcome()["turns_used"]
+    bad = [
+        ("allocate", {"asset": 1, "amount": 5.000001}),   # over its cap
+        ("allocate", {"asset": 2, "amount": 6.5}),        # over its cap
+        ("allocate", {"asset": 3, "amount": 6.01}),       # over the budget with project 1's 4
+        ("allocate", {"asset": 4, "amount": 1.0}),        # no such project
+        ("allocate", {"asset": 9, "amount": 1.0}),        # schema maximum
+        ("allocate", {"asset": 2, "amount": -1.0}),       # schema minimum
+        ("allocate", {"asset": 2, "amount": "3"}),        # schema type
+        ("allocate", {"asset": 2}),                       # missing argument
+        ("allocate", {"asset": 2, "amount": 1.0, "x": 1}),
+        ("release_asset", {"asset": 2}),                  # nothing on it
+        ("view_journal", {"limit": 0}),
+    ]
+    for tool, args in bad:
+        resp = env.call(out.tool_name(tool), args)
+        assert resp["ok"] is False and isinstance(resp["error"], str) and resp["error"], (tool, args)
+        assert env.state_digest() == before and env.outcome()["turns_used"] == turns, (tool, args)
+    resp = env.call("no_such_tool", {})
+    assert resp["ok"] is False and env.state_digest() == before
+    # within 1e-9 of a cap or of the budget is accepted
+    assert env.call(out.tool_name("allocate"), {"asset": 3, "amount": 6.0 + 5e-10})["ok"]
+
+
+def test_turn_budget_running_out_commits_the_plan_as_it_stands():
+    out, _ = generated(1)
+    theta = HAND[5]
+    env = make_env(1, theta, "A", budget=3)
+    assert env.call(out.tool_name("allocate"), {"asset": 1, "amount": 2.0})["ok"]
+    assert env.call(out.tool_name("allocate"), {"asset": 2, "amount": 1.0})["ok"]
+    assert env.call(out.tool_name("view_objective"), {})["ok"]
+    assert env.done and env.outcome()["terminal"]
+    assert env.outcome()["utility"] == FAM.evaluate(theta, np.array([2.0, 1.0, 0.0]))
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_presentation_a_hides_what_i_states(k):
+    out, _ = generated(k)
+    theta = SIM_THETAS[1]
+    text_i, text_a = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+    returns = "Expected return per %s, by project: %s." % (
+        PASSAGES[k].vocabulary["currency"], ", ".join("%d: %d" % (i + 1, r) for i, r in enumerate(theta["returns"])))
+    caps = ", ".join("%d: %d" % (i + 1, c) for i, c in enumerate(theta["caps"]))
+    rows = ["factor %d: %s" % (f + 1, ", ".join(str(a) for a in row)) for f, row in enumerate(theta["exposures"])]
+    lam = "Risk aversion %r" % theta["risk_aversion"]
+    for secret in [returns, caps, lam] + rows:
+        assert secret in text_i and secret not in text_a, secret
+    assert repr(theta["risk_aversion"]) not in text_a
+    for probe in ("get_return_forecast", "get_position_limits", "get_risk_model"):
+        assert out.tool_name(probe) in text_a
+    assert str(theta["budget"]) in text_a  # the budget itself is public
+
+
+def test_every_passage_renders_unique_tool_names():
+    for k in range(len(PASSAGES)):
+        out, _ = generated(k)
+        names = [b.name for b in out.interface]
+        assert len(set(names)) == len(names) == len(FAM.tools)
+
+
+# ---------------------------------------------------------------------------------------------
+# The real admission gates.
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=3, batch="t")
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        verdicts += check_batch(FAM, output, mine)
+    return models, outputs, candidates, verdicts
+
+
+def _failed(verdicts):
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
+
+
+def test_gates_admit_the_family(gated):
+    models, _, _, verdicts = gated
+    assert len(verdicts) == 12
+    admitted = {(v.candidate.model.model_id, v.candidate.presentation) for v in verdicts if v.admitted}
+    both = [m for m in models if (m.model_id, "I") in admitted and (m.model_id, "A") in admitted]
+    assert len(both) >= 5, [v.reason for v in verdicts if not v.admitted]
+    for v in verdicts:
+        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.instruction and len(v.tools) >= 10
+
+
+def _mutate(output, old, new):
+    assert old in output.module, old
+    return output.model_copy(update={"module": output.module.replace(old, new, 1)})
+
+
+def test_a_halved_risk_penalty_is_rejected(gated):
+    _, outputs, candidates, _ = gated
+    output = outputs[0]
+    wrong = _mutate(output, 'return ret - params["risk_aversion"] * risk',
+                    'return ret - 0.5 * params["risk_aversion"] * risk')
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+
+
+def test_a_budget_check_that_rejects_valid_plans_is_rejected(gated):
+    _, outputs, candidates, _ = gated
+    output = outputs[0]
+    wrong = _mutate(output, 'if total > self.p["budget"] + self.TOL:', 'if total > 0.5 * self.p["budget"]:')
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement"}

@@ -1,0 +1,492 @@
+"""Multi-dimensional 0/1 knapsack: pick lots of an item under several resource limits at once.
+
+Model
+    There are `n_items` = n candidate lots, numbered 0 … n − 1, and `n_resources` = m limited
+    resources, numbered 0 … m − 1. Lot i is worth `values[i]` (a whole number of currency units)
+    and uses `weights[r][i]` ≥ 0 units of resource r; resource r holds `capacities[r]` units.
+    A selection is a set S of lots, taken whole or not at all (0/1); it is feasible when
+    Σ_{i∈S} weights[r][i] ≤ capacities[r] for every resource r. Its utility is Σ_{i∈S} values[i].
+    The decision process is deterministic: every feasible selection can be built by adding its
+    lots one at a time in any order, since a subset of a feasible selection is feasible.
+    Solved exactly as a 0/1 integer program (maximise v·x subject to W x ≤ c, x ∈ {0,1}^n) by
+    HiGHS through scipy.optimize.milp with a zero relative MIP gap; the optimum is re-checked
+    in integer arithmetic.
+
+State
+    the lot catalog (value, whether inspected), the resources (capacity, whether read), the
+    lot-by-resource loads, the current selection, an action log and a state table (whether the
+    capacities have been read and whether the selection has been submitted).
+
+Tools
+    probes: inspect a lot (its value and its load on every resource), read the capacities;
+    decisions: add a lot to the selection, remove a lot, clear the selection; clock: submit the
+    selection (ends the episode); observations: list the lots, view the selection (value and
+    load so far), view the headroom left (once the capacities are read), view inspected lots,
+    view the action log.
+
+Reward
+    utility = total value of the submitted selection (the empty selection scores 0).
+    r = clip01((u − u_default) / (u* − u_default)), where u_default is the value of taking the
+    lots in index order 0, 1, 2, … while they fit (stopping at the first lot that does not).
+
+Episode end
+    after `submit_selection`, or when the turn budget runs out: the current selection is then
+    submitted as it stands (no further lots are added or removed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import scipy
+from pydantic import BaseModel, Field
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified, quiet_native_stdout
+
+MAX_ITEMS = 24
+MAX_RESOURCES = 12
+HIDDEN = ("values", "weights", "capacities")
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a knapsack instance."""
+
+    size: int = Field(10, ge=1, le=MAX_ITEMS, description="number of candidate lots (items) n, in lots")
+    horizon: int = Field(5, ge=1, le=MAX_RESOURCES,
+                         description="number of resource constraints m (each a capacity in resource units)")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: integer loads 0…20 (each lot uses at least one resource), capacities about half
+    the total load per resource, values correlated with a lot's mean load plus noise (10…~120)."""
+    n, m = params.size, params.horizon
+    weights = rng.integers(0, 21, size=(m, n))
+    for i in range(n):  # no free lot: each one uses at least one unit of some resource
+        if weights[:, i].sum() == 0:
+            weights[int(rng.integers(0, m)), i] = int(rng.integers(1, 21))
+    share = rng.uniform(0.4, 0.6, size=m)
+    capacities = np.maximum(np.floor(share * weights.sum(axis=1)).astype(int), 1)
+    mean_load = weights.mean(axis=0)
+    values = np.rint(10 + 3 * mean_load + rng.integers(0, 41, size=n)).astype(int)
+    return {
+        "n_items": n,
+        "n_resources": m,
+        "values": [int(v) for v in values],
+        "weights": [[int(w) for w in row] for row in weights],
+        "capacities": [int(c) for c in capacities],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: a 0/1 vector over the lots.
+
+
+def _arrays(theta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    values = np.array(theta["values"], dtype=np.int64)
+    weights = np.array(theta["weights"], dtype=np.int64).reshape(theta["n_resources"], theta["n_items"])
+    capacities = np.array(theta["capacities"], dtype=np.int64)
+    return values, weights, capacities
+
+
+def _check_plan(theta: dict, policy: np.ndarray) -> np.ndarray:
+    """The plan as an int64 0/1 vector; ValueError if it is malformed or breaks a capacity."""
+    x = np.asarray(policy)
+    if x.shape != (theta["n_items"],):
+        raise ValueError(f"a plan is a 0/1 vector of length {theta['n_items']}, got shape {x.shape}")
+    if not np.isin(x, (0, 1)).all():
+        raise ValueError(f"a plan takes each lot 0 or 1 times, got {x.tolist()}")
+    x = x.astype(np.int64)
+    _, weights, capacities = _arrays(theta)
+    load = weights @ x
+    over = np.flatnonzero(load > capacities)
+    if over.size:
+        r = int(over[0])
+        raise ValueError(f"the plan loads resource {r} with {int(load[r])} > capacity {int(capacities[r])}")
+    return x
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact utility of a 0/1 selection vector: the total value of the lots it takes."""
+    x = _check_plan(theta, policy)
+    values, _, _ = _arrays(theta)
+    return float(int(values @ x))
+
+
+def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
+    values, weights, capacities = _arrays(theta)
+    n = theta["n_items"]
+    with quiet_native_stdout():
+        res = milp(
+            c=-values.astype(float),
+            constraints=[LinearConstraint(weights.astype(float), -np.inf, capacities.astype(float))],
+            integrality=np.ones(n),
+            bounds=Bounds(0, 1),
+            options={"mip_rel_gap": 0.0, "presolve": True},
+        )
+    if res.status != 0 or res.x is None:
+        raise ValueError(f"HiGHS did not prove optimality: status {res.status} ({res.message})")
+    x = np.rint(res.x).astype(np.int8)
+    if np.abs(res.x - x).max() > 1e-6:
+        raise ValueError(f"HiGHS returned a fractional plan {res.x.tolist()}")
+    value = evaluate(theta, x)  # also re-checks feasibility in integers
+    bound = -float(res.mip_dual_bound)
+    if math.floor(bound + 1e-6) > value:  # integer values: the optimum is at most floor(bound)
+        raise ValueError(f"MIP value {value} is below the dual bound {bound}")
+    gap = float(res.mip_gap) if res.mip_gap is not None else 0.0
+    return value, (x, gap, bound)
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* (the 0/1 selection vector, int8) by MILP; values of the default and idle plans."""
+    gap_bound: dict = {}
+
+    def run():
+        value, (x, gap, bound) = _milp(theta)
+        gap_bound.update(gap=gap, bound=bound)
+        return value, x
+
+    u_star, policy, cert = certified(run, method="0/1 integer program, branch and bound (zero MIP gap)",
+                                     solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
+                                     state_space=2 ** theta["n_items"])
+    cert = dataclasses.replace(cert, gap=gap_bound["gap"], bound=gap_bound["bound"])
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Take the lots in index order 0, 1, 2, … while they fit: stop at the first lot that would
+    exceed some remaining capacity (values and later lots are ignored)."""
+    _, weights, capacities = _arrays(theta)
+    left = capacities.copy()
+    x = np.zeros(theta["n_items"], dtype=np.int8)
+    for i in range(theta["n_items"]):
+        if not (weights[:, i] <= left).all():
+            break
+        x[i] = 1
+        left -= weights[:, i]
+    return x
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Take nothing: submit the empty selection."""
+    return np.zeros(theta["n_items"], dtype=np.int8)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A random feasible selection: visit the lots in a random order and take each one that
+    still fits with probability 1/2."""
+    _, weights, capacities = _arrays(theta)
+    left = capacities.copy()
+    x = np.zeros(theta["n_items"], dtype=np.int8)
+    for i in rng.permutation(theta["n_items"]):
+        if rng.random() < 0.5 and (weights[:, i] <= left).all():
+            x[i] = 1
+            left -= weights[:, i]
+    return x
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a selection: add its lots in index order, then submit. Deterministic (the episode
+    seed is accepted and ignored)."""
+    x = _check_plan(theta, policy)
+    chosen = [int(i) for i in np.flatnonzero(x)]
+    calls = [{"tool": "add_item", "arguments": {"item": i}} for i in chosen]
+    calls.append({"tool": "submit_selection", "arguments": {}})
+    return Episode(utility=evaluate(theta, x), calls=calls, decisions=chosen)
+
+
+def turn_budget(theta: dict) -> int:
+    """Inspect every lot, read the capacities, add every lot, submit, and some room to spare."""
+    return 3 * theta["n_items"] + 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The site's relational world: lots (catalog), resources, loads, selection, log, state."""
+
+    PARAMS = ("n_items", "n_resources", "values", "weights", "capacities")
+    RESOURCE_NAMES = ("floor space", "handling hours", "cold room", "budget line", "staff hours",
+                      "pallet slots", "loading bays", "insurance cover", "vehicle slots", "shelf metres",
+                      "inspection hours", "power")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n, m = params["n_items"], params["n_resources"]
+        if len(params["values"]) != n or len(params["weights"]) != m or len(params["capacities"]) != m \
+                or any(len(row) != n for row in params["weights"]):
+            raise ValueError("values, weights and capacities do not match n_items=%r, n_resources=%r" % (n, m))
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY, label TEXT, value INTEGER, inspected INTEGER)"
+                   % t["catalog"])
+        db.execute("CREATE TABLE %s (resource_id INTEGER PRIMARY KEY, name TEXT, unit TEXT, capacity INTEGER)"
+                   % t["resources"])
+        db.execute("CREATE TABLE %s (item_id INTEGER REFERENCES %s(item_id), resource_id INTEGER REFERENCES "
+                   "%s(resource_id), load INTEGER, PRIMARY KEY (item_id, resource_id))"
+                   % (t["loads"], t["catalog"], t["resources"]))
+        db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY REFERENCES %s(item_id), added_at INTEGER)"
+                   % (t["selection"], t["catalog"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, item_id INTEGER)" % t["log"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["catalog"],
+                       [(i, "%s-L%02d" % (self.v["sku"], i), params["values"][i]) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["resources"],
+                       [(r, World.resource_name(r), "units", params["capacities"][r]) for r in range(m)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["loads"],
+                       [(i, r, params["weights"][r][i]) for r in range(m) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
+                       [("capacities_read", 0), ("submitted", 0), ("steps", 0)])
+
+    @staticmethod
+    def resource_name(r):
+        names = World.RESOURCE_NAMES
+        return names[r] if r < len(names) else "resource %d" % r
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _log(self, action, item):
+        self.db.execute("INSERT INTO %s (action, item_id) VALUES (?, ?)" % self.t["log"], (action, item))
+
+    def _item(self, item):
+        if not 0 <= item < self.p["n_items"]:
+            raise AgentError("there are %d lots, numbered 0 to %d; got %d" % (self.p["n_items"], self.p["n_items"] - 1,
+                                                                             item))
+        return item
+
+    def _selected(self):
+        return [row[0] for row in self.db.execute("SELECT item_id FROM %s ORDER BY item_id" % self.t["selection"])]
+
+    def _used(self):
+        """Load of the current selection on every resource, in resource order."""
+        rows = self.db.execute(
+            "SELECT r.resource_id, COALESCE(SUM(l.load), 0) FROM %s r LEFT JOIN %s l ON l.resource_id = r.resource_id "
+            "AND l.item_id IN (SELECT item_id FROM %s) GROUP BY r.resource_id ORDER BY r.resource_id"
+            % (self.t["resources"], self.t["loads"], self.t["selection"])).fetchall()
+        return [row[1] for row in rows]
+
+    def _value(self):
+        return self.db.execute("SELECT COALESCE(SUM(c.value), 0) FROM %s c JOIN %s s ON s.item_id = c.item_id"
+                               % (self.t["catalog"], self.t["selection"])).fetchone()[0]
+
+    def _loads_of(self, item):
+        return [row[0] for row in self.db.execute("SELECT load FROM %s WHERE item_id = ? ORDER BY resource_id"
+                                                  % self.t["loads"], (item,))]
+
+    def _capacities(self):
+        return [row[0] for row in self.db.execute("SELECT capacity FROM %s ORDER BY resource_id" % self.t["resources"])]
+
+    def _step(self):
+        steps = self._get("steps") + 1
+        self._set("steps", steps)
+        return steps
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("submitted") == 1
+
+    def utility(self):
+        return self._value()
+
+    def run_out(self):
+        self._log("submitted (turns ran out)", None)
+        self._set("submitted", 1)
+
+    # -- tools ------------------------------------------------------------------------------
+    def tool_inspect_item(self, item):
+        item = self._item(item)
+        self.db.execute("UPDATE %s SET inspected = 1 WHERE item_id = ?" % self.t["catalog"], (item,))
+        label, value = self.db.execute("SELECT label, value FROM %s WHERE item_id = ?" % self.t["catalog"],
+                                       (item,)).fetchone()
+        names = [World.resource_name(r) for r in range(self.p["n_resources"])]
+        return {"item": item, "label": label, "value": value, "currency": self.v["currency"],
+                "loads": dict(zip(names, self._loads_of(item)))}
+
+    def tool_read_capacities(self):
+        self._set("capacities_read", 1)
+        rows = self.db.execute("SELECT resource_id, name, capacity FROM %s ORDER BY resource_id"
+                               % self.t["resources"]).fetchall()
+        return {"resources": [{"resource": r, "name": name, "capacity": cap} for r, name, cap in rows]}
+
+    def tool_list_items(self):
+        rows = self.db.execute("SELECT c.item_id, c.label, c.inspected, s.item_id IS NOT NULL FROM %s c LEFT JOIN %s s "
+                               "ON s.item_id = c.item_id ORDER BY c.item_id"
+                               % (self.t["catalog"], self.t["selection"])).fetchall()
+        return {"lots": [{"item": i, "label": label, "inspected": bool(ins), "selected": bool(sel)}
+                         for i, label, ins, sel in rows],
+                "resources": [World.resource_name(r) for r in range(self.p["n_resources"])]}
+
+    def tool_view_selection(self):
+        names = [World.resource_name(r) for r in range(self.p["n_resources"])]
+        return {"selected": self._selected(), "value": self._value(), "currency": self.v["currency"],
+                "load": dict(zip(names, self._used()))}
+
+    def tool_view_headroom(self):
+        if not self._get("capacities_read"):
+            raise AgentError("the capacities have not been read yet; call %s first" % self.name["read_capacities"])
+        names = [World.resource_name(r) for r in range(self.p["n_resources"])]
+        left = [c - u for c, u in zip(self._capacities(), self._used())]
+        return {"headroom": dict(zip(names, left))}
+
+    def tool_view_inspected(self):
+        rows = self.db.execute("SELECT item_id, label, value FROM %s WHERE inspected = 1 ORDER BY item_id"
+                               % self.t["catalog"]).fetchall()
+        return {"lots": [{"item": i, "label": label, "value": value, "loads": self._loads_of(i)}
+                         for i, label, value in rows]}
+
+    def tool_view_log(self, limit=20):
+        rows = self.db.execute("SELECT entry_id, action, item_id FROM %s ORDER BY entry_id DESC LIMIT ?"
+                               % self.t["log"], (limit,)).fetchall()
+        return {"log": [{"entry": e, "action": a, "item": i} for e, a, i in rows]}
+
+    def tool_add_item(self, item):
+        item = self._item(item)
+        if item in self._selected():
+            raise AgentError("lot %d is already in the selection" % item)
+        loads, used, caps = self._loads_of(item), self._used(), self._capacities()
+        for r in range(self.p["n_resources"]):
+            if used[r] + loads[r] > caps[r]:
+                if self._get("capacities_read"):
+                    raise AgentError("lot %d does not fit: %s would hold %d + %d > capacity %d"
+                                     % (item, World.resource_name(r), used[r], loads[r], caps[r]))
+                raise AgentError("lot %d does not fit: it would exceed the capacity of %s"
+                                 % (item, World.resource_name(r)))
+        self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["selection"], (item, self._step()))
+        self._log("add", item)
+        return {"added": item, "selected": self._selected()}
+
+    def tool_remove_item(self, item):
+        item = self._item(item)
+        if item not in self._selected():
+            raise AgentError("lot %d is not in the selection" % item)
+        self.db.execute("DELETE FROM %s WHERE item_id = ?" % self.t["selection"], (item,))
+        self._step()
+        self._log("remove", item)
+        return {"removed": item, "selected": self._selected()}
+
+    def tool_clear_selection(self):
+        if not self._selected():
+            raise AgentError("the selection is already empty")
+        self.db.execute("DELETE FROM %s" % self.t["selection"])
+        self._step()
+        self._log("clear", None)
+        return {"selected": []}
+
+    def tool_submit_selection(self):
+        self._log("submitted", None)
+        self._set("submitted", 1)
+        return {"submitted": self._selected(), "value": self._value(), "currency": self.v["currency"]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        names = [World.resource_name(r) for r in range(p["n_resources"])]
+        lines = [
+            self.skin["narrative"],
+            "",
+            "The %s can take on %d candidate lots of %s (%s) from the %s, numbered 0 to %d. Each lot is taken "
+            "whole or not at all, has a value in %s, and uses some units of each of %d limited resources: %s."
+            % (v["site"], p["n_items"], v["item"], v["sku"], v["supplier"], p["n_items"] - 1, v["currency"],
+               p["n_resources"], ", ".join(names)),
+            "Build a selection with %s and %s (%s empties it); a lot that would push any resource past its "
+            "capacity is refused. %s ends the episode and your score is the total value of the submitted lots."
+            % (n["add_item"], n["remove_item"], n["clear_selection"], n["submit_selection"]),
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the "
+            "selection is submitted as it stands." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += ["", "Capacities: %s." % ", ".join("%s %d" % (names[r], c) for r, c in enumerate(p["capacities"])),
+                      "Lots (value in %s; load on %s):" % (v["currency"], ", ".join(names))]
+            for i in range(p["n_items"]):
+                lines.append("  lot %d: value %d; loads %s" % (
+                    i, p["values"][i], ", ".join(str(p["weights"][r][i]) for r in range(p["n_resources"]))))
+        else:
+            lines += ["", "The lots' values and loads and the resources' capacities are not given: %s reveals one "
+                      "lot's value and loads, %s the capacities, each at the cost of a turn from the same budget."
+                      % (n["inspect_item"], n["read_capacities"])]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _lot_schema(what):
+    return {"type": "object",
+            "properties": {"item": {"type": "integer", "minimum": 0, "maximum": MAX_ITEMS - 1,
+                                    "description": "number of the lot %s (0-based)" % what}},
+            "required": ["item"], "additionalProperties": False}
+
+
+TOOLS = (
+    ToolSpec("inspect_item", "probe", "Inspect one candidate lot of {item}: its value in {currency} and the "
+             "units it uses of every resource.", _lot_schema("to inspect"), reveals=("values", "weights")),
+    ToolSpec("read_capacities", "probe", "Read the {site}'s capacity of every limited resource.", _NO_ARGS,
+             reveals=("capacities",)),
+    ToolSpec("list_items", "observe", "List the candidate lots from the {supplier} with their labels and whether "
+             "each is inspected and selected.", _NO_ARGS),
+    ToolSpec("view_selection", "observe", "Show the current selection: its lots, total value in {currency} and "
+             "load on every resource.", _NO_ARGS),
+    ToolSpec("view_headroom", "observe", "Show how many units of every resource are still free (after the "
+             "capacities have been read).", _NO_ARGS),
+    ToolSpec("view_inspected", "observe", "List every lot inspected so far with its value and loads.", _NO_ARGS),
+    ToolSpec("view_log", "observe", "List the most recent additions, removals and clears.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
+                                                         "description": "how many entries to list"}},
+              "additionalProperties": False}),
+    ToolSpec("add_item", "decision", "Add one lot of {item} to the selection (refused if it would exceed any "
+             "capacity).", _lot_schema("to add")),
+    ToolSpec("remove_item", "decision", "Remove one lot from the selection.", _lot_schema("to remove")),
+    ToolSpec("clear_selection", "decision", "Remove every lot from the selection.", _NO_ARGS),
+    ToolSpec("submit_selection", "clock", "Submit the selection to the {supplier}: the episode ends and the "
+             "score is the selection's total value.", _NO_ARGS),
+)
+
+register(Family(
+    name="knapsack",
+    version="1",
+    group="near_ood",
+    model_class="multi-dimensional 0/1 knapsack (integer program)",
+    solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    stochastic=False,
+    # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0 (the empty selection): z ≥ 0 always, since
+    # any selection is worth ≥ 0; above 0.95 the index-order first fit already nearly solves it
+    default_band=(0.0, 0.95),
+    knob_ranges={"size": (6, 14), "horizon": (1, 11)},
+    turn_budget=turn_budget,
+    tables=("catalog", "resources", "loads", "selection", "log", "state"),
+    vocabulary=("site", "item", "sku", "supplier", "currency"),
+))

@@ -1,0 +1,543 @@
+"""LP production planning: products share machine-hours on a few resources; plan one run.
+
+Model
+    A plant makes `products` = n products (the knob `size`, 2..8) on `resources` = m shared
+    resources, e.g. machines or lines (the knob `horizon`, 2..6). One unit of product j earns
+    the integer profit `profit[j]` and uses the integer `usage[i][j]` ≥ 0 hours of resource i
+    (a row per resource); resource i offers the integer `capacity[i]` hours; at most the
+    integer `demand[j]` units of product j can be sold. The plan is a vector of CONTINUOUS
+    quantities x[j] ≥ 0 (any real number, not only whole units) with
+        Σ_j usage[i][j] · x[j] ≤ capacity[i]   for every resource i,
+        0 ≤ x[j] ≤ demand[j]                    for every product j,
+    and earns Σ_j profit[j] · x[j]. A limit counts as exceeded only beyond 1e-9. The optimum
+    is the linear programme max{profit·x : usage·x ≤ capacity, 0 ≤ x ≤ demand}, solved with
+    HiGHS (scipy.optimize.linprog); its basic optimal vertex is then recomputed exactly in
+    rational arithmetic from the tight constraints, so π* is exactly feasible, and the HiGHS
+    dual bound is kept in the certificate.
+
+State
+    the product catalog (profit, demand limit), the resources (capacity), the usage table
+    (product × resource → hours per unit), the current plan (a quantity per product) and
+    whether the plan has been closed.
+
+Tools
+    probes: profit sheet (unit profits), usage table (hours per unit on each resource),
+    capacity sheet (hours per resource); decisions: set a product's quantity, clear one
+    product, reset the whole plan; clock: close the plan (produce and sell it); observations:
+    the plan, the resource hours it uses, the product list with demand limits, the resources.
+
+Reward
+    utility = Σ_j profit[j] · x[j] of the closed plan (a float, in currency). Idle (produce
+    nothing) scores 0. r = clip01((u − u_default) / (u* − u_default)), where the default fills
+    the products in index order (the catalog lists best sellers first), each as far as the
+    resources and its demand allow, ignoring profit per resource hour.
+
+Episode end
+    after `close_plan`, or when the turn budget runs out: the plan as it stands is then
+    closed and produced, with no further decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import numpy as np
+import scipy
+from pydantic import BaseModel, Field
+from scipy.optimize import linprog
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified, quiet_native_stdout
+
+TOLERANCE = 1e-9  # a limit counts as exceeded only beyond this (World and evaluate alike)
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a production-planning instance."""
+
+    size: int = Field(4, ge=2, le=8, description="number of products (decision variables), in products")
+    horizon: int = Field(3, ge=2, le=6, description="number of shared resources / machines (constraints), in "
+                                                   "resources; not a time horizon: the plan is one run")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ, all integers. Usage 0..6 hours per unit (about a third of the entries zero, every
+    product and every resource used). Each product has a margin per hour e ~ U(1, 5) and earns
+    profit = round(e × its total hours per unit) ≥ 1. Demand limits 3..20 go to the products
+    in reverse order of margin (plus N(0, 0.5) noise on e): high-volume products have thin
+    margins. The catalog lists the best sellers first (demand non-increasing in the index).
+    Capacities are 15–45 % of the hours needed to meet every demand, so resources bind."""
+    n, m = params.size, params.horizon
+    usage = np.where(rng.random((m, n)) < 0.35, 0, rng.integers(1, 7, size=(m, n)))
+    for j in range(n):  # every product needs some resource
+        if not usage[:, j].any():
+            usage[int(rng.integers(0, m)), j] = int(rng.integers(1, 7))
+    for i in range(m):  # every resource serves some product
+        if not usage[i].any():
+            usage[i, int(rng.integers(0, n))] = int(rng.integers(1, 7))
+    margin = rng.uniform(1.0, 5.0, size=n)
+    profit = np.maximum(1, np.round(margin * usage.sum(axis=0))).astype(int)
+    demand = np.sort(rng.integers(3, 21, size=n))[::-1]
+    order = np.argsort(margin + rng.normal(0.0, 0.5, size=n), kind="stable")  # thinnest margin first
+    profit, usage = profit[order], usage[:, order]
+    share = rng.uniform(0.15, 0.45, size=m)
+    capacity = np.maximum(1, np.round(share * (usage @ demand))).astype(int)
+    return {
+        "products": n,
+        "resources": m,
+        "profit": [int(x) for x in profit],
+        "usage": [[int(x) for x in row] for row in usage],
+        "capacity": [int(x) for x in capacity],
+        "demand": [int(x) for x in demand],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The LP and its exact vertex.
+
+
+def _check_theta(theta: dict) -> tuple[int, int]:
+    n, m = theta["products"], theta["resources"]
+    if len(theta["profit"]) != n or len(theta["demand"]) != n or len(theta["capacity"]) != m:
+        raise ValueError(f"θ has inconsistent sizes for {n} products and {m} resources")
+    if len(theta["usage"]) != m or any(len(row) != n for row in theta["usage"]):
+        raise ValueError(f"usage must be {m} rows of {n} entries")
+    return n, m
+
+
+def _exact_vertex(theta: dict, x: np.ndarray) -> list[Fraction]:
+    """The vertex of {usage·x ≤ capacity, 0 ≤ x ≤ demand} where HiGHS's basic solution `x` sits:
+    the n linearly independent constraints with the smallest slack, solved in Fractions."""
+    n, m = _check_theta(theta)
+    rows: list[tuple[float, list[Fraction], Fraction]] = []
+    for i in range(m):
+        slack = theta["capacity"][i] - float(np.dot(theta["usage"][i], x))
+        rows.append((abs(slack) / max(1.0, theta["capacity"][i]),
+                     [Fraction(a) for a in theta["usage"][i]], Fraction(theta["capacity"][i])))
+    for j in range(n):
+        unit = [Fraction(int(k == j)) for k in range(n)]
+        rows.append((abs(float(x[j])), [-u for u in unit], Fraction(0)))  # x_j ≥ 0
+        rows.append((abs(theta["demand"][j] - float(x[j])) / max(1.0, theta["demand"][j]), unit,
+                     Fraction(theta["demand"][j])))  # x_j ≤ d_j
+    rows.sort(key=lambda r: r[0])  # stable: ties keep the fixed constraint order
+    chosen: list[tuple[list[Fraction], Fraction]] = []
+    reduced: list[list[Fraction]] = []  # echelon copy to test independence
+    pivots: list[int] = []
+    for _, coef, rhs in rows:
+        vec = list(coef)
+        for r, p in zip(reduced, pivots):
+            if vec[p] != 0:
+                f = vec[p] / r[p]
+                vec = [a - f * b for a, b in zip(vec, r)]
+        lead = next((k for k, a in enumerate(vec) if a != 0), None)
+        if lead is None:
+            continue
+        reduced.append(vec)
+        pivots.append(lead)
+        chosen.append((coef, rhs))
+        if len(chosen) == n:
+            break
+    if len(chosen) < n:
+        raise ValueError("the HiGHS solution is not a vertex")
+    return _solve_fraction([c for c, _ in chosen], [r for _, r in chosen])
+
+
+def _solve_fraction(a: list[list[Fraction]], b: list[Fraction]) -> list[Fraction]:
+    """Gauss–Jordan elimination in exact arithmetic for a square nonsingular system."""
+    n = len(a)
+    aug = [list(row) + [rhs] for row, rhs in zip(a, b)]
+    for col in range(n):
+        piv = next((r for r in range(col, n) if aug[r][col] != 0), None)
+        if piv is None:
+            raise ValueError("singular basis")
+        aug[col], aug[piv] = aug[piv], aug[col]
+        for r in range(n):
+            if r != col and aug[r][col] != 0:
+                f = aug[r][col] / aug[col][col]
+                aug[r] = [u - f * v for u, v in zip(aug[r], aug[col])]
+    return [aug[k][n] / aug[k][k] for k in range(n)]
+
+
+def _exactly_feasible(theta: dict, x: list[Fraction]) -> bool:
+    return (all(0 <= q <= d for q, d in zip(x, theta["demand"]))
+            and all(sum(a * q for a, q in zip(row, x)) <= c for row, c in zip(theta["usage"], theta["capacity"])))
+
+
+def _highs(theta: dict) -> tuple[float, np.ndarray, float]:
+    """(u*, π* as exact-vertex floats, HiGHS dual bound)."""
+    n, m = _check_theta(theta)
+    with quiet_native_stdout():  # HiGHS may printf past Python's stdout
+        res = linprog(-np.array(theta["profit"], dtype=float), A_ub=np.array(theta["usage"], dtype=float),
+                      b_ub=np.array(theta["capacity"], dtype=float),
+                      bounds=[(0.0, float(d)) for d in theta["demand"]], method="highs")
+    if res.status != 0:
+        raise ValueError(f"HiGHS status {res.status}: {res.message}")
+    # dual bound: capacity·y + demand·z with y, z ≥ 0 the duals of the ≤ rows and upper bounds
+    dual = float(-(np.dot(theta["capacity"], res.ineqlin.marginals) + np.dot(theta["demand"], res.upper.marginals)))
+    vertex = _exact_vertex(theta, res.x)
+    if not _exactly_feasible(theta, vertex):
+        raise ValueError("the recovered vertex is infeasible")
+    exact = sum(p * q for p, q in zip(theta["profit"], vertex))
+    if abs(float(exact) - (-res.fun)) > 1e-7 * max(1.0, abs(res.fun)):
+        raise ValueError(f"exact vertex value {float(exact)} differs from HiGHS {-res.fun}")
+    policy = np.array([float(q) for q in vertex], dtype=np.float64)
+    return evaluate(theta, policy), policy, dual
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* by HiGHS plus exact vertex recovery; values of the default and idle plans."""
+    n, m = _check_theta(theta)
+    found: dict = {}
+
+    def run():
+        value, policy, dual = _highs(theta)
+        found["bound"] = dual
+        return value, policy
+
+    # state space: the bases that can define a vertex (n tight constraints out of m + 2n)
+    u_star, policy, cert = certified(run, method="HiGHS LP + exact vertex recovery", solver="scipy.optimize.linprog "
+                                     "(HiGHS)", solver_version=scipy.__version__, state_space=math.comb(m + 2 * n, n))
+    cert = dataclasses.replace(cert, bound=float(found["bound"]), gap=max(0.0, float(found["bound"]) - u_star))
+    return Solution(u_star=u_star, policy=policy, u_default=evaluate(theta, default_policy(theta)),
+                    u_idle=evaluate(theta, idle_policy(theta)), certificate=cert)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: default, idle, random; the exact evaluator and the simulator.
+
+
+def plan_problem(theta: dict, policy) -> str | None:
+    """Why a plan breaks a limit (beyond TOLERANCE), or None; computed as the World computes it."""
+    quantities = [float(q) for q in policy]
+    if len(quantities) != theta["products"]:
+        return f"a plan has {theta['products']} quantities, got {len(quantities)}"
+    for j, (q, d) in enumerate(zip(quantities, theta["demand"])):
+        if not math.isfinite(q) or q < 0:
+            return f"product {j}: quantity {q} is not a non-negative number"
+        if q > d + TOLERANCE:
+            return f"product {j}: {q} exceeds the demand limit {d}"
+    for i, (row, cap) in enumerate(zip(theta["usage"], theta["capacity"])):
+        used = 0.0
+        for a, q in zip(row, quantities):
+            used += a * q
+        if used > cap + TOLERANCE:
+            return f"resource {i}: the plan uses {used} of {cap} hours"
+    return None
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact utility of a plan: Σ profit·x in index order (as the World sums it)."""
+    problem = plan_problem(theta, policy)
+    if problem:
+        raise ValueError(problem)
+    total = 0.0
+    for p, q in zip(theta["profit"], policy):
+        total += p * float(q)
+    return float(total)
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Fill the products in index order, each as much as fits: x_j = min(demand_j, min over
+    resources i with usage[i][j] > 0 of (hours left on i) / usage[i][j]), ignoring profits.
+    Computed in Fractions, returned as floats."""
+    left = [Fraction(c) for c in theta["capacity"]]
+    plan = []
+    for j in range(theta["products"]):
+        q = Fraction(theta["demand"][j])
+        for i, row in enumerate(theta["usage"]):
+            if row[j] > 0:
+                q = min(q, left[i] / row[j])
+        q = max(Fraction(0), q)
+        for i, row in enumerate(theta["usage"]):
+            left[i] -= row[j] * q
+        plan.append(float(q))
+    return np.array(plan, dtype=np.float64)
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Produce nothing."""
+    return np.zeros(theta["products"], dtype=np.float64)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A random feasible plan: x_j uniform on [0, demand_j] (zero with probability 1/4), scaled
+    down uniformly until every resource fits, then rounded down to thousandths."""
+    n = theta["products"]
+    x = rng.random(n) * np.array(theta["demand"], dtype=float)
+    x = np.where(rng.random(n) < 0.25, 0.0, x)
+    used = np.array(theta["usage"], dtype=float) @ x
+    ratios = [c / u for c, u in zip(theta["capacity"], used) if u > 0]
+    scale = min([1.0] + ratios)
+    return np.floor(x * scale * 1000.0) / 1000.0
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Set every product with a positive quantity in index order, then close the plan.
+    Deterministic: `episode_seed` is ignored."""
+    utility = evaluate(theta, policy)
+    calls = [{"tool": "set_production", "arguments": {"product": j, "quantity": float(q)}}
+             for j, q in enumerate(policy) if float(q) > 0]
+    calls.append({"tool": "close_plan", "arguments": {}})
+    return Episode(utility=utility, calls=calls, decisions=[float(q) for q in policy])
+
+
+def turn_budget(theta: dict) -> int:
+    """One call per product and the close, plus every probe and room for looks and changes."""
+    return 2 * theta["products"] + 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only.
+
+
+class World:
+    """The plant: catalog, resources, usage table, plan and a state table, all in SQLite."""
+
+    PARAMS = ("products", "resources", "profit", "usage", "capacity", "demand")
+    TOLERANCE = 1e-9
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n, m = params["products"], params["resources"]
+        if (len(params["profit"]) != n or len(params["demand"]) != n or len(params["capacity"]) != m
+                or len(params["usage"]) != m or any(len(row) != n for row in params["usage"])):
+            raise ValueError("params have inconsistent sizes for %d products and %d resources" % (n, m))
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY, code TEXT UNIQUE, profit INTEGER, "
+                   "demand INTEGER)" % t["catalog"])
+        db.execute("CREATE TABLE %s (resource INTEGER PRIMARY KEY, name TEXT, capacity INTEGER)" % t["resources"])
+        db.execute("CREATE TABLE %s (product INTEGER REFERENCES %s(product), resource INTEGER REFERENCES %s(resource), "
+                   "hours INTEGER, PRIMARY KEY (product, resource))" % (t["usage"], t["catalog"], t["resources"]))
+        db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY REFERENCES %s(product), quantity REAL)"
+                   % (t["plan"], t["catalog"]))
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        for j in range(n):
+            db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
+                       (j, "%s-%d" % (self.v["sku"], j), params["profit"][j], params["demand"][j]))
+            db.execute("INSERT INTO %s VALUES (?, ?)" % t["plan"], (j, 0.0))
+        for i in range(m):
+            db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["resources"], (i, "resource %d" % i, params["capacity"][i]))
+            for j in range(n):
+                db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["usage"], (j, i, params["usage"][i][j]))
+        db.execute("INSERT INTO %s VALUES ('closed', 0)" % t["state"])
+        db.execute("INSERT INTO %s VALUES ('changes', 0)" % t["state"])
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _plan(self):
+        return [row[0] for row in self.db.execute("SELECT quantity FROM %s ORDER BY product" % self.t["plan"])]
+
+    def _used(self, plan):
+        """Hours used on each resource by `plan` (a list of quantities), summed in product order."""
+        used = [0.0] * self.p["resources"]
+        rows = self.db.execute("SELECT resource, product, hours FROM %s ORDER BY resource, product" % self.t["usage"])
+        for resource, product, hours in rows:
+            used[resource] += hours * plan[product]
+        return used
+
+    def _product(self, product):
+        if product >= self.p["products"]:
+            raise AgentError("there is no product %d; products are numbered 0 to %d"
+                             % (product, self.p["products"] - 1))
+        return product
+
+    def _write(self, product, quantity):
+        plan = self._plan()
+        plan[product] = float(quantity)
+        demand = self.db.execute("SELECT demand FROM %s WHERE product = ?" % self.t["catalog"], (product,)).fetchone()[0]
+        if plan[product] > demand + self.TOLERANCE:
+            raise AgentError("at most %d %s of product %d can be sold; asked for %r"
+                             % (demand, self.v["unit"], product, quantity))
+        used = self._used(plan)
+        caps = self.db.execute("SELECT resource, capacity FROM %s ORDER BY resource" % self.t["resources"]).fetchall()
+        for (resource, capacity), hours in zip(caps, used):
+            if hours > capacity + self.TOLERANCE:
+                raise AgentError("this plan would need %r hours of resource %d, more than its capacity"
+                                 % (hours, resource))
+        self.db.execute("UPDATE %s SET quantity = ? WHERE product = ?" % self.t["plan"], (plan[product], product))
+        self._set("changes", self._get("changes") + 1)
+        return {"product": product, "quantity": plan[product],
+                "hours_used": [{"resource": r, "hours": h} for (r, _), h in zip(caps, used)]}
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("closed") == 1
+
+    def utility(self):
+        total = 0.0
+        rows = self.db.execute("SELECT c.profit, p.quantity FROM %s c JOIN %s p ON c.product = p.product "
+                               "ORDER BY c.product" % (self.t["catalog"], self.t["plan"]))
+        for profit, quantity in rows:
+            total += profit * quantity
+        return total
+
+    def run_out(self):
+        self._set("closed", 1)
+
+    # -- tools ------------------------------------------------------------------------------
+    def tool_get_profit_sheet(self):
+        rows = self.db.execute("SELECT product, code, profit FROM %s ORDER BY product" % self.t["catalog"])
+        return {"profit_per_unit": [{"product": j, "code": c, "profit": p} for j, c, p in rows],
+                "currency": self.v["currency"]}
+
+    def tool_get_usage_table(self):
+        rows = self.db.execute("SELECT product, resource, hours FROM %s ORDER BY product, resource" % self.t["usage"])
+        table = {}
+        for product, resource, hours in rows:
+            table.setdefault(product, []).append(hours)
+        return {"hours_per_unit": [{"product": j, "hours_by_resource": table[j]} for j in sorted(table)]}
+
+    def tool_get_capacity_sheet(self):
+        rows = self.db.execute("SELECT resource, name, capacity FROM %s ORDER BY resource" % self.t["resources"])
+        return {"capacity_hours": [{"resource": i, "name": nm, "capacity": c} for i, nm, c in rows]}
+
+    def tool_view_products(self):
+        rows = self.db.execute("SELECT product, code, demand FROM %s ORDER BY product" % self.t["catalog"])
+        return {"products": [{"product": j, "code": c, "max_demand": d} for j, c, d in rows], "unit": self.v["unit"]}
+
+    def tool_view_resources(self):
+        rows = self.db.execute("SELECT resource, name FROM %s ORDER BY resource" % self.t["resources"])
+        return {"resources": [{"resource": i, "name": nm} for i, nm in rows]}
+
+    def tool_view_plan(self):
+        return {"plan": [{"product": j, "quantity": q} for j, q in enumerate(self._plan())],
+                "changes": self._get("changes"), "closed": bool(self._get("closed"))}
+
+    def tool_view_resource_use(self):
+        used = self._used(self._plan())
+        return {"hours_used": [{"resource": i, "hours": h} for i, h in enumerate(used)]}
+
+    def tool_set_production(self, product, quantity):
+        return self._write(self._product(product), quantity)
+
+    def tool_clear_production(self, product):
+        self._product(product)
+        if self._plan()[product] == 0:
+            raise AgentError("product %d is not in the plan" % product)
+        return self._write(product, 0.0)
+
+    def tool_reset_plan(self):
+        if not any(q != 0 for q in self._plan()):
+            raise AgentError("the plan is already empty")
+        self.db.execute("UPDATE %s SET quantity = 0.0" % self.t["plan"])
+        self._set("changes", self._get("changes") + 1)
+        return {"plan": [{"product": j, "quantity": 0.0} for j in range(self.p["products"])]}
+
+    def tool_close_plan(self):
+        self._set("closed", 1)
+        return {"plan": [{"product": j, "quantity": q} for j, q in enumerate(self._plan())],
+                "profit": self.utility(), "currency": self.v["currency"]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        lines = [
+            self.skin["narrative"],
+            "",
+            "You plan one production run of %d products (%s codes %s-0 to %s-%d, numbered 0 to %d) at the %s. "
+            "They share %d resources (numbered 0 to %d), each offering a fixed number of hours." % (
+                p["products"], v["item"], v["sku"], v["sku"], p["products"] - 1, p["products"] - 1, v["site"],
+                p["resources"], p["resources"] - 1),
+            "Set a quantity for each product with %s (any non-negative number of %s, fractions allowed; "
+            "setting a product again replaces its quantity; %s and %s undo). A plan that needs more hours "
+            "of some resource than it offers, or more of a product than can be sold, is refused." % (
+                n["set_production"], v["unit"], n["clear_production"], n["reset_plan"]),
+            "When the plan is ready, %s produces and sells it. Your score is the total profit, the sum of "
+            "unit profit times quantity, in %s." % (n["close_plan"], v["currency"]),
+            "Demand limits (at most this many %s can be sold): %s." % (
+                v["unit"], ", ".join("product %d: %d" % (j, d) for j, d in enumerate(p["demand"]))),
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the plan "
+            "as it stands is produced." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += [
+                "",
+                "Unit profits (%s): %s." % (v["currency"], ", ".join(
+                    "product %d: %d" % (j, x) for j, x in enumerate(p["profit"]))),
+                "Capacities (hours): %s." % ", ".join(
+                    "resource %d: %d" % (i, c) for i, c in enumerate(p["capacity"])),
+                "Hours per unit (a row per resource, a column per product):",
+            ]
+            for i, row in enumerate(p["usage"]):
+                lines.append("  resource %d: %s" % (i, " ".join(str(a) for a in row)))
+        else:
+            lines += [
+                "",
+                "Unit profits, the hours each product needs on each resource and the resources' capacities "
+                "are not given: %s, %s and %s reveal them, each at the cost of a turn from the same budget." % (
+                    n["get_profit_sheet"], n["get_usage_table"], n["get_capacity_sheet"]),
+            ]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+_PRODUCT = {"type": "integer", "minimum": 0, "maximum": 7, "description": "product number, from 0"}
+
+TOOLS = (
+    ToolSpec("get_profit_sheet", "probe", "Read the {site}'s profit per unit of each product, in {currency}.",
+             _NO_ARGS, reveals=("profit",)),
+    ToolSpec("get_usage_table", "probe", "Read how many hours one unit of each product needs on each resource.",
+             _NO_ARGS, reveals=("usage",)),
+    ToolSpec("get_capacity_sheet", "probe", "Read how many hours each resource of the {site} offers in this run.",
+             _NO_ARGS, reveals=("capacity",)),
+    ToolSpec("view_products", "observe", "List the products ({item}) with their codes and demand limits in {unit}.",
+             _NO_ARGS),
+    ToolSpec("view_resources", "observe", "List the shared resources (machines, lines) of the {site}.", _NO_ARGS),
+    ToolSpec("view_plan", "observe", "Show the quantity currently planned for each product.", _NO_ARGS),
+    ToolSpec("view_resource_use", "observe", "Show the hours the current plan uses on each resource.", _NO_ARGS),
+    ToolSpec("set_production", "decision", "Set the quantity of one product in the plan (replaces its previous "
+             "quantity; fractions allowed). Refused if a resource or the demand limit would be exceeded.",
+             {"type": "object", "properties": {
+                 "product": _PRODUCT,
+                 "quantity": {"type": "number", "minimum": 0, "maximum": 1000000,
+                              "description": "quantity to make, in {unit} (may be fractional)"}},
+              "required": ["product", "quantity"], "additionalProperties": False}),
+    ToolSpec("clear_production", "decision", "Take one product out of the plan (quantity 0).",
+             {"type": "object", "properties": {"product": _PRODUCT}, "required": ["product"],
+              "additionalProperties": False}),
+    ToolSpec("reset_plan", "decision", "Set every product's quantity back to 0.", _NO_ARGS),
+    ToolSpec("close_plan", "clock", "Close the plan: produce and sell it, and end the episode.", _NO_ARGS),
+)
+
+register(Family(
+    name="lp",
+    version="1",
+    group="near_ood",
+    model_class="linear programme (continuous production planning)",
+    solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=("profit", "usage", "capacity"),
+    # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: the greedy fill is never worse than idling
+    # (z ≥ 0 always); above 0.95 the index-order fill already nearly solves the LP (nothing to learn)
+    default_band=(0.0, 0.95),
+    # two products are allowed by Params, but sampling starts at three: with two, filling the
+    # best seller first is optimal more than half the time and the default band rejects it
+    knob_ranges={"size": (3, 8), "horizon": (2, 6)},
+    turn_budget=turn_budget,
+    stochastic=False,
+    tables=("catalog", "resources", "usage", "plan", "state"),
+    vocabulary=("site", "item", "sku", "unit", "currency"),
+))

@@ -1,0 +1,552 @@
+"""QP allocation: split a budget across a few projects, trading expected return against factor risk.
+
+Model
+    A site allocates a budget of `budget` currency units across `assets` projects (2..8, the
+    `size` knob). Project i takes an amount x_i with 0 ≤ x_i ≤ caps[i], and Σ x_i ≤ budget
+    (money left unallocated earns nothing). Project i returns `returns[i]` per unit (integer).
+    Risk comes from `factors` risk factors (1..6, the `horizon` knob): `exposures` is an
+    integer factors × assets matrix A, and the risk of a plan is
+        risk(x) = Σ_f (Σ_i A[f][i] x_i)² + ridge · Σ_i x_i²  =  xᵀ Q x,   Q = AᵀA + ridge · I,
+    with an integer `ridge` ≥ 1, so Q is positive definite. The objective is
+        f(x) = Σ_i returns[i] x_i − risk_aversion · risk(x),
+    a strictly concave quadratic over a polytope, so the optimum is unique. Decisions are
+    continuous. Solved with cvxpy (Clarabel), then polished exactly: the active set of bound
+    and budget constraints is read off the solver's point, the KKT linear system on that set is
+    solved with numpy, and primal feasibility and dual signs are verified; the certificate
+    records the Lagrangian duality gap at the polished multipliers.
+
+State
+    the projects (return, cap), the risk factors and their exposure rows, the current amount
+    of every project, a journal of every allocation change, and whether the plan is committed.
+
+Tools
+    probes: return forecast (returns), risk model (exposures, ridge, risk aversion), position
+    limits (caps); decisions: allocate an amount to a project (sets it), release a project,
+    reset the whole plan; clock: commit the allocation (ends the episode); observations:
+    project list, current allocation, budget left, current objective, journal.
+
+Reward
+    utility = f(x) of the committed allocation (a float; idle, allocating nothing, scores 0).
+    r = clip01((u − u_default) / (u* − u_default)); the family is deterministic, so the
+    episode seed is ignored.
+
+Episode end
+    after `commit_allocation`, or when the turn budget runs out (the current allocation is
+    then committed as it stands, with no further changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+FEASIBILITY_TOL = 1e-9  # the World accepts a plan exceeding a cap or the budget by at most this
+KKT_TOL = 1e-9
+
+
+class Params(BaseModel):
+    """Difficulty knobs of an allocation instance."""
+
+    size: int = Field(4, ge=2, le=8, description="number of projects (assets) to allocate across")
+    horizon: int = Field(2, ge=1, le=6, description="number of risk factors (rows of the exposure matrix A)")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: integer returns, caps, budget, exposures and ridge; risk aversion in thousandths.
+
+    The risk aversion is set so that, at an even split s = budget / assets, the risk penalty is a
+    random fraction c ∈ [0.25, 0.9] of the expected return (λ = c · Σr / (s · 1ᵀQ1)).
+    """
+    n, k = params.size, params.horizon
+    returns = [int(x) for x in rng.integers(2, 31, size=n)]
+    caps = [int(x) for x in rng.integers(2, 13, size=n)]
+    total = sum(caps)
+    budget = int(rng.integers(math.ceil(0.35 * total), math.floor(0.75 * total) + 1))
+    exposures = [[int(x) for x in row] for row in rng.integers(-1, 4, size=(k, n))]
+    ridge = int(rng.integers(1, 4))
+    a = np.array(exposures, dtype=float)
+    q = a.T @ a + ridge * np.eye(n)
+    share = budget / n
+    c = float(rng.uniform(0.25, 0.9))
+    lam = c * sum(returns) / (share * float(q.sum()))
+    risk_aversion = max(1, int(round(1000 * lam))) / 1000.0
+    return {
+        "assets": n,
+        "factors": k,
+        "budget": budget,
+        "returns": returns,
+        "caps": caps,
+        "exposures": exposures,
+        "ridge": ridge,
+        "risk_aversion": risk_aversion,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The QP as arrays, its exact KKT polish and the dual bound.
+
+
+def _arrays(theta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+    """(Q, returns, caps, budget, risk aversion) as float arrays (Q is integer-valued)."""
+    n = theta["assets"]
+    a = np.array(theta["exposures"], dtype=float).reshape(theta["factors"], n)
+    q = a.T @ a + theta["ridge"] * np.eye(n)
+    return (q, np.array(theta["returns"], dtype=float), np.array(theta["caps"], dtype=float),
+            float(theta["budget"]), float(theta["risk_aversion"]))
+
+
+def _kkt_point(theta: dict, lower, upper, budget_active: bool):
+    """The KKT point for one active set, or None when it is not primal-dual feasible.
+
+    lower / upper: indices held at 0 / at their cap; budget_active: Σx = budget. Returns
+    (x, μ, g) with g = r − 2λQx the gradient, μ the budget multiplier.
+    """
+    q, r, cap, budget, lam = _arrays(theta)
+    n = len(r)
+    lower, upper = set(lower), set(upper)
+    free = [i for i in range(n) if i not in lower and i not in upper]
+    x = np.zeros(n)
+    for i in upper:
+        x[i] = cap[i]
+    fixed = sorted(upper)
+    mu = 0.0
+    if free:
+        h = 2 * lam * q[np.ix_(free, free)]
+        rhs = r[free] - 2 * lam * (q[np.ix_(free, fixed)] @ cap[fixed] if fixed else 0.0)
+        if budget_active:
+            m = len(free)
+            kkt = np.zeros((m + 1, m + 1))
+            kkt[:m, :m] = h
+            kkt[:m, m] = 1.0
+            kkt[m, :m] = 1.0
+            sol = np.linalg.solve(kkt, np.append(rhs, budget - cap[fixed].sum()))
+            x[free], mu = sol[:m], float(sol[m])
+        else:
+            x[free] = np.linalg.solve(h, rhs)
+    g = r - 2 * lam * (q @ x)
+    if budget_active and not free:
+        low = max([0.0] + [g[i] for i in lower])
+        mu = low
+    scale = max(1.0, float(np.abs(r).max()), float(cap.max()))
+    tol = KKT_TOL * scale
+    if (x < -tol).any() or (x > cap + tol).any() or x.sum() > budget + tol:
+        return None
+    if mu < -tol or any(g[i] - mu > tol for i in lower) or any(g[i] - mu < -tol for i in upper):
+        return None
+    if budget_active and abs(x.sum() - budget) > tol:
+        return None
+    return np.clip(x, 0.0, cap), max(mu, 0.0), g
+
+
+def _dual_bound(theta: dict, mu: float, g: np.ndarray, lower, upper) -> float:
+    """Lagrangian dual value at the polished multipliers: an upper bound on u* (weak duality)."""
+    q, r, cap, budget, lam = _arrays(theta)
+    alpha = np.zeros(len(r))
+    beta = np.zeros(len(r))
+    for i in lower:
+        alpha[i] = max(0.0, mu - g[i])
+    for i in upper:
+        beta[i] = max(0.0, g[i] - mu)
+    c = r - mu + alpha - beta
+    x_hat = np.linalg.solve(2 * lam * q, c)
+    return float(c @ x_hat - lam * x_hat @ q @ x_hat + mu * budget + beta @ cap)
+
+
+def _cvxpy_point(theta: dict) -> np.ndarray:
+    """Clarabel's (interior-point, approximate) maximiser of f over the polytope."""
+    import cvxpy as cp
+
+    q, r, cap, budget, lam = _arrays(theta)
+    a = np.array(theta["exposures"], dtype=float).reshape(theta["factors"], theta["assets"])
+    x = cp.Variable(theta["assets"])
+    risk = cp.sum_squares(a @ x) + theta["ridge"] * cp.sum_squares(x)
+    problem = cp.Problem(cp.Maximize(r @ x - lam * risk), [cp.sum(x) <= budget, x >= 0, x <= cap])
+    problem.solve(solver=cp.CLARABEL)
+    if problem.status != "optimal":
+        raise ValueError(f"cvxpy/Clarabel status {problem.status!r}; expected 'optimal'")
+    return np.asarray(x.value, dtype=float)
+
+
+def _active_sets(theta: dict, x0: np.ndarray):
+    """Candidate active sets read off the solver's point, loosest guesses last."""
+    cap, budget = np.array(theta["caps"], dtype=float), float(theta["budget"])
+    for tol in (1e-7, 1e-6, 1e-5, 1e-8, 1e-4, 1e-3):
+        lower = tuple(int(i) for i in np.flatnonzero(x0 <= tol))
+        upper = tuple(int(i) for i in np.flatnonzero((x0 >= cap - tol) & (x0 > tol)))
+        yield lower, upper, bool(x0.sum() >= budget - tol * len(x0))
+        yield lower, upper, not bool(x0.sum() >= budget - tol * len(x0))
+
+
+def _solve_qp(theta: dict) -> tuple[float, np.ndarray, float, float]:
+    """(u*, x*, dual bound, gap): Clarabel's point polished to the exact KKT point."""
+    x0 = _cvxpy_point(theta)
+    for lower, upper, budget_active in _active_sets(theta, x0):
+        point = _kkt_point(theta, lower, upper, budget_active)
+        if point is not None:
+            x, mu, g = point
+            u = evaluate(theta, x)
+            bound = _dual_bound(theta, mu, g, lower, upper)
+            return u, x, bound, max(0.0, bound - u)
+    raise ValueError("no active set near the Clarabel point satisfies the KKT conditions")
+
+
+def solve(theta: dict) -> Solution:
+    """u* and x* by Clarabel plus an exact KKT polish; values of the default and idle plans."""
+    import cvxpy as cp
+
+    result = {}
+
+    def run():
+        u, x, bound, gap = _solve_qp(theta)
+        result.update(bound=bound, gap=gap)
+        return u, x
+
+    # the search space: the 3^n bound patterns × 2 budget states an active-set method ranges over
+    u_star, policy, cert = certified(run, method="interior point (Clarabel) + exact KKT active-set polish",
+                                     solver="cvxpy/Clarabel", solver_version=cp.__version__,
+                                     state_space=2 * 3 ** theta["assets"])
+    cert = dataclasses.replace(cert, gap=float(result["gap"]), bound=float(result["bound"]))
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact objective f(x) of an allocation vector x (ValueError when it is infeasible)."""
+    x = np.asarray(policy, dtype=float)
+    n, caps, budget = theta["assets"], theta["caps"], theta["budget"]
+    if x.shape != (n,) or not np.isfinite(x).all():
+        raise ValueError(f"an allocation is {n} finite amounts, got shape {x.shape}")
+    if (x < 0).any() or (x > np.array(caps) + FEASIBILITY_TOL).any():
+        raise ValueError("an allocation must satisfy 0 ≤ x_i ≤ cap_i")
+    if float(x.sum()) > budget + FEASIBILITY_TOL:
+        raise ValueError(f"the allocation {float(x.sum())} exceeds the budget {budget}")
+    return float(World.objective(theta, [float(v) for v in x]))
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Split the budget equally: x_i = min(budget / assets, cap_i); what the caps clip stays unspent."""
+    share = theta["budget"] / theta["assets"]
+    return np.array([min(share, float(c)) for c in theta["caps"]], dtype=float)
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Allocate nothing."""
+    return np.zeros(theta["assets"], dtype=float)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random feasible allocation (rejection from the box of caps; a scaled draw
+    after 200 misses), with each project left out independently with probability 1/4."""
+    caps = np.array(theta["caps"], dtype=float)
+    budget = float(theta["budget"])
+    keep = rng.random(len(caps)) >= 0.25
+    for _ in range(200):
+        x = rng.random(len(caps)) * caps * keep
+        if x.sum() <= budget:
+            return x
+    return x * (budget / x.sum()) * float(rng.random())
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Allocate every positive amount (asset ids are 1-based), then commit; the seed is ignored."""
+    x = [float(v) for v in np.asarray(policy, dtype=float)]
+    utility = evaluate(theta, np.array(x))
+    calls = [{"tool": "allocate", "arguments": {"asset": i + 1, "amount": v}} for i, v in enumerate(x) if v > 0]
+    calls.append({"tool": "commit_allocation", "arguments": {}})
+    return Episode(utility=utility, calls=calls, decisions=x)
+
+
+def turn_budget(theta: dict) -> int:
+    """Two allocations per project, a commit, every probe and a few looks."""
+    return 2 * theta["assets"] + 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The site's allocation desk: projects, risk factors, exposures, positions, a journal, state."""
+
+    PARAMS = ("assets", "factors", "budget", "returns", "caps", "exposures", "ridge", "risk_aversion")
+    TOL = 1e-9
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n, k = params["assets"], params["factors"]
+        if len(params["returns"]) != n or len(params["caps"]) != n or len(params["exposures"]) != k:
+            raise ValueError("returns and caps need %d entries and exposures %d rows" % (n, k))
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (asset_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, "
+                   "cap INTEGER)" % t["assets"])
+        db.execute("CREATE TABLE %s (factor_id INTEGER PRIMARY KEY, name TEXT NOT NULL)" % t["factors"])
+        db.execute("CREATE TABLE %s (factor_id INTEGER REFERENCES %s(factor_id), asset_id INTEGER REFERENCES "
+                   "%s(asset_id), loading INTEGER, PRIMARY KEY (factor_id, asset_id))"
+                   % (t["exposures"], t["factors"], t["assets"]))
+        db.execute("CREATE TABLE %s (asset_id INTEGER PRIMARY KEY REFERENCES %s(asset_id), amount REAL NOT NULL)"
+                   % (t["positions"], t["assets"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, asset_id INTEGER, amount REAL)"
+                   % t["journal"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["assets"],
+                       [(i + 1, "%s project %d" % (self.v["site"], i + 1), params["returns"][i], params["caps"][i])
+                        for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["factors"],
+                       [(f + 1, "risk factor %d" % (f + 1)) for f in range(k)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["exposures"],
+                       [(f + 1, i + 1, params["exposures"][f][i]) for f in range(k) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, 0.0)" % t["positions"], [(i + 1,) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("committed", 0), ("changes", 0)])
+
+    @staticmethod
+    def objective(params, amounts):
+        """f(x) = Σ r_i x_i − λ (Σ_f (Σ_i A_fi x_i)² + ridge Σ x_i²), amounts in asset order."""
+        ret = 0.0
+        for r, x in zip(params["returns"], amounts):
+            ret += r * x
+        risk = 0.0
+        for row in params["exposures"]:
+            exposure = 0.0
+            for a, x in zip(row, amounts):
+                exposure += a * x
+            risk += exposure * exposure
+        own = 0.0
+        for x in amounts:
+            own += x * x
+        risk += params["ridge"] * own
+        return ret - params["risk_aversion"] * risk
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _amounts(self):
+        rows = self.db.execute("SELECT amount FROM %s ORDER BY asset_id" % self.t["positions"]).fetchall()
+        return [row[0] for row in rows]
+
+    def _allocated(self):
+        total = 0.0
+        for x in self._amounts():
+            total += x
+        return total
+
+    def _check_asset(self, asset):
+        if not 1 <= asset <= self.p["assets"]:
+            raise AgentError("there is no project %d; projects are numbered 1 to %d" % (asset, self.p["assets"]))
+
+    def _write(self, action, asset, amount):
+        self.db.execute("UPDATE %s SET amount = ? WHERE asset_id = ?" % self.t["positions"], (amount, asset))
+        self.db.execute("INSERT INTO %s (action, asset_id, amount) VALUES (?, ?, ?)" % self.t["journal"],
+                        (action, asset, amount))
+        self._set("changes", self._get("changes") + 1)
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("committed") == 1
+
+    def utility(self):
+        return World.objective(self.p, self._amounts())
+
+    def run_out(self):
+        self._set("committed", 1)
+
+    # -- tools ------------------------------------------------------------------------------
+    def tool_get_return_forecast(self):
+        return {"expected_return_per_unit": {str(i + 1): r for i, r in enumerate(self.p["returns"])}}
+
+    def tool_get_risk_model(self):
+        p = self.p
+        return {"exposures": {"factor %d" % (f + 1): {str(i + 1): a for i, a in enumerate(row)}
+                              for f, row in enumerate(p["exposures"])},
+                "ridge": p["ridge"], "risk_aversion": p["risk_aversion"],
+                "risk": "sum over factors of (sum_i loading_i * x_i)^2 + ridge * sum_i x_i^2"}
+
+    def tool_get_position_limits(self):
+        return {"cap_per_project": {str(i + 1): c for i, c in enumerate(self.p["caps"])},
+                "budget": self.p["budget"]}
+
+    def tool_list_assets(self):
+        rows = self.db.execute("SELECT asset_id, name FROM %s ORDER BY asset_id" % self.t["assets"]).fetchall()
+        return {"projects": [{"asset": a, "name": name} for a, name in rows], "risk_factors": self.p["factors"]}
+
+    def tool_view_allocation(self):
+        rows = self.db.execute("SELECT asset_id, amount FROM %s ORDER BY asset_id" % self.t["positions"]).fetchall()
+        return {"allocation": {str(a): x for a, x in rows}, "allocated": self._allocated(),
+                "currency": self.v["currency"]}
+
+    def tool_view_budget(self):
+        allocated = self._allocated()
+        return {"budget": self.p["budget"], "allocated": allocated, "left": self.p["budget"] - allocated,
+                "currency": self.v["currency"]}
+
+    def tool_view_objective(self):
+        amounts = self._amounts()
+        ret = 0.0
+        for r, x in zip(self.p["returns"], amounts):
+            ret += r * x
+        value = World.objective(self.p, amounts)
+        return {"objective": value, "expected_return": ret, "risk_penalty": ret - value}
+
+    def tool_view_journal(self, limit=10):
+        rows = self.db.execute("SELECT entry_id, action, asset_id, amount FROM %s ORDER BY entry_id DESC LIMIT ?"
+                               % self.t["journal"], (limit,)).fetchall()
+        keys = ("entry", "action", "asset", "amount")
+        return {"entries": [dict(zip(keys, row)) for row in rows]}
+
+    def tool_allocate(self, asset, amount):
+        self._check_asset(asset)
+        amount = float(amount)
+        cap = self.p["caps"][asset - 1]
+        if amount > cap + self.TOL:
+            raise AgentError("project %d takes at most %d %s, asked for %r" % (asset, cap, self.v["currency"], amount))
+        current = self._amounts()[asset - 1]
+        total = self._allocated() - current + amount
+        if total > self.p["budget"] + self.TOL:
+            raise AgentError("the budget is %d %s; with %r on project %d the plan would use %r"
+                             % (self.p["budget"], self.v["currency"], amount, asset, total))
+        self._write("allocate", asset, amount)
+        return {"asset": asset, "amount": amount, "allocated": self._allocated(),
+                "left": self.p["budget"] - self._allocated()}
+
+    def tool_release_asset(self, asset):
+        self._check_asset(asset)
+        if self._amounts()[asset - 1] == 0:
+            raise AgentError("project %d has nothing allocated" % asset)
+        self._write("release", asset, 0.0)
+        return {"asset": asset, "amount": 0.0, "allocated": self._allocated()}
+
+    def tool_reset_allocation(self):
+        if self._allocated() == 0:
+            raise AgentError("nothing is allocated")
+        for i, x in enumerate(self._amounts()):
+            if x != 0:
+                self._write("release", i + 1, 0.0)
+        return {"allocated": 0.0, "left": self.p["budget"]}
+
+    def tool_commit_allocation(self):
+        self._set("committed", 1)
+        amounts = self._amounts()
+        return {"committed": {str(i + 1): x for i, x in enumerate(amounts)}, "objective": self.utility()}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        cur = v["currency"]
+        lines = [
+            self.skin["narrative"],
+            "",
+            "The %s has a budget of %d %s to allocate across %d projects (numbered 1 to %d) whose returns "
+            "move with %d risk factors." % (v["site"], p["budget"], cur, p["assets"], p["assets"], p["factors"]),
+            "Set a project's amount with %s (any non-negative number up to its cap; it replaces the previous "
+            "amount), undo with %s or %s, and end with %s. The amounts together may not exceed the budget; "
+            "money left unallocated earns nothing." % (n["allocate"], n["release_asset"], n["reset_allocation"],
+                                                       n["commit_allocation"]),
+            "Your score is the objective of the committed plan: sum_i r_i x_i - risk_aversion * (sum over "
+            "factors f of (sum_i a_fi x_i)^2 + ridge * sum_i x_i^2), where x_i is the amount on project i, r_i "
+            "its expected return per %s and a_fi its loading on factor f." % cur,
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the current "
+            "allocation is committed as it stands." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += [
+                "",
+                "Expected return per %s, by project: %s." % (cur, ", ".join(
+                    "%d: %d" % (i + 1, r) for i, r in enumerate(p["returns"]))),
+                "Cap per project (%s): %s." % (cur, ", ".join("%d: %d" % (i + 1, c) for i, c in enumerate(p["caps"]))),
+                "Risk aversion %r; ridge %d. Factor loadings, one row per factor (projects 1 to %d):" % (
+                    p["risk_aversion"], p["ridge"], p["assets"]),
+            ]
+            for f, row in enumerate(p["exposures"]):
+                lines.append("  factor %d: %s" % (f + 1, ", ".join("%d" % a for a in row)))
+        else:
+            lines += [
+                "",
+                "The projects' expected returns, their caps and the risk model (loadings, ridge and risk "
+                "aversion) are not given: %s, %s and %s reveal them, each at the cost of a turn from the "
+                "same budget." % (n["get_return_forecast"], n["get_position_limits"], n["get_risk_model"]),
+            ]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+_ASSET = {"type": "integer", "minimum": 1, "maximum": 8, "description": "project number, from 1"}
+
+TOOLS = (
+    ToolSpec("get_return_forecast", "probe", "Read the expected return per {currency} of every project of the "
+             "{site}.", _NO_ARGS, reveals=("returns",)),
+    ToolSpec("get_risk_model", "probe", "Read the risk model: every project's loading on each risk factor, the "
+             "ridge term and the risk aversion.", _NO_ARGS, reveals=("exposures", "ridge", "risk_aversion")),
+    ToolSpec("get_position_limits", "probe", "Read the most each project may take, in {currency}, and the "
+             "budget.", _NO_ARGS, reveals=("caps",)),
+    ToolSpec("list_assets", "observe", "List the {site}'s projects and the number of risk factors.", _NO_ARGS),
+    ToolSpec("view_allocation", "observe", "Show the amount currently set on every project.", _NO_ARGS),
+    ToolSpec("view_budget", "observe", "Show the budget, the amount allocated and what is left, in {currency}.",
+             _NO_ARGS),
+    ToolSpec("view_objective", "observe", "Show the objective of the current plan: expected return minus the "
+             "risk penalty.", _NO_ARGS),
+    ToolSpec("view_journal", "observe", "List the most recent allocation changes.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                                                         "description": "how many entries to list"}},
+              "additionalProperties": False}),
+    ToolSpec("allocate", "decision", "Set the amount of {currency} on one project (replaces its previous amount; "
+             "must stay within the project's cap and the budget).",
+             {"type": "object", "properties": {"asset": _ASSET,
+                                               "amount": {"type": "number", "minimum": 0, "maximum": 1000000,
+                                                          "description": "amount to put on the project"}},
+              "required": ["asset", "amount"], "additionalProperties": False}),
+    ToolSpec("release_asset", "decision", "Take everything off one project.",
+             {"type": "object", "properties": {"asset": _ASSET}, "required": ["asset"],
+              "additionalProperties": False}),
+    ToolSpec("reset_allocation", "decision", "Take everything off every project.", _NO_ARGS),
+    ToolSpec("commit_allocation", "clock", "Commit the current allocation; this ends the episode and scores it.",
+             _NO_ARGS),
+)
+
+register(Family(
+    name="qp",
+    version="1",
+    group="near_ood",
+    model_class="convex quadratic program (continuous allocation)",
+    solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=("returns", "caps", "exposures", "ridge", "risk_aversion"),
+    # z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
+    # the default (trivial); above 0.95 the equal split is already near-optimal (nothing to learn)
+    default_band=(-1.0, 0.95),
+    knob_ranges={"size": (2, 8), "horizon": (1, 6)},
+    turn_budget=turn_budget,
+    stochastic=False,
+    tables=("assets", "factors", "exposures", "positions", "journal", "state"),
+    vocabulary=("site", "currency"),
+))

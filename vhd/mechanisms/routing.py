@@ -1,0 +1,543 @@
+"""Routing: prize-collecting orienteering from a depot under a time budget, solved by Held–Karp.
+
+Model
+    A van starts at the depot (stop 0) at minute 0. There are `n_stops` customer stops
+    1..n_stops at distinct integer points `coordinates[k] = [x, y]` of a 31 × 31 grid (index 0
+    is the depot). Travel between any two points takes `travel[i][j]` whole minutes, the
+    Euclidean distance rounded half up (symmetric, 0 on the diagonal). Stop k pays
+    `rewards[k]` (an integer; `rewards[0] = 0` for the depot) the first time the van arrives
+    there; a stop may be visited at most once. The van may drive from its position p at clock
+    t to an unvisited stop k only if it can still get home in time from there:
+    t + travel[p][k] + travel[k][0] ≤ `budget` (budget = 10 × horizon minutes). A plan is a
+    sequence of distinct stops s1..sm (m ≥ 0) obeying that rule at every step, followed by
+    the drive back to the depot. Its utility is the sum of the rewards of s1..sm minus
+    `travel_cost` × the total minutes driven (including the return leg). The empty plan (stay
+    at the depot) has utility 0.
+    Solved exactly by Held–Karp dynamic programming over (set of visited stops, last stop):
+    the least clock on arrival over every rule-abiding path, then the best closed tour.
+
+State
+    the van's position and clock, which stops have been visited, the log of driven legs (each
+    leg a row: from, to, departure and arrival minute, reward collected), and whether the van
+    is back at the depot for good.
+
+Tools
+    probes: the stop manifest (every stop's reward), one stop's details (reward and
+    position), the travel-time matrix, one travel time, the map (coordinates), the rate card
+    (cost per minute driven); decision: drive to a stop; clock: return to the depot (ends the
+    episode); observations: position, clock (minutes used, left, needed to get home), visited
+    stops, the legs driven so far, the earnings so far.
+
+Reward
+    utility = rewards collected − travel_cost × minutes driven, in whole currency units
+    (0 for staying at the depot). r = clip01((u − u_default) / (u* − u_default)) with u_default
+    the nearest-neighbour plan's utility.
+
+Episode end
+    after `return_to_depot`, or when the turn budget runs out (the van then drives straight
+    back to the depot from where it is, which the driving rule always allows; no further stops).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+GRID = 30  # coordinates are integers in 0..GRID
+MINUTES_PER_HORIZON = 10  # budget = MINUTES_PER_HORIZON × horizon
+HIDDEN = ("rewards", "travel", "coordinates", "travel_cost")
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a routing instance."""
+
+    size: int = Field(6, ge=3, le=9, description="number of customer stops (besides the depot)")
+    horizon: int = Field(10, ge=3, le=30, description="time budget in tens of minutes: the van must be back "
+                                                      "at the depot within 10 × horizon minutes")
+
+
+def _minutes(a: list[int], b: list[int]) -> int:
+    """Euclidean distance between two grid points, rounded half up to whole minutes."""
+    return int(math.floor(math.hypot(a[0] - b[0], a[1] - b[1]) + 0.5))
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: distinct grid points (depot first), integer rewards, an integer cost per minute."""
+    n = params.size
+    cells = rng.choice((GRID + 1) ** 2, size=n + 1, replace=False)
+    coordinates = [[int(c) // (GRID + 1), int(c) % (GRID + 1)] for c in cells]
+    travel = [[_minutes(a, b) for b in coordinates] for a in coordinates]
+    travel_cost = int(rng.integers(1, 3))
+    # about 40 % small drops (worth 0..5 minutes of driving), the rest worth 8..29 minutes plus up to
+    # twice their distance from the depot: far stops tend to pay more, so nearest-first is a poor guide
+    rewards = [0]
+    for k in range(1, n + 1):
+        if rng.random() < 0.4:
+            minutes = int(rng.integers(0, 6))
+        else:
+            minutes = int(rng.integers(8, 30)) + int(rng.integers(0, 3)) * travel[0][k]
+        rewards.append(travel_cost * minutes)
+    return {
+        "n_stops": n,
+        "horizon": params.horizon,
+        "budget": MINUTES_PER_HORIZON * params.horizon,
+        "travel_cost": travel_cost,
+        "rewards": rewards,
+        "coordinates": coordinates,
+        "travel": travel,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The exact solver: Held–Karp over (visited set, last stop).
+
+
+def _held_karp(theta: dict) -> tuple[float, np.ndarray]:
+    n, budget, cost = theta["n_stops"], theta["budget"], theta["travel_cost"]
+    t = np.array(theta["travel"], dtype=np.int64)
+    rewards = np.array(theta["rewards"], dtype=np.int64)
+    inf = np.iinfo(np.int64).max // 4
+    full = 1 << n
+    # arrive[mask, j]: least clock on arriving at stop j + 1 having visited exactly `mask`
+    # (bit j ↔ stop j + 1), every step obeying the return rule; parent: the previous stop (0 = depot)
+    arrive = np.full((full, n), inf, dtype=np.int64)
+    parent = np.full((full, n), -1, dtype=np.int64)
+    home = t[1:, 0]
+    for j in range(n):
+        if t[0, j + 1] + home[j] <= budget:
+            arrive[1 << j, j] = t[0, j + 1]
+            parent[1 << j, j] = 0
+    legs = t[1:, 1:]
+    for mask in range(1, full):
+        row = arrive[mask]
+        for j in np.flatnonzero(row < inf):
+            times = row[j] + legs[j]
+            for k in range(n):
+                if mask >> k & 1:
+                    continue
+                nxt = mask | (1 << k)
+                if times[k] + home[k] <= budget and times[k] < arrive[nxt, k]:
+                    arrive[nxt, k] = times[k]
+                    parent[nxt, k] = j + 1
+    best, best_state = 0, None
+    prize = np.zeros(full, dtype=np.int64)
+    for j in range(n):
+        prize[1 << j:2 << j] = prize[:1 << j] + rewards[j + 1]
+    for mask in range(1, full):
+        for j in np.flatnonzero(arrive[mask] < inf):
+            value = int(prize[mask]) - cost * int(arrive[mask, j] + home[j])
+            if value > best:
+                best, best_state = value, (mask, int(j))
+    order = []
+    while best_state is not None:
+        mask, j = best_state
+        order.append(j + 1)
+        previous = int(parent[mask, j])
+        best_state = None if previous == 0 else (mask & ~(1 << j), previous - 1)
+    order.reverse()
+    policy = np.full(n, -1, dtype=np.int16)
+    policy[:len(order)] = order
+    return float(best), policy
+
+
+def solve(theta: dict) -> Solution:
+    """u* and the optimal visiting order by Held–Karp; exact values of the default and idle plans."""
+    n = theta["n_stops"]
+    u_star, policy, cert = certified(
+        lambda: _held_karp(theta),
+        method="Held–Karp dynamic programming over (visited set, last stop)",
+        solver="numpy",
+        solver_version=np.__version__,
+        state_space=(1 << n) * n,
+    )
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: a visiting order of stops 1..n, padded with -1.
+
+
+def _route(theta: dict, policy) -> list[int]:
+    """The stops of a plan in order; ValueError unless it is a valid plan under the driving rule."""
+    n, t, budget = theta["n_stops"], theta["travel"], theta["budget"]
+    values = [int(x) for x in np.asarray(policy).reshape(-1)]
+    if len(values) != n:
+        raise ValueError(f"a plan has {n} entries (stops then -1 padding), got {len(values)}")
+    route = []
+    for k, stop in enumerate(values):
+        if stop == -1:
+            if any(x != -1 for x in values[k:]):
+                raise ValueError(f"padding -1 must come last: {values}")
+            break
+        route.append(stop)
+    if any(not 1 <= s <= n for s in route) or len(set(route)) != len(route):
+        raise ValueError(f"a plan visits distinct stops among 1..{n}: {values}")
+    position, clock = 0, 0
+    for stop in route:
+        if clock + t[position][stop] + t[stop][0] > budget:
+            raise ValueError(f"driving to stop {stop} at minute {clock} leaves no time to return: {values}")
+        clock += t[position][stop]
+        position = stop
+    return route
+
+
+def _pad(theta: dict, route: list[int]) -> np.ndarray:
+    policy = np.full(theta["n_stops"], -1, dtype=np.int16)
+    policy[:len(route)] = route
+    return policy
+
+
+def _play(theta: dict, route: list[int]) -> tuple[int, int]:
+    """(utility, minutes driven) of a valid route, the return leg included."""
+    t, position, minutes = theta["travel"], 0, 0
+    for stop in route:
+        minutes += t[position][stop]
+        position = stop
+    minutes += t[position][0]
+    return sum(theta["rewards"][s] for s in route) - theta["travel_cost"] * minutes, minutes
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact utility of a plan (deterministic); ValueError for an invalid plan."""
+    return float(_play(theta, _route(theta, policy))[0])
+
+
+def _feasible(theta: dict, position: int, clock: int, visited: set[int]) -> list[int]:
+    t, budget = theta["travel"], theta["budget"]
+    return [k for k in range(1, theta["n_stops"] + 1)
+            if k not in visited and clock + t[position][k] + t[k][0] <= budget]
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Nearest neighbour: always drive to the closest unvisited stop that the driving rule
+    allows (ties to the lower stop number), ignoring rewards and the cost per minute; go home
+    when no stop is allowed."""
+    t, position, clock, route = theta["travel"], 0, 0, []
+    while True:
+        options = _feasible(theta, position, clock, set(route))
+        if not options:
+            return _pad(theta, route)
+        stop = min(options, key=lambda k: (t[position][k], k))
+        clock += t[position][stop]
+        position = stop
+        route.append(stop)
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Stay at the depot: visit nothing."""
+    return _pad(theta, [])
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A random valid plan: at each step go home or drive to an allowed stop, uniformly."""
+    t, position, clock, route = theta["travel"], 0, 0, []
+    while True:
+        options = _feasible(theta, position, clock, set(route))
+        pick = int(rng.integers(0, len(options) + 1))
+        if pick == len(options):
+            return _pad(theta, route)
+        stop = options[pick]
+        clock += t[position][stop]
+        position = stop
+        route.append(stop)
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a plan (deterministic; the episode seed is ignored): one drive per stop, then home."""
+    route = _route(theta, policy)
+    calls = [{"tool": "drive_to", "arguments": {"stop": s}} for s in route]
+    calls.append({"tool": "return_to_depot", "arguments": {}})
+    return Episode(utility=float(_play(theta, route)[0]), calls=calls, decisions=list(route))
+
+
+def turn_budget(theta: dict) -> int:
+    """Every whole-θ probe, one look per stop, the full plan and a few observations."""
+    return 3 * theta["n_stops"] + 16
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The delivery round's relational world: stops, travel times, driven legs, a state table."""
+
+    PARAMS = ("n_stops", "horizon", "budget", "travel_cost", "rewards", "coordinates", "travel")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n = params["n_stops"]
+        if len(params["rewards"]) != n + 1 or len(params["coordinates"]) != n + 1 or len(params["travel"]) != n + 1:
+            raise ValueError("rewards, coordinates and travel must cover the depot and %d stops" % n)
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (stop_id INTEGER PRIMARY KEY, label TEXT, x INTEGER, y INTEGER, "
+                   "reward INTEGER, status TEXT)" % t["stops"])
+        db.execute("CREATE TABLE %s (from_stop INTEGER REFERENCES %s(stop_id), to_stop INTEGER REFERENCES "
+                   "%s(stop_id), minutes INTEGER, PRIMARY KEY (from_stop, to_stop))" % (t["travel"], t["stops"], t["stops"]))
+        db.execute("CREATE TABLE %s (leg_id INTEGER PRIMARY KEY, from_stop INTEGER REFERENCES %s(stop_id), "
+                   "to_stop INTEGER REFERENCES %s(stop_id), depart_minute INTEGER, arrive_minute INTEGER, "
+                   "minutes INTEGER, reward INTEGER)" % (t["legs"], t["stops"], t["stops"]))
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        rows = []
+        for k in range(n + 1):
+            x, y = params["coordinates"][k]
+            label = "%s (depot)" % self.v["site"] if k == 0 else "customer %d" % k
+            rows.append((k, label, x, y, params["rewards"][k], "depot" if k == 0 else "open"))
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?, ?)" % t["stops"], rows)
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["travel"],
+                       [(i, j, params["travel"][i][j]) for i in range(n + 1) for j in range(n + 1)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("position", 0), ("clock", 0), ("ended", 0)])
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _minutes(self, a, b):
+        return self.db.execute("SELECT minutes FROM %s WHERE from_stop = ? AND to_stop = ?" % self.t["travel"],
+                               (a, b)).fetchone()[0]
+
+    def _stop(self, stop):
+        if not 0 <= stop <= self.p["n_stops"]:
+            raise AgentError("there are stops 0 (the depot) to %d; got %d" % (self.p["n_stops"], stop))
+        return self.db.execute("SELECT stop_id, label, x, y, reward, status FROM %s WHERE stop_id = ?"
+                               % self.t["stops"], (stop,)).fetchone()
+
+    def _totals(self):
+        return self.db.execute("SELECT COALESCE(SUM(reward), 0), COALESCE(SUM(minutes), 0) FROM %s"
+                               % self.t["legs"]).fetchone()
+
+    def _drive(self, stop):
+        position, clock = self._get("position"), self._get("clock")
+        minutes = self._minutes(position, stop)
+        reward = self._stop(stop)[4] if stop != 0 else 0
+        self.db.execute("INSERT INTO %s (from_stop, to_stop, depart_minute, arrive_minute, minutes, reward) "
+                        "VALUES (?, ?, ?, ?, ?, ?)" % self.t["legs"],
+                        (position, stop, clock, clock + minutes, minutes, reward))
+        if stop != 0:
+            self.db.execute("UPDATE %s SET status = 'visited' WHERE stop_id = ?" % self.t["stops"], (stop,))
+        self._set("position", stop)
+        self._set("clock", clock + minutes)
+        return minutes, reward
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("ended") == 1
+
+    def utility(self):
+        collected, minutes = self._totals()
+        return collected - self.p["travel_cost"] * minutes
+
+    def run_out(self):
+        if not self.over():
+            self.tool_return_to_depot()
+
+    # -- probes -----------------------------------------------------------------------------
+    def tool_get_manifest(self):
+        rows = self.db.execute("SELECT stop_id, label, reward FROM %s WHERE stop_id > 0 ORDER BY stop_id"
+                               % self.t["stops"]).fetchall()
+        return {"stops": [{"stop": r[0], "label": r[1], "reward": r[2]} for r in rows],
+                "currency": self.v["currency"]}
+
+    def tool_inspect_stop(self, stop):
+        row = self._stop(stop)
+        return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "reward": row[4], "status": row[5]}
+
+    def tool_get_travel_matrix(self):
+        n = self.p["n_stops"]
+        matrix = [[0] * (n + 1) for _ in range(n + 1)]
+        for i, j, m in self.db.execute("SELECT from_stop, to_stop, minutes FROM %s" % self.t["travel"]):
+            matrix[i][j] = m
+        return {"minutes": matrix, "note": "row = from stop, column = to stop; stop 0 is the depot"}
+
+    def tool_get_travel_time(self, from_stop, to_stop):
+        self._stop(from_stop)
+        self._stop(to_stop)
+        return {"from_stop": from_stop, "to_stop": to_stop, "minutes": self._minutes(from_stop, to_stop)}
+
+    def tool_get_map(self):
+        rows = self.db.execute("SELECT stop_id, x, y FROM %s ORDER BY stop_id" % self.t["stops"]).fetchall()
+        return {"points": [{"stop": r[0], "x": r[1], "y": r[2]} for r in rows],
+                "note": "travel minutes = straight-line distance rounded half up"}
+
+    def tool_get_rate_card(self):
+        return {"cost_per_minute": self.p["travel_cost"], "currency": self.v["currency"],
+                "time_budget_minutes": self.p["budget"]}
+
+    # -- decisions and the clock ------------------------------------------------------------
+    def tool_drive_to(self, stop):
+        row = self._stop(stop)
+        if stop == 0:
+            raise AgentError("stop 0 is the depot; use %s to end the round" % self.name["return_to_depot"])
+        if row[5] == "visited":
+            raise AgentError("stop %d has already been visited" % stop)
+        position, clock = self._get("position"), self._get("clock")
+        there, back = self._minutes(position, stop), self._minutes(stop, 0)
+        if clock + there + back > self.p["budget"]:
+            raise AgentError("at minute %d, driving to stop %d (%d min) and back to the depot (%d min) would end "
+                             "at minute %d, past the budget of %d" % (clock, stop, there, back,
+                                                                    clock + there + back, self.p["budget"]))
+        minutes, reward = self._drive(stop)
+        return {"arrived_at": stop, "minutes": minutes, "reward": reward, "clock": self._get("clock"),
+                "minutes_left": self.p["budget"] - self._get("clock")}
+
+    def tool_return_to_depot(self):
+        minutes = self._drive(0)[0] if self._get("position") != 0 else 0
+        self._set("ended", 1)
+        collected, driven = self._totals()
+        return {"back_at_depot_minute": self._get("clock"), "minutes": minutes, "collected": collected,
+                "minutes_driven": driven, "utility": self.utility(), "currency": self.v["currency"]}
+
+    # -- observations -----------------------------------------------------------------------
+    def tool_view_position(self):
+        position = self._get("position")
+        return {"stop": position, "label": self._stop(position)[1], "clock": self._get("clock")}
+
+    def tool_view_clock(self):
+        clock, position = self._get("clock"), self._get("position")
+        return {"clock": clock, "budget": self.p["budget"], "minutes_left": self.p["budget"] - clock,
+                "minutes_to_depot": 0 if position == 0 else self._minutes(position, 0)}
+
+    def tool_view_visited(self):
+        rows = self.db.execute("SELECT stop_id, status FROM %s WHERE stop_id > 0 ORDER BY stop_id"
+                               % self.t["stops"]).fetchall()
+        return {"visited": [r[0] for r in rows if r[1] == "visited"], "open": [r[0] for r in rows if r[1] == "open"]}
+
+    def tool_view_legs(self, limit=20):
+        rows = self.db.execute("SELECT leg_id, from_stop, to_stop, depart_minute, arrive_minute, minutes, reward "
+                               "FROM %s ORDER BY leg_id DESC LIMIT ?" % self.t["legs"], (limit,)).fetchall()
+        keys = ("leg", "from_stop", "to_stop", "depart_minute", "arrive_minute", "minutes", "reward")
+        return {"legs": [dict(zip(keys, row)) for row in rows]}
+
+    def tool_view_earnings(self):
+        collected, minutes = self._totals()
+        return {"collected": collected, "minutes_driven": minutes, "currency": self.v["currency"]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        lines = [
+            self.skin["narrative"],
+            "",
+            "Today you drive the %s's van on a delivery round of %s. It starts at the %s (stop 0, the depot) at "
+            "minute 0; customers at stops 1 to %d each pay once, in %s, when the van first arrives." % (
+                v["site"], v["item"], v["site"], p["n_stops"], v["currency"]),
+            "Drive with %s (one stop per call). A drive is refused unless the van could still get back to the "
+            "depot within the time budget of %d minutes from that stop. End the round with %s, which drives "
+            "straight back to the depot." % (n["drive_to"], p["budget"], n["return_to_depot"]),
+            "Your score is the payments collected minus the cost of every minute driven, the drive home "
+            "included. Staying at the depot scores 0. You have %d turns: every successful tool call uses its "
+            "turn cost; when they run out, the van drives straight home." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += [
+                "",
+                "Driving costs %d %s per minute." % (p["travel_cost"], v["currency"]),
+                "Payments by stop: %s." % ", ".join("stop %d: %d" % (k, p["rewards"][k])
+                                                    for k in range(1, p["n_stops"] + 1)),
+                "Stop positions (x, y): %s." % ", ".join("stop %d: (%d, %d)" % (k, c[0], c[1])
+                                                         for k, c in enumerate(p["coordinates"])),
+                "Travel minutes (row = from stop, column = to stop, stops 0..%d):" % p["n_stops"],
+            ]
+            for i, row in enumerate(p["travel"]):
+                lines.append("  from %d: %s" % (i, " ".join("%d" % m for m in row)))
+        else:
+            lines += [
+                "",
+                "The payments, the travel times, the stop positions and the cost per minute are not given: %s "
+                "and %s reveal the payments, %s and %s the travel times, %s the positions and %s the cost per "
+                "minute, each at the cost of a turn from the same budget." % (
+                    n["get_manifest"], n["inspect_stop"], n["get_travel_matrix"], n["get_travel_time"],
+                    n["get_map"], n["get_rate_card"]),
+            ]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _stop_arg(description: str) -> dict:
+    return {"type": "integer", "minimum": 0, "maximum": 9, "description": description}
+
+
+TOOLS = (
+    ToolSpec("get_manifest", "probe", "List every customer stop of the round with the payment (in {currency}) "
+             "due on delivery of {item}.", _NO_ARGS, reveals=("rewards",)),
+    ToolSpec("inspect_stop", "probe", "Show one stop: its payment in {currency}, its position on the map and "
+             "whether it has been visited.",
+             {"type": "object", "properties": {"stop": _stop_arg("stop number (0 is the {site})")},
+              "required": ["stop"], "additionalProperties": False}, reveals=("rewards", "coordinates")),
+    ToolSpec("get_travel_matrix", "probe", "Show the travel time in minutes between every pair of stops "
+             "(stop 0 is the {site}).", _NO_ARGS, reveals=("travel",)),
+    ToolSpec("get_travel_time", "probe", "Show the travel time in minutes from one stop to another.",
+             {"type": "object", "properties": {"from_stop": _stop_arg("stop to leave from"),
+                                               "to_stop": _stop_arg("stop to drive to")},
+              "required": ["from_stop", "to_stop"], "additionalProperties": False}, reveals=("travel",)),
+    ToolSpec("get_map", "probe", "Show the map: the grid position of the {site} and of every stop.", _NO_ARGS,
+             reveals=("coordinates",)),
+    ToolSpec("get_rate_card", "probe", "Show what driving costs, in {currency} per minute, and the time "
+             "budget of the round.", _NO_ARGS, reveals=("travel_cost",)),
+    ToolSpec("drive_to", "decision", "Drive the van to a customer stop and deliver the {item}; refused if the "
+             "stop was visited or the van could not get back to the {site} in time from there.",
+             {"type": "object", "properties": {"stop": _stop_arg("customer stop number, 1 or more")},
+              "required": ["stop"], "additionalProperties": False}),
+    ToolSpec("return_to_depot", "clock", "Drive straight back to the {site} and end the round.", _NO_ARGS),
+    ToolSpec("view_position", "observe", "Show where the van is and the minute on the clock.", _NO_ARGS),
+    ToolSpec("view_clock", "observe", "Show minutes used, minutes left and minutes needed to get back to the "
+             "{site}.", _NO_ARGS),
+    ToolSpec("view_visited", "observe", "List the stops visited and the stops still open.", _NO_ARGS),
+    ToolSpec("view_legs", "observe", "List the most recent legs driven with their times and payments.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                                                         "description": "how many legs to list"}},
+              "additionalProperties": False}),
+    ToolSpec("view_earnings", "observe", "Show the payments collected so far (in {currency}) and the minutes "
+             "driven.", _NO_ARGS),
+)
+
+register(Family(
+    name="routing",
+    version="1",
+    group="train",
+    model_class="deterministic prize-collecting orienteering (budgeted TSP)",
+    solver="Held–Karp dynamic programming (numpy)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
+    # 0.5 (trivial); above 0.95 nearest-neighbour already nearly solves it (no room to learn)
+    default_band=(-1.0, 0.95),
+    knob_ranges={"size": (5, 9), "horizon": (5, 15)},
+    turn_budget=turn_budget,
+    stochastic=False,
+    tables=("stops", "travel", "legs", "state"),
+    vocabulary=("site", "item", "currency"),
+))
