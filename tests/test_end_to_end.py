@@ -155,3 +155,25 @@ def test_missing_warehouse_and_bad_trajectories(refreshed, tmp_path):
 def test_families_lists_inventory():
     rows = json.loads(vhd("families", "--json").stdout)
     assert any(r["name"] == "inventory_dp" and r["group"] == "train" for r in rows)
+
+
+def test_check_reruns_the_gates_and_rejects_a_broken_replacement(refreshed, tmp_path):
+    db, _ = refreshed
+    env_id = json.loads(vhd("envs", "--db", db, "--json").stdout)[0]["env_id"]
+    result = vhd("check", env_id, "--db", db, "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0 and report["admitted"] is True
+    assert {g["name"] for g in report["gates"]} >= {"executes", "replay_agreement", "robustness", "determinism"}
+    con = duckdb.connect(str(db), read_only=True)
+    module = con.execute("SELECT module FROM setter_outputs s JOIN environments e USING (setter_output_id) "
+                         "WHERE env_id = ?", [env_id]).fetchall()[0][0]
+    con.close()
+    broken = tmp_path / "broken.py"
+    broken.write_text(module.replace('self._book(day, "sales", p["price"] * sold)',
+                                     'self._book(day, "sales", p["price"] * sold + 1)'))
+    result = vhd("check", env_id, "--code", broken, "--db", db, "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1 and report["admitted"] is False and report["module"] == "replacement"
+    assert not [g for g in report["gates"] if g["name"] == "replay_agreement"][0]["passed"]
+    missing = vhd("check", env_id, "--code", tmp_path / "absent.py", "--db", db)
+    assert missing.exit_code == 1 and "cannot read module" in missing.stderr

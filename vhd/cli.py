@@ -187,6 +187,40 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
 
 @app.command()
 @handles_errors
+def check(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
+          code: Optional[Path] = typer.Option(None, "--code", help="check this module file instead of the stored one"),
+          db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """Re-run every admission gate on an environment (exit 1 when it would not be admitted)."""
+    from vhd.mechanisms import registry
+    from vhd.schemas.errors import SetterError
+    from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+    from vhd.tasks.recheck import recheck
+
+    module = None
+    if code is not None:
+        try:
+            module = code.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SetterError(f"cannot read module {code}: {exc}") from None
+    with _reader(db) as wh:
+        env = wh.get(EnvironmentRecord, _resolve(wh, env_id))
+        model, solution = wh.get(ModelRecord, env.model_id), wh.get(SolutionRecord, env.solution_id)
+        output = wh.get(SetterOutputRecord, env.setter_output_id)
+    report = recheck(env, model, solution, output, registry.get(env.family), module)
+    if as_json:
+        _emit(report)
+    else:
+        table = Table("gate", "passed", "message")
+        for gate in report["gates"]:
+            table.add_row(gate["name"], "[green]yes[/green]" if gate["passed"] else "[red]no[/red]", gate["message"])
+        console.print(table)
+        console.print("[green]admitted[/green]" if report["admitted"] else "[red]rejected[/red]")
+    if not report["admitted"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handles_errors
 def score(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
           trajectories: Path = typer.Option(..., "--trajectories", help="JSONL file: one list of {tool, arguments} per line"),
           db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:

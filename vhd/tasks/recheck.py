@@ -1,0 +1,28 @@
+"""Re-run every gate on a stored environment, optionally with a replacement module.
+
+    >>> report = recheck(env, model, solution, setter_output, family, module=open("fixed.py").read())
+    >>> report["admitted"], [g["name"] for g in report["gates"] if not g["passed"]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.tasks.check import Candidate, check_batch
+
+
+def recheck(env: EnvironmentRecord, model: ModelRecord, solution: SolutionRecord, output: SetterOutputRecord,
+            family: Family, module: str | None = None) -> dict[str, Any]:
+    if module is not None:
+        output = output.model_copy(update={"module": module})
+    candidate = Candidate(env.env_id, model, solution, output, env.presentation, env.episode_seed, env.turn_budget)
+    verdict = check_batch(family, output, [candidate])[0]
+    return {
+        "env_id": env.env_id,
+        "module": "replacement" if module is not None else "stored",
+        "admitted": verdict.admitted,
+        "gates": [{"name": g.name, "passed": g.passed, "message": g.message, "seconds": round(g.seconds, 4)}
+                  for g in verdict.gates],
+    }
