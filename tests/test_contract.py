@@ -35,20 +35,33 @@ def test_registry_discovers_families():
     assert "inventory_dp" in FAMILIES
 
 
+def _gradable(family, wanted=3, tries=30):
+    """The first seeds whose episode has a positive reward span (π* strictly above the default on
+    the episode's own draw). Others are rejected by the default_band gate and never become
+    environments; for stochastic families ties are common (stopping: both accept day 0's offer)."""
+    found = []
+    for seed in range(tries):
+        _, theta = draw(family, seed)
+        solution = family.solve(theta)
+        optimal = family.simulate(theta, solution.policy, seed)
+        default = family.simulate(theta, family.default_policy(theta), seed)
+        if optimal.utility > default.utility:
+            found.append((seed, theta, optimal, default))
+        if len(found) == wanted:
+            return found
+    raise AssertionError(f"{family.name}: only {len(found)} of {tries} seeds give a positive reward span")
+
+
 @pytest.mark.parametrize("name", FAMILIES)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_optimal_replay_scores_one_and_default_zero(name, seed):
+def test_optimal_replay_scores_one_and_default_zero(name):
     family = registry.get(name)
-    _, theta = draw(family, seed)
-    solution = family.solve(theta)
-    out, module = _module(family, builtin_passages()[seed])
-    config = {"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": family.turn_budget(theta)}
-    optimal = family.simulate(theta, solution.policy, seed)
-    default = family.simulate(theta, family.default_policy(theta), seed)
-    u_opt = _play(module, config, to_calls(out, optimal.calls))["utility"]
-    u_def = _play(module, config, to_calls(out, default.calls))["utility"]
-    assert reward(u_opt, optimal.utility, default.utility) == 1.0
-    assert reward(u_def, optimal.utility, default.utility) == 0.0
+    for seed, theta, optimal, default in _gradable(family):
+        out, module = _module(family, builtin_passages()[seed % len(builtin_passages())])
+        config = {"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": family.turn_budget(theta)}
+        u_opt = _play(module, config, to_calls(out, optimal.calls))["utility"]
+        u_def = _play(module, config, to_calls(out, default.calls))["utility"]
+        assert reward(u_opt, optimal.utility, default.utility) == 1.0
+        assert reward(u_def, optimal.utility, default.utility) == 0.0
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -46,7 +46,7 @@ def certified(
         solver_version=solver_version,
         state_space=int(state_space),
         gap=gap,
-        bound=value if bound is None else bound,
+        bound=float(value) if bound is None else float(bound),
         seconds=seconds,
     )
     return float(value), plan, cert

@@ -1,0 +1,258 @@
+"""Cross-checks of the stopping family against plain-Python brute force, its rendered module
+and the real admission gates.
+
+Written from the docstring's Model section: offers i.i.d. over `values` with `weights`; accept
+on day d pays offer − waiting_cost · d; declining the last offer pays 0. The brute force is an
+expectimax over the full tree of offer sequences (exact Fractions), and the maximum over every
+threshold vector. The only layout assumption: a plan is one integer threshold per day.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import types
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import registry
+from vhd.mechanisms import stopping as st
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("stopping")
+PASSAGES = builtin_passages()
+TOL = 1e-9
+
+
+def dist(theta):
+    total = sum(theta["weights"])
+    return [(x, Fraction(w, total)) for x, w in zip(theta["values"], theta["weights"]) if w > 0]
+
+
+def expectimax(theta, day=0):
+    """Best expected utility from `day` on, over the scenario tree (no thresholds assumed)."""
+    if day == theta["horizon"]:
+        return Fraction(0)
+    return sum(p * max(x - theta["waiting_cost"] * day, expectimax(theta, day + 1)) for x, p in dist(theta))
+
+
+def play(theta, thresholds, offers):
+    for day, x in enumerate(offers):
+        if x >= thresholds[day]:
+            return x - theta["waiting_cost"] * day, day
+    return 0, None
+
+
+def expectation(theta, thresholds):
+    """Exact expectation over every offer sequence."""
+    total = Fraction(0)
+    for path in itertools.product(dist(theta), repeat=theta["horizon"]):
+        prob = math.prod((p for _, p in path), start=Fraction(1))
+        total += prob * play(theta, thresholds, [x for x, _ in path])[0]
+    return total
+
+
+def make(values, weights, cost, horizon):
+    return {"horizon": horizon, "values": list(values), "weights": list(weights), "waiting_cost": cost}
+
+
+def tiny_instances():
+    rng = np.random.default_rng(2024)
+    out = [make([0, 5, 10], [1, 1, 1], 0, 3), make([1, 2, 9], [5, 3, 2], 1, 3), make([3, 4, 20], [8, 1, 1], 4, 4),
+           make([0, 10], [1, 1], 7, 3), make([2, 6, 7], [2, 2, 6], 0, 2)]
+    for _ in range(12):
+        n, h = int(rng.integers(2, 4)), int(rng.integers(2, 5))
+        vals = sorted(int(v) for v in rng.choice(25, size=n, replace=False))
+        out.append(make(vals, [int(w) for w in rng.integers(1, 9, size=n)], int(rng.integers(0, 4)), h))
+    for s in (1, 2):
+        out.append(FAM.sample(FAM.Params(size=3, horizon=3), np.random.default_rng(s)))
+    return out
+
+
+TINY = tiny_instances()
+
+
+@pytest.mark.parametrize("theta", TINY)
+def test_u_star_equals_expectimax_and_threshold_enumeration(theta):
+    sol = FAM.solve(theta)
+    exact = expectimax(theta)
+    assert abs(sol.u_star - float(exact)) <= TOL
+    assert sol.policy.shape == (theta["horizon"],) and np.issubdtype(sol.policy.dtype, np.integer)
+    assert expectation(theta, sol.policy.tolist()) == exact
+    assert abs(FAM.evaluate(theta, sol.policy) - sol.u_star) <= TOL
+    assert sol.certificate.status == "optimal"
+    choices = theta["values"] + [max(theta["values"]) + 1]
+    best = max(expectation(theta, list(t)) for t in itertools.product(choices, repeat=theta["horizon"]))
+    assert best == exact
+    for policy in (FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, np.random.default_rng(0))):
+        value = expectation(theta, policy.tolist())
+        assert abs(FAM.evaluate(theta, policy) - float(value)) <= TOL and value <= exact
+    assert abs(sol.u_default - float(expectation(theta, FAM.default_policy(theta).tolist()))) <= TOL
+    assert abs(sol.u_idle - float(sum(x * p for x, p in dist(theta)))) <= TOL
+
+
+def test_default_is_mean_threshold_and_idle_takes_the_first():
+    theta = make([1, 2, 9], [5, 3, 2], 1, 4)  # mean 2.9
+    assert FAM.default_policy(theta).tolist() == [3] * 4
+    assert FAM.idle_policy(theta).tolist() == [0] * 4
+    assert FAM.solve(theta).policy[-1] == 9  # last day: accept iff x − 3 ≥ 0: only 9 qualifies
+
+
+def test_solver_depends_on_the_fee():
+    theta = make([0, 5, 30], [3, 3, 1], 0, 5)
+    u0, u1 = FAM.solve(theta).u_star, FAM.solve(dict(theta, waiting_cost=3)).u_star
+    assert u1 < u0 - 1 and abs(u1 - float(expectimax(dict(theta, waiting_cost=3)))) <= TOL
+
+
+def test_random_policy_and_evaluate_validation():
+    theta = TINY[1]
+    rng = np.random.default_rng(5)
+    plans = {tuple(FAM.random_policy(theta, rng).tolist()) for _ in range(20)}
+    assert len(plans) > 5
+    for bad in ([0, 0], [0, 0, 99], [-1, 0, 0], [0.5, 0, 0]):
+        with pytest.raises(ValueError):
+            FAM.evaluate(theta, np.array(bad))
+
+
+SIM = [FAM.sample(FAM.Params(size=s, horizon=h), np.random.default_rng(k)) for k, s, h in
+       ((1, 5, 18), (2, 8, 25), (3, 12, 30), (4, 6, 10))]
+
+
+@pytest.mark.parametrize("theta", SIM)
+def test_simulate_matches_plain_replay_and_mean_matches_evaluate(theta):
+    rng = np.random.default_rng(9)
+    policies = [FAM.solve(theta).policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)]
+    for policy in policies:
+        values = []
+        for seed in range(1500):
+            ep = FAM.simulate(theta, policy, seed)
+            offers = st.World.draw(theta, seed)
+            u, day = play(theta, policy.tolist(), offers)
+            assert ep.utility == u
+            if seed < 20:
+                n = theta["horizon"] if day is None else day
+                assert ep.calls == [{"tool": "decline_offer", "arguments": {}}] * n + (
+                    [] if day is None else [{"tool": "accept_offer", "arguments": {}}])
+            values.append(ep.utility)
+        se = np.std(values, ddof=1) / math.sqrt(len(values))
+        assert abs(np.mean(values) - FAM.evaluate(theta, policy)) <= 4 * se + 1e-9
+
+
+def test_sample_determinism_bounds_and_params():
+    p = FAM.Params(size=7, horizon=20)
+    a = FAM.sample(p, np.random.default_rng(3))
+    assert a == FAM.sample(p, np.random.default_rng(3)) != FAM.sample(p, np.random.default_rng(4))
+    for s in range(20):
+        t = FAM.sample(FAM.Params(size=3 + s % 10, horizon=3 + s), np.random.default_rng(s))
+        assert len(t["values"]) == 3 + s % 10 and t["horizon"] == 3 + s
+        assert t["values"] == sorted(set(t["values"])) and all(type(v) is int and v >= 0 for v in t["values"])
+        assert all(type(w) is int and w >= 1 for w in t["weights"]) and sum(t["weights"]) == 1000
+        assert type(t["waiting_cost"]) is int and t["waiting_cost"] >= 0
+        assert FAM.solve(t).certificate.seconds < 0.3 and FAM.turn_budget(t) < 300
+    for bad in (dict(size=2), dict(size=13), dict(horizon=2), dict(horizon=31)):
+        with pytest.raises(ValidationError):
+            FAM.Params(**bad)
+        with pytest.raises(InvalidParams):
+            FAM.params(bad)
+
+
+# --- the rendered module ---------------------------------------------------------------------
+
+_MOD = {}
+
+
+def generated(k):
+    if k not in _MOD:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("gen_stop_%d" % k)
+        exec(compile(out.module, "<stop %d>" % k, "exec"), module.__dict__)
+        _MOD[k] = (out, module)
+    return _MOD[k]
+
+
+def env_of(k, theta, presentation="I", seed=0):
+    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": seed,
+                                   "turn_budget": FAM.turn_budget(theta)})
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_module_replays_every_plan(k):
+    out, _ = generated(k)
+    theta = SIM[k % len(SIM)]
+    rng = np.random.default_rng(k)
+    for policy in (FAM.solve(theta).policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+        for seed in (k, 100 + k):
+            env = env_of(k, theta, "A", seed)
+            for call in FAM.simulate(theta, policy, seed).calls:
+                assert env.call(out.tool_name(call["tool"]), call["arguments"])["ok"]
+            assert env.done and env.outcome()["utility"] == FAM.simulate(theta, policy, seed).utility
+
+
+def test_invalid_calls_leave_state_unchanged_and_hiding():
+    out, _ = generated(0)
+    theta = SIM[0]
+    env = env_of(0, theta)
+    name = out.tool_name
+    assert env.call(name("view_offer"), {"day": 0})["amount"] == st.World.draw(theta, 0)[0]
+    assert env.call(name("write_note"), {"text": "wait for the top"})["ok"]
+    for tool, args in (("view_offer", {"day": 1}), ("view_offer", {"day": -1}), ("write_note", {"text": ""}),
+                       ("delete_note", {"note": 9}), ("accept_offer", {"x": 1}), ("no_such", {})):
+        before = env.state_digest()
+        r = env.call(name(tool) if tool != "no_such" else tool, args)
+        assert r["ok"] is False and isinstance(r["error"], str) and env.state_digest() == before
+    a = env_of(0, theta, "A").instruction
+    i = env_of(0, theta, "I").instruction
+    assert "Storage fee: %d" % theta["waiting_cost"] in i and "Storage fee" not in a
+    assert all("%d (" % v not in a for v in theta["values"]) and name("get_offer_forecast") in a
+    other = dict(theta, values=[v + 1 for v in theta["values"]], weights=[w + 1 for w in theta["weights"]],
+                 waiting_cost=theta["waiting_cost"] + 1)
+    assert env_of(0, other, "A").instruction == a and env_of(0, other, "I").instruction != i
+
+
+# --- the real gates --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=0, batch="t")
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        verdicts += check_batch(FAM, output, [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id])
+    return outputs, candidates, verdicts
+
+
+def test_gates_admit_most_models(gated):
+    _, _, verdicts = gated
+    for presentation in ("I", "A"):
+        mine = [v for v in verdicts if v.candidate.presentation == presentation]
+        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
+    for v in verdicts:
+        assert v.admitted or {g.name for g in v.gates if not g.passed} == {"default_band"}, v.reason
+
+
+def test_a_scaled_fee_is_rejected(gated):
+    outputs, candidates, _ = gated
+    old = 'fee = self.p["waiting_cost"] * day'
+    rejected = []
+    for output in outputs:
+        assert output.module.count(old) == 1
+        wrong = output.model_copy(update={"module": output.module.replace(old, 'fee = 2 * self.p["waiting_cost"] * day + 1')})
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        for v in check_batch(FAM, wrong, mine):
+            failed = {g.name for g in v.gates if not g.passed}
+            rejected.append(bool(failed & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}))
+    assert sum(rejected) >= len(rejected) - 2

@@ -1,0 +1,510 @@
+"""Cross-checks of the weighted-tardiness family against plain-Python brute force, its rendered
+module and the real admission gates.
+
+The brute force is written from the module docstring's Model section, not from the solver: the
+machine runs a permutation of the jobs back to back from time 0; job j finishing at C costs
+weights[j] · max(0, C − due[j]); u* is minus the least total over all n! permutations. A plan
+is a sequence of distinct jobs; on release the missing jobs follow in index order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import types
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import draw, sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("tardiness")
+PASSAGES = builtin_passages()
+HIDDEN = ("processing", "due", "weights")
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in plain Python.
+
+
+def released(theta, seq):
+    return list(seq) + [j for j in range(theta["n_jobs"]) if j not in seq]
+
+
+def cost(theta, order):
+    """Weighted tardiness of running `order` back to back from time 0."""
+    assert sorted(order) == list(range(theta["n_jobs"]))
+    t, total = 0, 0
+    for j in order:
+        t += theta["processing"][j]
+        total += theta["weights"][j] * max(0, t - theta["due"][j])
+    return total
+
+
+def brute_force(theta):
+    """(u*, every optimal permutation) over all n! permutations."""
+    costs = {perm: cost(theta, perm) for perm in itertools.permutations(range(theta["n_jobs"]))}
+    best = min(costs.values())
+    return -best, {perm for perm, c in costs.items() if c == best}
+
+
+def wspt(theta):
+    """Smith's rule from the default's docstring: p/w ascending (cross-multiplied), ties by index."""
+    order = list(range(theta["n_jobs"]))
+    for i in range(len(order)):  # plain insertion sort with an exact comparison
+        k = i
+        while k > 0:
+            a, b = order[k - 1], order[k]
+            pa, wa, pb, wb = theta["processing"][a], theta["weights"][a], theta["processing"][b], theta["weights"][b]
+            if pb * wa < pa * wb or (pb * wa == pa * wb and b < a):
+                order[k - 1], order[k] = b, a
+                k -= 1
+            else:
+                break
+    return order
+
+
+def make(processing, due, weights, horizon=5):
+    return {"n_jobs": len(processing), "horizon": horizon, "processing": list(processing), "due": list(due),
+            "weights": list(weights)}
+
+
+def _id(theta):
+    return "p%s-d%s-w%s" % (theta["processing"], theta["due"], theta["weights"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances.
+
+TINY = [
+    make([1, 1, 1], [1, 2, 3], [1, 1, 1]),          # index order meets every due date: 0
+    make([3, 2, 1], [1, 1, 1], [1, 1, 1]),          # all late: SPT is optimal
+    make([5, 1, 1], [5, 7, 7], [1, 1, 1]),          # WSPT (1, 2, 0) makes job 0 late; index order is optimal
+    make([4, 2, 6, 3], [4, 7, 8, 12], [2, 5, 1, 3]),
+    make([2, 7, 3, 4, 1], [5, 9, 6, 10, 2], [4, 1, 3, 2, 5]),
+    make([10, 1, 1, 1, 1, 1], [10, 3, 3, 3, 3, 3], [10, 1, 1, 1, 1, 1]),
+    make([3, 3, 3, 3, 3, 3, 3], [3, 6, 9, 12, 15, 18, 21], [1, 2, 3, 4, 5, 6, 7]),  # reversed weights
+]
+
+
+def random_tiny(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(3, 8))
+        p = [int(x) for x in rng.integers(1, 11, size=n)]
+        out.append(make(p, [int(x) for x in rng.integers(1, sum(p) + 1, size=n)],
+                        [int(x) for x in rng.integers(1, 11, size=n)]))
+    return out
+
+
+def sampled_instances():
+    rng = np.random.default_rng(2024)
+    return [FAM.sample(FAM.Params(size=n, horizon=h), rng) for n in (3, 4, 5, 6, 7) for h in (1, 4, 7, 10)]
+
+
+ALL = TINY + random_tiny(30, 7) + sampled_instances()
+
+
+# ---------------------------------------------------------------------------------------------
+# The solver against brute force.
+
+
+@pytest.mark.parametrize("theta", ALL, ids=[_id(t) for t in ALL])
+def test_solver_matches_brute_force_over_all_permutations(theta):
+    sol = FAM.solve(theta)
+    u_star, optima = brute_force(theta)
+    assert sol.u_star == u_star
+    assert sol.certificate.status == "optimal" and sol.certificate.state_space == 2 ** theta["n_jobs"]
+    seq = sol.policy.tolist()
+    assert np.issubdtype(sol.policy.dtype, np.integer)
+    assert sorted(seq) == list(range(theta["n_jobs"]))  # π* is a full permutation
+    assert tuple(seq) in optima
+    assert FAM.evaluate(theta, sol.policy) == u_star == -cost(theta, seq)
+    assert sol.u_default == -cost(theta, wspt(theta)) <= u_star
+    assert sol.u_idle == -cost(theta, list(range(theta["n_jobs"]))) <= u_star
+    rng = np.random.default_rng(len(seq))
+    for _ in range(5):
+        assert FAM.evaluate(theta, FAM.random_policy(theta, rng)) <= u_star
+
+
+def test_hand_instances_have_the_expected_optima():
+    assert FAM.solve(TINY[0]).u_star == 0 and FAM.solve(TINY[0]).u_idle == 0
+    # all jobs late whatever the order: shortest first, C = 1, 3, 6 against due 1
+    assert FAM.solve(TINY[1]).u_star == -((1 - 1) + (3 - 1) + (6 - 1))
+    sol = FAM.solve(TINY[2])
+    assert sol.u_star == 0 and sol.u_idle == 0 and sol.u_default == -2  # WSPT: 1, 2, 0 → job 0 ends at 7 > 5
+    assert FAM.default_policy(TINY[2]).tolist() == [1, 2, 0]
+
+
+def test_solver_depends_on_processing_due_and_weights():
+    theta = make([4, 2, 6, 3], [4, 7, 8, 12], [2, 5, 1, 3])
+    u = FAM.solve(theta).u_star
+    for changed in (dict(theta, processing=[4, 2, 9, 3]), dict(theta, due=[4, 7, 2, 12]),
+                    dict(theta, weights=[2, 5, 9, 3])):
+        u2 = FAM.solve(changed).u_star
+        assert u2 == brute_force(changed)[0] and u2 != u, changed
+
+
+def test_default_is_smiths_rule_and_ignores_due_dates():
+    for theta in ALL:
+        order = FAM.default_policy(theta).tolist()
+        assert order == wspt(theta)
+        assert FAM.default_policy(dict(theta, due=[1] * theta["n_jobs"])).tolist() == order
+        ratios = [theta["processing"][j] / theta["weights"][j] for j in order]
+        assert ratios == sorted(ratios)
+    assert FAM.default_policy(make([2, 4, 1], [1, 1, 1], [1, 2, 1])).tolist() == [2, 0, 1]  # 0 and 1 tie: index
+
+
+def test_idle_releases_at_once_in_index_order():
+    theta = TINY[3]
+    idle = FAM.idle_policy(theta)
+    assert idle.size == 0
+    assert FAM.evaluate(theta, idle) == -cost(theta, [0, 1, 2, 3])
+    assert FAM.simulate(theta, idle, 0).calls == [{"tool": "release_schedule", "arguments": {}}]
+
+
+def test_partial_plans_append_the_rest_in_index_order():
+    theta = TINY[4]
+    for seq in ([3], [4, 1], [2, 0, 4], [1, 2, 3, 4, 0]):
+        assert FAM.evaluate(theta, np.array(seq)) == -cost(theta, released(theta, seq))
+
+
+def test_random_policy_is_a_uniform_permutation_and_varies():
+    theta = make([1, 2, 3, 4], [1, 2, 3, 4], [1, 1, 1, 1])
+    assert (FAM.random_policy(theta, np.random.default_rng(3)) == FAM.random_policy(theta, np.random.default_rng(3))).all()
+    rng = np.random.default_rng(3)
+    counts = {}
+    for _ in range(2400):
+        perm = tuple(FAM.random_policy(theta, rng).tolist())
+        assert sorted(perm) == [0, 1, 2, 3]
+        counts[perm] = counts.get(perm, 0) + 1
+    assert len(counts) == 24 and min(counts.values()) > 60 and max(counts.values()) < 140
+
+
+@pytest.mark.parametrize("plan", [[0, 0, 1], [0, 1, 2, 3], [3], [-1], [[0, 1, 2]], [0.5, 1.0]])
+def test_evaluate_rejects_invalid_plans(plan):
+    theta = make([1, 2, 3], [1, 2, 3], [1, 1, 1])
+    with pytest.raises(ValueError):
+        FAM.evaluate(theta, np.array(plan))
+
+
+def test_solve_is_fast_across_knob_ranges():
+    for seed in range(12):
+        knobs, theta = draw(FAM, seed)
+        sol = FAM.solve(theta)
+        assert sol.certificate.seconds < 0.3, (knobs, sol.certificate.seconds)
+        assert FAM.turn_budget(theta) < 300
+    big = FAM.sample(FAM.Params(size=10, horizon=20), np.random.default_rng(0))
+    sol = FAM.solve(big)
+    assert sol.certificate.seconds < 0.3 and len(FAM.simulate(big, sol.policy, 0).calls) <= FAM.turn_budget(big)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference simulator.
+
+
+@pytest.mark.parametrize("theta", TINY + sampled_instances()[8:14], ids=[_id(t) for t in TINY + sampled_instances()[8:14]])
+def test_simulate_schedules_the_plan_then_releases(theta):
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(11)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng),
+                 np.array([theta["n_jobs"] - 1])):
+        seq = plan.tolist()
+        for seed in (0, 1, 2**31 - 1):
+            ep = FAM.simulate(theta, plan, seed)
+            assert ep.utility == FAM.evaluate(theta, plan) == -cost(theta, released(theta, seq))
+            assert ep.decisions == seq
+            assert ep.calls == [{"tool": "schedule_next", "arguments": {"job": j}} for j in seq] + [
+                {"tool": "release_schedule", "arguments": {}}]
+            assert len(ep.calls) <= FAM.turn_budget(theta)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample and Params.
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=7, horizon=6)
+    a = FAM.sample(params, np.random.default_rng(5))
+    assert a == FAM.sample(params, np.random.default_rng(5))
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others) and len({repr(o) for o in others}) == 3
+
+
+@pytest.mark.parametrize("size,horizon", [(3, 1), (4, 5), (7, 10), (10, 3), (10, 20)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 100 + horizon)
+    for _ in range(20):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == {"n_jobs", "horizon", *HIDDEN}
+        assert theta["n_jobs"] == size and theta["horizon"] == horizon
+        assert all(len(theta[k]) == size for k in HIDDEN)
+        assert all(type(v) is int for k in HIDDEN for v in theta[k])
+        assert all(1 <= p <= 10 for p in theta["processing"]) and all(1 <= w <= 10 for w in theta["weights"])
+        window = max(1, math.ceil(horizon * sum(theta["processing"]) / 10))
+        assert all(1 <= d <= window for d in theta["due"])
+
+
+def test_horizon_sets_due_date_tightness():
+    def mean_ratio(h):
+        rng = np.random.default_rng(h)
+        thetas = [FAM.sample(FAM.Params(size=8, horizon=h), rng) for _ in range(200)]
+        return np.mean([np.mean(t["due"]) / sum(t["processing"]) for t in thetas])
+    assert abs(mean_ratio(2) - 0.1) < 0.03 and abs(mean_ratio(10) - 0.5) < 0.05
+
+
+@pytest.mark.parametrize("knobs", [dict(size=2), dict(size=11), dict(horizon=0), dict(horizon=21), dict(size="many")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+    with pytest.raises(InvalidParams):
+        FAM.params(knobs)
+
+
+def test_params_edges_and_family_declarations():
+    for knobs in (dict(size=3, horizon=1), dict(size=10, horizon=20)):
+        params = FAM.params(knobs)
+        assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
+    for knob, (lo, hi) in FAM.knob_ranges.items():
+        field = FAM.Params.model_fields[knob]
+        assert field.metadata[0].ge <= lo <= hi <= field.metadata[1].le
+    assert FAM.stochastic is False and FAM.group == "probe_budgeted" and set(FAM.hidden) == set(HIDDEN)
+    assert {r for t in FAM.tools for r in t.reveals} == set(HIDDEN)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rendered module, in process.
+
+_MODULES: dict[int, tuple] = {}
+
+
+def generated(k):
+    if k not in _MODULES:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("generated_tardiness_%d" % k)
+        exec(compile(out.module, "<generated tardiness %d>" % k, "exec"), module.__dict__)
+        _MODULES[k] = (out, module)
+    return _MODULES[k]
+
+
+def make_env(k, theta, presentation="I", budget=None, seed=0):
+    _, module = generated(k)
+    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
+                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+
+
+MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=h), np.random.default_rng(s))
+                 for s, n, h in ((1, 6, 5), (2, 9, 7), (3, 10, 10), (4, 4, 3))]
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
+    out, _ = generated(k)
+    names = [out.tool_name(t.name) for t in FAM.tools]
+    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(k)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+        for presentation in ("I", "A"):
+            env = make_env(k, theta, presentation)
+            for call in FAM.simulate(theta, plan, k).calls:
+                assert not env.done
+                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                assert result["ok"], result
+            outcome = env.outcome()
+            assert outcome["terminal"] and env.done
+            assert outcome["utility"] == FAM.evaluate(theta, plan)
+            assert outcome["turns_used"] == len(plan) + 1
+
+
+def test_probes_and_observations_report_theta():
+    theta = MODULE_THETAS[0]
+    out, _ = generated(0)
+    env = make_env(0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    fresh = {t.name: call(t.name) for t in FAM.tools if t.role == "observe"}
+    assert fresh["view_sequence"]["sequence"] == [] and fresh["view_completion_time"]["completion_time"] == 0
+    assert fresh["view_tardiness"]["weighted_tardiness"] == 0 and fresh["view_inspected"]["jobs"] == []
+    job = call("inspect_job", job=3)
+    assert (job["processing_time"], job["due"], job["weight"]) == tuple(theta[k][3] for k in HIDDEN)
+    assert [j["job"] for j in call("view_inspected")["jobs"]] == [3]
+    assert [j["inspected"] for j in call("list_unscheduled")["unscheduled"]] == [j == 3 for j in range(6)]
+    before = env.call(out.tool_name("view_log"), {})["turns_left"]
+    sheet = call("get_job_sheet")
+    assert before - sheet["turns_left"] == 3
+    assert [(j["processing_time"], j["due"], j["weight"]) for j in sheet["jobs"]] == list(zip(*(theta[k] for k in HIDDEN)))
+    seq = FAM.solve(theta).policy.tolist()
+    for j in seq[:4]:
+        assert call("schedule_next", job=j)["ok"]
+    ends = list(itertools.accumulate(theta["processing"][j] for j in seq[:4]))
+    assert [s["completes_at"] for s in call("view_sequence")["sequence"]] == ends
+    assert call("view_completion_time")["completion_time"] == ends[-1]
+    late = sum(theta["weights"][j] * max(0, e - theta["due"][j]) for j, e in zip(seq[:4], ends))
+    assert call("view_tardiness")["weighted_tardiness"] == late
+    assert [j["job"] for j in call("list_unscheduled")["unscheduled"]] == sorted(seq[4:])
+    assert call("unschedule_last")["unscheduled"] == seq[3]
+    assert call("view_log", limit=2)["log"][0]["action"] == "unschedule"
+    assert call("clear_schedule")["ok"] and call("view_sequence")["sequence"] == []
+    done = call("release_schedule")
+    assert done["appended_in_index_order"] == list(range(6)) and env.done
+    assert env.outcome()["utility"] == -cost(theta, list(range(6)))
+
+
+def test_invalid_calls_are_reported_and_leave_state_unchanged():
+    theta = make([4, 2, 6, 3], [4, 7, 8, 12], [2, 5, 1, 3])
+    out, _ = generated(1)
+    env = make_env(1, theta, "I")
+    tool_names = [t.name for t in FAM.tools]
+    call = lambda tool, args: env.call(out.tool_name(tool) if tool in tool_names else tool, args)
+    assert call("unschedule_last", {})["ok"] is False and call("clear_schedule", {})["ok"] is False
+    assert call("schedule_next", {"job": 2})["ok"]
+    bad = [
+        ("schedule_next", {"job": 2}),       # already scheduled
+        ("schedule_next", {"job": 4}),       # no job 4 (n = 4): the World refuses
+        ("schedule_next", {"job": 10}),      # beyond the schema maximum
+        ("schedule_next", {"job": -1}),
+        ("schedule_next", {"job": "1"}),
+        ("schedule_next", {"job": 1.5}),
+        ("schedule_next", {}),
+        ("schedule_next", {"job": 1, "extra": 1}),
+        ("inspect_job", {"job": 7}),
+        ("view_log", {"limit": 0}),
+        ("release_schedule", {"now": True}),
+        ("no_such_tool", {}),
+    ]
+    for tool, args in bad:
+        before = env.state_digest()
+        result = call(tool, args)
+        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
+        assert env.state_digest() == before, (tool, args)
+    assert "already in the sequence" in call("schedule_next", {"job": 2})["error"]
+    assert call("schedule_next", {"job": 0})["ok"] and call("release_schedule", {})["ok"] and env.done
+    before = env.state_digest()
+    assert call("schedule_next", {"job": 1})["ok"] is False and env.state_digest() == before
+    assert env.outcome() == {"utility": float(-cost(theta, [2, 0, 1, 3])), "terminal": True, "turns_used": 3}
+
+
+def test_a_world_refuses_after_release_even_when_called_directly():
+    theta = make([1, 2, 3], [1, 2, 3], [1, 1, 1])
+    _, module = generated(0)
+    import sqlite3
+    world = module.World(sqlite3.connect(":memory:", isolation_level=None), theta, 0, module.SKIN)
+    world.tool_release_schedule()
+    with pytest.raises(module.AgentError):
+        world.tool_schedule_next(job=0)
+    with pytest.raises(ValueError):
+        module.World(sqlite3.connect(":memory:"), {"n_jobs": 3}, 0, module.SKIN)
+
+
+def test_running_out_of_turns_releases_the_sequence_as_it_stands():
+    theta = MODULE_THETAS[1]
+    out, _ = generated(2)
+    env = make_env(2, theta, "I", budget=3)
+    order = FAM.default_policy(theta).tolist()
+    assert env.call(out.tool_name("schedule_next"), {"job": order[0]})["ok"]
+    assert env.call(out.tool_name("view_sequence"), {})["ok"]
+    assert env.call(out.tool_name("schedule_next"), {"job": order[1]})["ok"]
+    assert env.done
+    assert env.outcome() == {"utility": float(-cost(theta, released(theta, order[:2]))), "terminal": True,
+                             "turns_used": 3}
+    assert env.call(out.tool_name("schedule_next"), {"job": order[2]})["ok"] is False
+    # a three-turn sheet does not fit in two remaining turns and is refused without a charge
+    env = make_env(2, theta, "A", budget=4)
+    assert env.call(out.tool_name("inspect_job"), {"job": 0})["ok"]
+    assert env.call(out.tool_name("inspect_job"), {"job": 1})["ok"]
+    assert env.call(out.tool_name("get_job_sheet"), {})["ok"] is False and not env.done
+
+
+def test_presentation_a_hides_the_numbers_that_i_states():
+    theta = MODULE_THETAS[2]
+    other = dict(theta, processing=[p + 100 for p in theta["processing"]], due=[d + 700 for d in theta["due"]],
+                 weights=[w + 300 for w in theta["weights"]])
+    for k in range(len(PASSAGES)):
+        out, _ = generated(k)
+        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+        assert make_env(k, other, "A").instruction == a_text  # A reads the same whatever the hidden fields are
+        assert make_env(k, other, "I").instruction != i_text
+        for j in range(theta["n_jobs"]):
+            line = "job %d: processing %d; due %d; weight %d" % (j, theta["processing"][j], theta["due"][j],
+                                                               theta["weights"][j])
+            assert line in i_text and line not in a_text
+        assert "processing %d" % theta["processing"][0] not in a_text and "job 0:" not in a_text
+        assert out.tool_name("inspect_job") in a_text and out.tool_name("get_job_sheet") in a_text
+        # the no-argument observations of a fresh episode do not move with the hidden numbers either
+        for spec in FAM.tools:
+            if spec.role == "observe":
+                a = make_env(k, theta, "A").call(out.tool_name(spec.name), {})
+                b = make_env(k, other, "A").call(out.tool_name(spec.name), {})
+                assert a == b, spec.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real gates.
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=4, batch="t")
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        verdicts += check_batch(FAM, output, mine)
+    return outputs, candidates, verdicts
+
+
+def _failed(verdicts):
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
+
+
+def test_the_gates_admit_the_family_in_both_presentations(gated):
+    _, _, verdicts = gated
+    assert len(verdicts) == 12
+    for presentation in ("I", "A"):
+        mine = [v for v in verdicts if v.candidate.presentation == presentation]
+        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
+    for v in verdicts:  # a rejection may only come from the model's own default band
+        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.instruction and len(v.tools) == len(FAM.tools)
+    hiding = [g for v in verdicts if v.candidate.presentation == "A" for g in v.gates if g.name == "information_hiding"]
+    assert hiding and all(g.passed and "leak check not run" not in g.message for g in hiding)
+
+
+def _mutated(gated, old, new, index=0):
+    outputs, candidates, _ = gated
+    output = outputs[index]
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    return check_batch(FAM, wrong, mine)
+
+
+def test_a_doubled_weight_in_the_world_is_rejected(gated):
+    verdicts = _mutated(gated, "return sum(weight * max(0, end - due)", "return sum(2 * weight * max(0, end - due)")
+    assert not any(v.admitted for v in verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+
+
+def test_a_world_that_releases_without_job_zero_is_rejected(gated):
+    # release forgets to append job 0 when it is unscheduled: π* (a full permutation) still
+    # agrees, but the idle plan (release at once) and any plan missing job 0 do not
+    verdicts = _mutated(gated, "WHERE job_id NOT IN (SELECT job_id FROM %s) ORDER BY job_id\"",
+                        "WHERE job_id NOT IN (SELECT job_id FROM %s) AND job_id > 0 ORDER BY job_id\"", index=-1)
+    assert not any(v.admitted for v in verdicts)
+    assert "dynamics_agreement" in _failed(verdicts)

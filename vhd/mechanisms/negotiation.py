@@ -1,0 +1,485 @@
+"""Negotiation with a hidden reservation value: a seller posts prices to one buyer over a few rounds.
+
+Model
+    A seller offers one unit of an item to a single buyer over `horizon` = H rounds, numbered
+    0 … H − 1. The buyer's reservation value v is drawn once per episode from an integer
+    distribution: support `value_points` = step, 2·step, …, size·step (size distinct integers,
+    evenly spaced up to V = `max_price` = size·step) with integer weights `value_weights` (≥ 1);
+    P(v = value_points[k]) = value_weights[k] / Σ value_weights. In each round t the seller
+    either posts a price p ∈ {0, …, V}, passes the round, or walks away. The buyer accepts a
+    posted price iff p ≤ v; the episode then ends with utility p − delay_cost · t (one
+    `delay_cost` is paid for every round that passed without a deal). A rejected offer or a
+    pass ends the round. Walking away in round t ends the episode with utility
+    outside_option − delay_cost · t; if no deal is made in any of the H rounds the episode ends
+    with outside_option − delay_cost · H. Rejections are the only information the seller
+    gets: after rejections the posterior of v is the prior truncated to v ≤ b, where
+    b = (lowest rejected price) − 1 (b = V before any rejection). Solved exactly by backward
+    recursion over (round, b), in integer arithmetic on weight-scaled values.
+
+State
+    the round, the deal status (open, sold, walked away, expired), the offer history (every
+    price and the buyer's answer), a round log (action and delay cost of every round) and a
+    ledger of every booked amount (delay costs, the sale, the outside option).
+
+Tools
+    probes: the buyer survey (value distribution), the carrying terms (delay cost per round),
+    the outside bid (salvage value); decision: make an offer; clock: pass the round, walk away;
+    observations: the round clock, the offer history, the costs so far, the item card, the
+    deal status, the ledger.
+
+Reward
+    utility = sale price − delay costs paid (or outside option − delay costs paid when no deal
+    is made). r = clip01((u − u_default) / (u* − u_default)) where both references are played
+    on the same episode seed (the same reservation value v).
+
+Episode end
+    after an accepted offer, after `walk_away`, or after the last round passes with no deal;
+    when the turn budget runs out the remaining rounds pass with no offers (no deal: the
+    outside option minus H delay costs).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+WEIGHT_TOTAL = 100
+WALK, PASS = -1, -2  # policy codes besides prices 0 … V
+HIDDEN = ("value_points", "value_weights", "delay_cost", "outside_option")
+MAX_PRICE_SCHEMA = 1000
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a negotiation instance."""
+
+    size: int = Field(6, ge=3, le=12, description="number of support points of the buyer's value distribution "
+                                                    "(distinct values step, 2·step, …, V in currency units)")
+    horizon: int = Field(6, ge=2, le=12, description="number of negotiation rounds (at most one offer per round)")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: points step, 2·step, …, V = step · size with step 3…12; weights ≥ 1 summing to 100
+    (a Dirichlet(1.5) draw); delay cost 1 … ⌊V/(4·horizon)⌋ + 1 per round; outside option 0 … ⌊V/8⌋."""
+    n = params.size
+    step = int(rng.integers(3, 13))
+    top = step * n
+    shares = rng.dirichlet(np.full(n, 1.5))
+    weights = 1 + rng.multinomial(WEIGHT_TOTAL - n, shares)
+    return {
+        "horizon": params.horizon,
+        "max_price": top,
+        "value_points": [step * (k + 1) for k in range(n)],
+        "value_weights": [int(w) for w in weights],
+        "delay_cost": int(rng.integers(1, top // (4 * params.horizon) + 2)),
+        "outside_option": int(rng.integers(0, top // 8 + 1)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled values: U(t, b) = Σ_{v ≤ b} weight(v) · (expected utility-to-go | v, from round t, bound b).
+
+
+def _mass(theta: dict) -> np.ndarray:
+    """M[b + 1] = Σ weights of support points ≤ b, for b = −1 … V (int64)."""
+    top = theta["max_price"]
+    density = np.zeros(top + 1, dtype=np.int64)
+    for point, weight in zip(theta["value_points"], theta["value_weights"]):
+        if not 0 <= point <= top or weight < 0:
+            raise ValueError(f"value point {point} outside 0 … {top} or negative weight {weight}")
+        density[point] += weight
+    if density.sum() <= 0:
+        raise ValueError("the value distribution has no mass")
+    return np.concatenate([[0], np.cumsum(density)])
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    horizon, top = theta["horizon"], theta["max_price"]
+    cost, salvage = theta["delay_cost"], theta["outside_option"]
+    mass = _mass(theta)                                     # index b + 1
+    bound = np.arange(top + 1)                              # b = 0 … V (rows)
+    price = np.arange(top + 1)                              # p = 0 … V (columns)
+    feasible = price[None, :] <= bound[:, None]
+    accepted = mass[bound + 1][:, None] - mass[price][None, :]   # Σ weight of p ≤ v ≤ b
+    value = mass * (salvage - cost * horizon)               # U(H, b), b = −1 … V
+    policy = np.zeros((horizon, top + 1), dtype=np.int16)
+    codes = np.concatenate([[WALK, PASS], price]).astype(np.int16)
+    for t in range(horizon - 1, -1, -1):
+        offers = accepted * (price[None, :] - cost * t) + value[price][None, :]   # value[p] = U(t+1, p−1)
+        offers = np.where(feasible, offers, np.iinfo(np.int64).min)
+        table = np.column_stack([mass[bound + 1] * (salvage - cost * t), value[bound + 1], offers])
+        best = table.argmax(axis=1)                         # first maximum: walk, pass, then low prices
+        policy[t] = codes[best]
+        value = np.concatenate([[0], table[np.arange(top + 1), best]])
+    return float(value[top + 1]) / float(mass[-1]), policy
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* (table [round, b] → WALK / PASS / price) by backward recursion over (round, b)."""
+    u_star, policy, cert = certified(
+        lambda: _bellman(theta),
+        method="backward recursion over (round, highest acceptable price), integer arithmetic",
+        solver="numpy",
+        solver_version=np.__version__,
+        state_space=theta["horizon"] * (theta["max_price"] + 1),
+    )
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def _check(theta: dict, policy: np.ndarray) -> np.ndarray:
+    table = np.asarray(policy)
+    shape = (theta["horizon"], theta["max_price"] + 1)
+    if table.shape != shape:
+        raise ValueError(f"a policy is a table of shape {shape} (round, bound), got {table.shape}")
+    if not np.issubdtype(table.dtype, np.integer):
+        raise ValueError(f"a policy holds integer codes, got dtype {table.dtype}")
+    if table.min() < PASS or table.max() > theta["max_price"]:
+        raise ValueError(f"policy codes must lie in {PASS} … {theta['max_price']}")
+    return table.astype(np.int64)
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact expected utility of a table [round, b] → WALK (−1), PASS (−2) or a price 0 … V.
+    An offer above b is surely rejected and leaves b unchanged."""
+    table = _check(theta, policy)
+    horizon, top = theta["horizon"], theta["max_price"]
+    cost, salvage = theta["delay_cost"], theta["outside_option"]
+    mass = [int(m) for m in _mass(theta)]
+    value = [m * (salvage - cost * horizon) for m in mass]  # index b + 1
+    for t in range(horizon - 1, -1, -1):
+        new = [0]
+        for b in range(top + 1):
+            action = int(table[t, b])
+            if action == WALK:
+                new.append(mass[b + 1] * (salvage - cost * t))
+            elif action == PASS or action > b:
+                new.append(value[b + 1])
+            else:
+                new.append((mass[b + 1] - mass[action]) * (action - cost * t) + value[action])
+        value = new
+    return value[top + 1] / mass[-1]
+
+
+def _mean_price(theta: dict) -> int:
+    """The prior mean of v rounded half up, in integers."""
+    total = sum(theta["value_weights"])
+    first = sum(p * w for p, w in zip(theta["value_points"], theta["value_weights"]))
+    return (2 * first + total) // (2 * total)
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Offer the prior mean of v (rounded half up) in every round, whatever was rejected."""
+    return np.full((theta["horizon"], theta["max_price"] + 1), _mean_price(theta), dtype=np.int16)
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Walk away at once: take the outside option in round 0."""
+    return np.full((theta["horizon"], theta["max_price"] + 1), WALK, dtype=np.int16)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random code (walk, pass or any price 0 … V) in every (round, b)."""
+    shape = (theta["horizon"], theta["max_price"] + 1)
+    return rng.integers(PASS, theta["max_price"] + 1, size=shape).astype(np.int16)
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a policy table against the episode's buyer; the canonical calls that play it."""
+    table = _check(theta, policy)
+    value = World.draw(theta, episode_seed)
+    cost, salvage = theta["delay_cost"], theta["outside_option"]
+    bound, calls, decisions = theta["max_price"], [], []
+    for t in range(theta["horizon"]):
+        action = int(table[t, bound])
+        decisions.append(action)
+        if action == WALK:
+            calls.append({"tool": "walk_away", "arguments": {}})
+            return Episode(utility=float(salvage - cost * t), calls=calls, decisions=decisions)
+        if action == PASS:
+            calls.append({"tool": "pass_round", "arguments": {}})
+            continue
+        calls.append({"tool": "make_offer", "arguments": {"price": action}})
+        if action <= value:
+            return Episode(utility=float(action - cost * t), calls=calls, decisions=decisions)
+        bound = min(bound, action - 1)
+    return Episode(utility=float(salvage - cost * theta["horizon"]), calls=calls, decisions=decisions)
+
+
+def turn_budget(theta: dict) -> int:
+    """One call per round, every probe, and room for looks."""
+    return 2 * theta["horizon"] + 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The negotiation desk: catalog (the item card), offers, rounds, ledger and a state table."""
+
+    PARAMS = ("horizon", "max_price", "value_points", "value_weights", "delay_cost", "outside_option")
+    STATUS = ("open", "sold", "walked away", "expired")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        if len(params["value_points"]) != len(params["value_weights"]) or not params["value_points"]:
+            raise ValueError("value_points and value_weights must be non-empty lists of one length")
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self.value = World.draw(params, episode_seed)  # the buyer's reservation value: fixed, never shown
+        t = self.t
+        db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, max_price INTEGER)" % t["catalog"])
+        db.execute("CREATE TABLE %s (offer_id INTEGER PRIMARY KEY, round INTEGER UNIQUE REFERENCES %s(round), "
+                   "sku TEXT REFERENCES %s(sku), price INTEGER, answer TEXT)" % (t["offers"], t["rounds"], t["catalog"]))
+        db.execute("CREATE TABLE %s (round INTEGER PRIMARY KEY, action TEXT, delay_cost INTEGER)" % t["rounds"])
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, round INTEGER, kind TEXT, amount INTEGER)"
+                   % t["ledger"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
+                   (self.v["sku"], self.v["item"], self.v["unit"], params["max_price"]))
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("round", 0), ("status", 0)])
+
+    @staticmethod
+    def draw(params, episode_seed):
+        """The buyer's reservation value: an integer inverse-CDF draw from random.Random(seed)."""
+        rng = random.Random(episode_seed)
+        weights = params["value_weights"]
+        ticket, k = rng.randrange(sum(weights)), 0
+        while ticket >= weights[k]:
+            ticket -= weights[k]
+            k += 1
+        return params["value_points"][k]
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _book(self, rnd, kind, amount):
+        if amount:
+            self.db.execute("INSERT INTO %s (round, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"],
+                            (rnd, kind, amount))
+
+    def _total(self):
+        return self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s" % self.t["ledger"]).fetchone()[0]
+
+    def _costs(self):
+        return -self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s WHERE kind = 'delay cost'"
+                                % self.t["ledger"]).fetchone()[0]
+
+    def _open(self):
+        if self._get("status") != 0:
+            raise AgentError("the negotiation is closed (%s)" % World.STATUS[self._get("status")])
+
+    def _close_round(self, action):
+        """A round passes without a deal: book its delay cost; after the last round take the outside option."""
+        rnd = self._get("round")
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["rounds"], (rnd, action, self.p["delay_cost"]))
+        self._book(rnd, "delay cost", -self.p["delay_cost"])
+        self._set("round", rnd + 1)
+        if rnd + 1 >= self.p["horizon"]:
+            self._book(rnd, "outside option", self.p["outside_option"])
+            self._set("status", 3)
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("status") != 0
+
+    def utility(self):
+        return self._total()
+
+    def run_out(self):
+        while not self.over():
+            self._close_round("pass (turns ran out)")
+
+    # -- tools ------------------------------------------------------------------------------
+    def tool_read_buyer_survey(self):
+        total = float(sum(self.p["value_weights"]))
+        return {"reservation_value_distribution": [
+            {"value": point, "probability": weight / total, "weight": weight}
+            for point, weight in zip(self.p["value_points"], self.p["value_weights"])],
+            "currency": self.v["currency"], "note": "the buyer's value is drawn once and stays fixed"}
+
+    def tool_read_carrying_terms(self):
+        return {"delay_cost_per_round": self.p["delay_cost"], "currency": self.v["currency"]}
+
+    def tool_read_outside_bid(self):
+        return {"outside_option": self.p["outside_option"], "currency": self.v["currency"],
+                "note": "paid when you walk away or when the last round ends with no deal"}
+
+    def tool_view_round(self):
+        rnd = self._get("round")
+        return {"round": rnd, "rounds_left": self.p["horizon"] - rnd, "horizon": self.p["horizon"]}
+
+    def tool_view_offers(self, limit=20):
+        rows = self.db.execute("SELECT round, price, answer FROM %s ORDER BY offer_id DESC LIMIT ?"
+                               % self.t["offers"], (limit,)).fetchall()
+        return {"offers": [{"round": r, "price": p, "answer": a} for r, p, a in rows]}
+
+    def tool_view_costs(self):
+        return {"delay_costs_so_far": self._costs(), "rounds_passed": self._get("round"),
+                "currency": self.v["currency"]}
+
+    def tool_view_item(self):
+        sku, name, unit, top = self.db.execute("SELECT sku, name, unit, max_price FROM %s" % self.t["catalog"]).fetchone()
+        return {"sku": sku, "item": name, "unit": unit, "max_price": top, "currency": self.v["currency"]}
+
+    def tool_view_deal(self):
+        row = self.db.execute("SELECT round, price FROM %s WHERE answer = 'accepted'" % self.t["offers"]).fetchone()
+        return {"status": World.STATUS[self._get("status")], "sold_in_round": row[0] if row else None,
+                "price": row[1] if row else None}
+
+    def tool_view_ledger(self, limit=20):
+        rows = self.db.execute("SELECT entry_id, round, kind, amount FROM %s ORDER BY entry_id DESC LIMIT ?"
+                               % self.t["ledger"], (limit,)).fetchall()
+        return {"entries": [{"entry": e, "round": r, "kind": k, "amount": a} for e, r, k, a in rows],
+                "balance": self._total()}
+
+    def tool_make_offer(self, price):
+        self._open()
+        if price > self.p["max_price"]:
+            raise AgentError("prices run from 0 to %d %s; got %d" % (self.p["max_price"], self.v["currency"], price))
+        rnd = self._get("round")
+        if price <= self.value:
+            self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["rounds"], (rnd, "offer accepted", 0))
+            self.db.execute("INSERT INTO %s (round, sku, price, answer) VALUES (?, ?, ?, 'accepted')"
+                            % self.t["offers"], (rnd, self.v["sku"], price))
+            self._book(rnd, "sale", price)
+            self._set("status", 1)
+            return {"round": rnd, "price": price, "answer": "accepted", "balance": self._total()}
+        self.db.execute("INSERT INTO %s (round, sku, price, answer) VALUES (?, ?, ?, 'rejected')"
+                        % self.t["offers"], (rnd, self.v["sku"], price))
+        self._close_round("offer rejected")
+        return {"round": rnd, "price": price, "answer": "rejected", "rounds_left": self.p["horizon"] - rnd - 1,
+                "status": World.STATUS[self._get("status")]}
+
+    def tool_pass_round(self):
+        self._open()
+        rnd = self._get("round")
+        self._close_round("pass")
+        return {"round_passed": rnd, "rounds_left": self.p["horizon"] - rnd - 1,
+                "status": World.STATUS[self._get("status")]}
+
+    def tool_walk_away(self):
+        self._open()
+        rnd = self._get("round")
+        self._book(rnd, "outside option", self.p["outside_option"])
+        self._set("status", 2)
+        return {"walked_away_in_round": rnd, "balance": self._total()}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        lines = [
+            self.skin["narrative"],
+            "",
+            "The %s has one lot of %s (%s) to sell to a single buyer over %d rounds, numbered 0 to %d. The buyer "
+            "has a private reservation value, drawn once and fixed for the whole negotiation." % (
+                v["site"], v["item"], v["sku"], p["horizon"], p["horizon"] - 1),
+            "Each round you may post a price from 0 to %d %s with %s: the buyer accepts iff the price is at most "
+            "the reservation value, and the deal closes at that price. A rejected offer ends the round; %s ends "
+            "a round without an offer; %s ends the negotiation and takes the outside option." % (
+                p["max_price"], v["currency"], n["make_offer"], n["pass_round"], n["walk_away"]),
+            "Every round that passes without a deal costs a delay cost; if no deal is made by the end of the last "
+            "round you get the outside option. Your score is the sale price (or the outside option) minus the "
+            "delay costs paid.",
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the remaining "
+            "rounds pass with no offers." % turn_budget,
+        ]
+        if presentation == "I":
+            total = float(sum(p["value_weights"]))
+            lines += [
+                "",
+                "Delay cost: %d %s per round without a deal. Outside option: %d %s." % (
+                    p["delay_cost"], v["currency"], p["outside_option"], v["currency"]),
+                "The reservation value is one of these values, with probabilities:",
+                "  " + ", ".join("%d: %.2f" % (point, weight / total)
+                                 for point, weight in zip(p["value_points"], p["value_weights"])),
+                "(integer weights %s out of %d)." % (", ".join(str(w) for w in p["value_weights"]), int(total)),
+            ]
+        else:
+            lines += [
+                "",
+                "The buyer's value distribution, the delay cost per round and the outside option are not given: "
+                "%s, %s and %s reveal them, each at the cost of a turn from the same budget." % (
+                    n["read_buyer_survey"], n["read_carrying_terms"], n["read_outside_bid"]),
+            ]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+_LIMIT = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                                                     "description": "how many entries to list, newest first"}},
+          "additionalProperties": False}
+
+TOOLS = (
+    ToolSpec("read_buyer_survey", "probe", "Read the market survey of the buyer: the possible reservation values "
+             "for {item} in {currency} and their probabilities.", _NO_ARGS,
+             reveals=("value_points", "value_weights")),
+    ToolSpec("read_carrying_terms", "probe", "Read the {site}'s carrying terms: the delay cost in {currency} paid "
+             "for every round that passes without a deal.", _NO_ARGS, reveals=("delay_cost",)),
+    ToolSpec("read_outside_bid", "probe", "Read the standing bid of the {supplier} for the lot: the outside option "
+             "in {currency} if no deal is made.", _NO_ARGS, reveals=("outside_option",)),
+    ToolSpec("view_round", "observe", "Show the current round and the rounds left.", _NO_ARGS),
+    ToolSpec("view_offers", "observe", "List the prices offered so far and the buyer's answers.", _LIMIT),
+    ToolSpec("view_costs", "observe", "Show the delay costs paid so far, in {currency}.", _NO_ARGS),
+    ToolSpec("view_item", "observe", "Show the item card of the {item} ({sku}) on sale and the highest price "
+             "that may be asked.", _NO_ARGS),
+    ToolSpec("view_deal", "observe", "Show whether the negotiation is open, sold, walked away from or expired.",
+             _NO_ARGS),
+    ToolSpec("view_ledger", "observe", "List the booked amounts (delay costs, sale, outside option) and the "
+             "balance in {currency}.", _LIMIT),
+    ToolSpec("make_offer", "decision", "Post a price for the {item} to the buyer: accepted iff it is at most the "
+             "buyer's reservation value (the deal closes); a rejection ends the round.",
+             {"type": "object", "properties": {"price": {"type": "integer", "minimum": 0, "maximum": MAX_PRICE_SCHEMA,
+                                                         "description": "the asking price, in whole currency units"}},
+              "required": ["price"], "additionalProperties": False}),
+    ToolSpec("pass_round", "clock", "Let the current round pass without an offer (its delay cost is paid).",
+             _NO_ARGS),
+    ToolSpec("walk_away", "clock", "End the negotiation now and take the outside option.", _NO_ARGS),
+)
+
+register(Family(
+    name="negotiation",
+    version="1",
+    group="train",
+    model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
+    solver="backward recursion over (round, price bound) (numpy, integer)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
+    # above 0.95 the default is already near-optimal (no room to learn)
+    default_band=(-1.0, 0.95),
+    knob_ranges={"size": (3, 12), "horizon": (2, 12)},
+    turn_budget=turn_budget,
+    stochastic=True,
+    tables=("catalog", "offers", "rounds", "ledger", "state"),
+    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
+))

@@ -1,0 +1,587 @@
+"""Pandora's boxes (Weitzman): sealed lots with an opening fee and a random prize; open some, keep the best.
+
+Model
+    There are `n_boxes` = n sealed boxes (lots), numbered 0 … n − 1. Box i costs `costs[i]` ≥ 1
+    (whole currency units) to open and holds a prize X_i drawn independently from the integer
+    distribution P(X_i = prize_values[i][k]) = prize_weights[i][k] / Σ_k prize_weights[i][k]
+    (values distinct, ascending, ≥ 0; weights ≥ 1). A known `fallback` prize ≥ 0 is always
+    available. The player opens boxes one at a time, each at most once and at most `max_open`
+    boxes in all (1 ≤ max_open ≤ n), seeing each prize as it is opened, and may stop at any time.
+    On stopping, utility = max(fallback, prizes revealed so far) − Σ fees of the opened boxes
+    (stopping at once scores `fallback`). Prizes are drawn from the episode seed when the
+    world is created (World.draw), so every policy faces the same draw.
+    The state of the decision process is (set of opened boxes, best prize so far); solved
+    exactly by backward induction over the 2^n opened-sets × the distinct best-prize levels.
+    When max_open = n the cap is slack and the optimum equals Weitzman's index rule (open in
+    decreasing reservation value σ_i, E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far),
+    which the solver re-computes and checks.
+
+State
+    the boxes (label, fee, opened or not), their prize tables (value, weight), the openings
+    (which box, prize found, fee paid, in which step), a ledger of fees paid, and a state table
+    (whether the episode has ended, the fallback prize, how many boxes were opened).
+
+Tools
+    probes: inspect one box (its fee and prize distribution), read the fee schedule (all fees),
+    read the prize catalog (all distributions); decision: open a box; clock: stop and take the
+    best prize (ends the episode); observations: list the boxes, view the best prize so far,
+    view the fees paid, view openings used and left, view the net result if stopping now, view
+    the log of openings.
+
+Reward
+    utility = max(fallback, best revealed prize) − total fees paid. r = clip01((u − u_default) /
+    (u* − u_default)) where both references are played on the same episode seed (the same
+    prizes inside the boxes); the default opens boxes 0, 1, … up to the cap, blind to fees.
+
+Episode end
+    after `stop_and_take`, or when the turn budget runs out: the player then takes the best
+    prize found so far (or the fallback) and no further box is opened.
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+MAX_BOXES = 7
+WEIGHT_TOTAL = 20
+HIDDEN = ("costs", "prize_values", "prize_weights")
+TOL = 1e-9
+FEE_SHARE = (0.15, 0.5)
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a Pandora's-box instance."""
+
+    size: int = Field(5, ge=2, le=MAX_BOXES, description="number of sealed boxes n, in boxes")
+    horizon: int = Field(5, ge=1, le=MAX_BOXES,
+                         description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size))")
+
+
+def _expected_excess(values: list[int], weights: list[int], level: float) -> Fraction:
+    total = sum(weights)
+    return sum((Fraction(w, total) * (v - Fraction(level)) for v, w in zip(values, weights) if v > level),
+               Fraction(0))
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: a mix of 'safe' boxes (narrow prizes around a middling value), 'lottery' boxes
+    (nothing or a big prize) and 'spread' boxes (3–4 prizes over 0…80); weights out of 20; fees
+    a random 15–50 % of what a box adds over the fallback in expectation (so each box alone is
+    worth opening, but not all of them)."""
+    n = params.size
+    fallback = int(rng.integers(0, 16))
+    values_all, weights_all, costs = [], [], []
+    for _ in range(n):
+        kind = int(rng.integers(0, 3))
+        if kind == 0:  # safe
+            centre, spread = int(rng.integers(25, 61)), int(rng.integers(2, 9))
+            k = int(rng.integers(2, 4))
+            values = sorted({int(v) for v in rng.integers(centre - spread, centre + spread + 1, size=k)})
+        elif kind == 1:  # lottery
+            values = [int(rng.integers(0, 6)), int(rng.integers(70, 121))]
+        else:  # spread
+            k = int(rng.integers(3, 5))
+            values = sorted({int(v) for v in rng.integers(0, 81, size=k)})
+        if len(values) == 1:
+            values = [values[0], values[0] + 10]
+        k = len(values)
+        if kind == 1:
+            big = int(rng.integers(2, 7))
+            weights = [WEIGHT_TOTAL - big, big]
+        else:
+            cuts = sorted(int(c) for c in rng.choice(np.arange(1, WEIGHT_TOTAL), size=k - 1, replace=False))
+            weights = [b - a for a, b in zip([0] + cuts, cuts + [WEIGHT_TOTAL])]
+        excess = float(_expected_excess(values, weights, fallback))
+        cost = max(1, int(round(float(rng.uniform(*FEE_SHARE)) * excess)))
+        values_all.append(values)
+        weights_all.append(weights)
+        costs.append(cost)
+    return {
+        "n_boxes": n,
+        "max_open": min(params.horizon, n),
+        "fallback": fallback,
+        "costs": costs,
+        "prize_values": values_all,
+        "prize_weights": weights_all,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision process: states (opened mask, best-prize level). A policy is an int8 table
+# [mask, level] → box to open next, or −1 to stop; levels are the sorted distinct values of
+# max(fallback, v) over every prize v (and the fallback itself).
+
+
+class _Process:
+    def __init__(self, theta: dict):
+        self.theta = theta
+        self.n = theta["n_boxes"]
+        self.cap = theta["max_open"]
+        fb = theta["fallback"]
+        self.levels = sorted({fb} | {max(fb, v) for row in theta["prize_values"] for v in row})
+        self.index = {v: k for k, v in enumerate(self.levels)}
+        self.costs = theta["costs"]
+        self.outcomes = []  # per box: [(probability, {level index → next level index})…] as two lists
+        for values, weights in zip(theta["prize_values"], theta["prize_weights"]):
+            total = sum(weights)
+            probs = [w / total for w in weights]
+            nxt = [[self.index[max(level, v)] for v in values] for level in self.levels]
+            self.outcomes.append((probs, nxt))
+        self.popcount = [bin(m).count("1") for m in range(1 << self.n)]
+        self.shape = (1 << self.n, len(self.levels))
+
+    def q(self, value: list[list[float]], mask: int, b: int, box: int) -> float:
+        """Expected utility-to-go of opening `box` in state (mask, level b), given successor values."""
+        probs, nxt = self.outcomes[box]
+        row, succ = value[mask | (1 << box)], nxt[b]
+        total = 0.0
+        for p, j in zip(probs, succ):
+            total += p * row[j]
+        return total - self.costs[box]
+
+    def valid_actions(self, mask: int) -> list[int]:
+        if self.popcount[mask] >= self.cap:
+            return [-1]
+        return [-1] + [i for i in range(self.n) if not mask >> i & 1]
+
+
+def _backward(theta: dict) -> tuple[float, np.ndarray]:
+    proc = _Process(theta)
+    masks, n_levels = proc.shape
+    value: list[list[float]] = [[0.0] * n_levels for _ in range(masks)]
+    policy = np.full(proc.shape, -1, dtype=np.int8)
+    for mask in range(masks - 1, -1, -1):
+        row = value[mask]
+        free = proc.popcount[mask] < proc.cap
+        for b in range(n_levels):
+            best, act = float(proc.levels[b]), -1
+            if free:
+                for i in range(proc.n):
+                    if not mask >> i & 1:
+                        q = proc.q(value, mask, b, i)
+                        if q > best + TOL:
+                            best, act = q, i
+            row[b] = best
+            policy[mask, b] = act
+    return value[0][proc.index[theta["fallback"]]], policy
+
+
+def _check_policy(proc: _Process, policy: np.ndarray) -> np.ndarray:
+    table = np.asarray(policy)
+    if table.shape != proc.shape or not np.issubdtype(table.dtype, np.integer):
+        raise ValueError(f"a policy is an integer table of shape {proc.shape}, got {table.dtype} {table.shape}")
+    for mask in range(proc.shape[0]):
+        allowed = set(proc.valid_actions(mask))
+        for a in set(int(x) for x in table[mask]):
+            if a not in allowed:
+                raise ValueError(f"policy opens box {a} in opened-set {mask:b}; allowed {sorted(allowed)}")
+    return table
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact expected utility of a policy table [opened mask, best level] → box or −1 (stop)."""
+    proc = _Process(theta)
+    table = _check_policy(proc, policy).tolist()
+    masks, n_levels = proc.shape
+    value: list[list[float]] = [[0.0] * n_levels for _ in range(masks)]
+    for mask in range(masks - 1, -1, -1):
+        row, acts = value[mask], table[mask]
+        for b in range(n_levels):
+            a = acts[b]
+            row[b] = float(proc.levels[b]) if a < 0 else proc.q(value, mask, b, a)
+    return value[0][proc.index[theta["fallback"]]]
+
+
+def reservation_values(theta: dict) -> list[Fraction]:
+    """Weitzman's σ_i: the root of E[(X_i − σ)^+] = costs[i], exact (piecewise-linear in σ)."""
+    out = []
+    for values, weights, cost in zip(theta["prize_values"], theta["prize_weights"], theta["costs"]):
+        total = sum(weights)
+        pairs = sorted(zip(values, weights))
+        # on the segment σ ≤ v_k, E[(X − σ)^+] = Σ_{j ≥ k} p_j (v_j − σ); scan from the top
+        sigma = None
+        for k in range(len(pairs) - 1, -1, -1):
+            mass = Fraction(sum(w for _, w in pairs[k:]), total)
+            first = Fraction(sum(v * w for v, w in pairs[k:]), total)
+            root = (first - cost) / mass
+            lower = pairs[k - 1][0] if k > 0 else None
+            if root <= pairs[k][0] and (lower is None or root >= lower):
+                sigma = root
+                break
+        if sigma is None:
+            raise ValueError(f"no reservation value for box with values {values}")
+        out.append(sigma)
+    return out
+
+
+def weitzman_policy(theta: dict) -> np.ndarray:
+    """The index rule as a table: open the unopened box of highest σ (lowest index on ties) while
+    σ > best so far and the cap allows; otherwise stop."""
+    proc = _Process(theta)
+    sigma = reservation_values(theta)
+    table = np.full(proc.shape, -1, dtype=np.int8)
+    for mask in range(proc.shape[0]):
+        if proc.popcount[mask] >= proc.cap:
+            continue
+        free = [i for i in range(proc.n) if not mask >> i & 1]
+        top = max(free, key=lambda i: (sigma[i], -i))
+        for b, level in enumerate(proc.levels):
+            if sigma[top] > level:
+                table[mask, b] = top
+    return table
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* by backward induction over (opened set, best prize); Weitzman's index rule is
+    re-checked against it when the opening cap is slack (max_open = n)."""
+    proc = _Process(theta)
+
+    def run():
+        value, policy = _backward(theta)
+        if theta["max_open"] >= theta["n_boxes"]:
+            index_value = evaluate(theta, weitzman_policy(theta))
+            if abs(index_value - value) > 1e-6 * max(1.0, abs(value)):
+                raise ValueError(f"Weitzman's index rule gives {index_value}, backward induction {value}")
+        return value, policy
+
+    u_star, policy, cert = certified(run, method="backward induction over (opened set, best prize); "
+                                                 "Weitzman index cross-check when the cap is slack",
+                                     solver="python", solver_version=f"numpy {np.__version__}",
+                                     state_space=proc.shape[0] * proc.shape[1])
+    return Solution(u_star=u_star, policy=policy, u_default=evaluate(theta, default_policy(theta)),
+                    u_idle=evaluate(theta, idle_policy(theta)), certificate=cert)
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Search exhaustively in index order, blind to fees and to what is found: open the
+    lowest-numbered unopened box while the cap allows (boxes 0, 1, …, max_open − 1), then stop
+    and take the best prize."""
+    proc = _Process(theta)
+    table = np.full(proc.shape, -1, dtype=np.int8)
+    for mask in range(proc.shape[0]):
+        if proc.popcount[mask] < proc.cap:
+            table[mask] = next(i for i in range(proc.n) if not mask >> i & 1)
+    return table
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Stop at once and take the fallback prize."""
+    return np.full(_Process(theta).shape, -1, dtype=np.int8)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """In every state, a uniformly random valid action: stop, or open any unopened box the cap allows."""
+    proc = _Process(theta)
+    table = np.full(proc.shape, -1, dtype=np.int8)
+    for mask in range(proc.shape[0]):
+        actions = proc.valid_actions(mask)
+        if len(actions) > 1:
+            picks = rng.integers(0, len(actions), size=proc.shape[1])
+            table[mask] = [actions[int(k)] for k in picks]
+    return table
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a policy table on the episode's prizes (World.draw): open boxes as the table says,
+    then stop and take the best."""
+    proc = _Process(theta)
+    table = _check_policy(proc, policy)
+    prizes = World.draw(theta, episode_seed)
+    mask, best, paid = 0, theta["fallback"], 0
+    calls, decisions = [], []
+    while True:
+        box = int(table[mask, proc.index[best]])
+        if box < 0:
+            break
+        decisions.append(box)
+        calls.append({"tool": "open_box", "arguments": {"box": box}})
+        paid += theta["costs"][box]
+        best = max(best, prizes[box])
+        mask |= 1 << box
+    calls.append({"tool": "stop_and_take", "arguments": {}})
+    return Episode(utility=float(best - paid), calls=calls, decisions=decisions)
+
+
+def turn_budget(theta: dict) -> int:
+    """Every probe (one inspection per box plus the two sheets), every opening, the stop, and room
+    for a few looks."""
+    return 2 * theta["n_boxes"] + theta["max_open"] + 10
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The sealed-lot auction room: boxes, prize tables, openings, a fee ledger and a state table."""
+
+    PARAMS = ("n_boxes", "max_open", "fallback", "costs", "prize_values", "prize_weights")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n = params["n_boxes"]
+        if len(params["costs"]) != n or len(params["prize_values"]) != n or len(params["prize_weights"]) != n \
+                or any(len(v) != len(w) for v, w in zip(params["prize_values"], params["prize_weights"])):
+            raise ValueError("costs, prize_values and prize_weights do not match n_boxes=%r" % (n,))
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self.prizes = World.draw(params, episode_seed)  # immutable: the hidden contents of the boxes
+        t = self.t
+        db.execute("CREATE TABLE %s (box_id INTEGER PRIMARY KEY, label TEXT, fee INTEGER, opened INTEGER)"
+                   % t["boxes"])
+        db.execute("CREATE TABLE %s (box_id INTEGER REFERENCES %s(box_id), outcome INTEGER, value INTEGER, "
+                   "weight INTEGER, PRIMARY KEY (box_id, outcome))" % (t["prizes"], t["boxes"]))
+        db.execute("CREATE TABLE %s (step INTEGER PRIMARY KEY, box_id INTEGER UNIQUE REFERENCES %s(box_id), "
+                   "prize INTEGER, fee INTEGER)" % (t["openings"], t["boxes"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, step INTEGER, kind TEXT, amount INTEGER)"
+                   % t["ledger"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["boxes"],
+                       [(i, "%s-B%d" % (self.v["sku"], i), params["costs"][i]) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["prizes"],
+                       [(i, k, v, w) for i in range(n)
+                        for k, (v, w) in enumerate(zip(params["prize_values"][i], params["prize_weights"][i]))])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
+                       [("stopped", 0), ("fallback", params["fallback"])])
+
+    @staticmethod
+    def draw(params, episode_seed):
+        """The prize inside every box: integer inverse-CDF draws from random.Random(seed), box by box."""
+        rng = random.Random(episode_seed)
+        prizes = []
+        for values, weights in zip(params["prize_values"], params["prize_weights"]):
+            ticket, k = rng.randrange(sum(weights)), 0
+            while ticket >= weights[k]:
+                ticket -= weights[k]
+                k += 1
+            prizes.append(values[k])
+        return prizes
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _box(self, box):
+        n = self.p["n_boxes"]
+        if not 0 <= box < n:
+            raise AgentError("there are %d boxes, numbered 0 to %d; got %d" % (n, n - 1, box))
+        return box
+
+    def _opened_count(self):
+        return self.db.execute("SELECT COUNT(*) FROM %s" % self.t["openings"]).fetchone()[0]
+
+    def _best(self):
+        """(best prize so far with the fallback, the box it came from or None)."""
+        row = self.db.execute("SELECT box_id, prize FROM %s ORDER BY prize DESC, step ASC LIMIT 1"
+                              % self.t["openings"]).fetchone()
+        fallback = self._get("fallback")
+        if row is None or row[1] <= fallback:
+            return fallback, None
+        return row[1], row[0]
+
+    def _paid(self):
+        return -self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s WHERE kind = 'fee'"
+                                % self.t["ledger"]).fetchone()[0]
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("stopped") == 1
+
+    def utility(self):
+        return self._best()[0] - self._paid()
+
+    def run_out(self):
+        if not self.over():
+            self._stop("taken when the turns ran out")
+
+    def _stop(self, kind):
+        best, box = self._best()
+        self.db.execute("INSERT INTO %s (step, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"],
+                        (self._opened_count(), kind, best))
+        self._set("stopped", 1)
+        return best, box
+
+    # -- tools ------------------------------------------------------------------------------
+    def _distribution(self, box):
+        rows = self.db.execute("SELECT value, weight FROM %s WHERE box_id = ? ORDER BY outcome"
+                               % self.t["prizes"], (box,)).fetchall()
+        total = sum(w for _, w in rows)
+        return {"prizes": [v for v, _ in rows], "weights": [w for _, w in rows],
+                "probabilities": [w / float(total) for _, w in rows]}
+
+    def tool_inspect_box(self, box):
+        box = self._box(box)
+        fee = self.db.execute("SELECT fee FROM %s WHERE box_id = ?" % self.t["boxes"], (box,)).fetchone()[0]
+        out = {"box": box, "fee": fee, "currency": self.v["currency"]}
+        out.update(self._distribution(box))
+        return out
+
+    def tool_read_fee_schedule(self):
+        rows = self.db.execute("SELECT box_id, fee FROM %s ORDER BY box_id" % self.t["boxes"]).fetchall()
+        return {"fees": [{"box": i, "fee": fee} for i, fee in rows], "currency": self.v["currency"]}
+
+    def tool_read_prize_catalog(self):
+        return {"boxes": [dict(box=i, **self._distribution(i)) for i in range(self.p["n_boxes"])],
+                "currency": self.v["currency"]}
+
+    def tool_list_boxes(self):
+        rows = self.db.execute("SELECT b.box_id, b.label, b.opened, o.prize FROM %s b LEFT JOIN %s o "
+                               "ON o.box_id = b.box_id ORDER BY b.box_id"
+                               % (self.t["boxes"], self.t["openings"])).fetchall()
+        return {"boxes": [{"box": i, "label": label, "opened": bool(opened), "prize": prize}
+                          for i, label, opened, prize in rows]}
+
+    def tool_view_best(self):
+        best, box = self._best()
+        return {"best_prize": best, "from_box": box, "fallback": self._get("fallback"),
+                "currency": self.v["currency"]}
+
+    def tool_view_fees_paid(self):
+        return {"fees_paid": self._paid(), "currency": self.v["currency"]}
+
+    def tool_view_openings(self):
+        used = self._opened_count()
+        return {"opened": used, "max_open": self.p["max_open"], "left": self.p["max_open"] - used,
+                "boxes": self.p["n_boxes"]}
+
+    def tool_view_net(self):
+        best, _ = self._best()
+        return {"best_prize": best, "fees_paid": self._paid(), "net_if_stopped_now": best - self._paid(),
+                "currency": self.v["currency"]}
+
+    def tool_view_log(self, limit=10):
+        rows = self.db.execute("SELECT step, box_id, prize, fee FROM %s ORDER BY step DESC LIMIT ?"
+                               % self.t["openings"], (limit,)).fetchall()
+        return {"openings": [{"step": s, "box": b, "prize": prize, "fee": fee} for s, b, prize, fee in rows]}
+
+    def tool_open_box(self, box):
+        box = self._box(box)
+        opened, fee = self.db.execute("SELECT opened, fee FROM %s WHERE box_id = ?" % self.t["boxes"],
+                                      (box,)).fetchone()
+        if opened:
+            raise AgentError("box %d is already open" % box)
+        used = self._opened_count()
+        if used >= self.p["max_open"]:
+            raise AgentError("at most %d boxes may be opened and %d already are; call %s"
+                             % (self.p["max_open"], used, self.name["stop_and_take"]))
+        prize = self.prizes[box]
+        self.db.execute("UPDATE %s SET opened = 1 WHERE box_id = ?" % self.t["boxes"], (box,))
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % self.t["openings"], (used, box, prize, fee))
+        self.db.execute("INSERT INTO %s (step, kind, amount) VALUES (?, 'fee', ?)" % self.t["ledger"], (used, -fee))
+        best, _ = self._best()
+        return {"box": box, "prize": prize, "fee": fee, "best_prize": best, "fees_paid": self._paid(),
+                "openings_left": self.p["max_open"] - used - 1, "currency": self.v["currency"]}
+
+    def tool_stop_and_take(self):
+        best, box = self._stop("prize taken")
+        return {"prize_taken": best, "from_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
+                "currency": self.v["currency"]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        lines = [
+            self.skin["narrative"],
+            "",
+            "The %s is offered %d sealed lots (boxes) of %s (%s) by the %s, numbered 0 to %d. Each box holds "
+            "one prize worth a whole number of %s, drawn at random from that box's own prize table; opening a "
+            "box costs its fee and shows its prize." % (v["site"], p["n_boxes"], v["item"], v["sku"],
+                                                         v["supplier"], p["n_boxes"] - 1, v["currency"]),
+            "Open boxes one at a time with %s (at most %d boxes in all, each once), then call %s to keep the "
+            "single best prize found, or the fallback prize of %d %s if nothing opened beats it." % (
+                n["open_box"], p["max_open"], n["stop_and_take"], p["fallback"], v["currency"]),
+            "Your score is the prize you keep minus every fee you paid. You have %d turns: every successful "
+            "tool call uses its turn cost; when they run out, you keep the best prize found so far." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += ["", "Boxes (fee; prize: chance out of the box's total weight):"]
+            for i in range(p["n_boxes"]):
+                total = sum(p["prize_weights"][i])
+                table = ", ".join("%d %s with chance %d/%d" % (value, v["currency"], w, total)
+                                  for value, w in zip(p["prize_values"][i], p["prize_weights"][i]))
+                lines.append("  box %d: fee %d; prize %s" % (i, p["costs"][i], table))
+        else:
+            lines += ["", "The boxes' fees and prize tables are not given: %s reveals one box's fee and prize "
+                      "table, %s every fee and %s every prize table, each at the cost of a turn from the same "
+                      "budget." % (n["inspect_box"], n["read_fee_schedule"], n["read_prize_catalog"])]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _box_schema(what):
+    return {"type": "object",
+            "properties": {"box": {"type": "integer", "minimum": 0, "maximum": MAX_BOXES - 1,
+                                   "description": "number of the box %s (0-based)" % what}},
+            "required": ["box"], "additionalProperties": False}
+
+
+TOOLS = (
+    ToolSpec("inspect_box", "probe", "Inspect one sealed lot of {item} from the {supplier}: its opening fee in "
+             "{currency} and its prize table (possible prizes and their weights).", _box_schema("to inspect"),
+             reveals=HIDDEN),
+    ToolSpec("read_fee_schedule", "probe", "Read the {supplier}'s fee schedule: the opening fee of every box, "
+             "in {currency}.", _NO_ARGS, reveals=("costs",)),
+    ToolSpec("read_prize_catalog", "probe", "Read the prize catalog: every box's possible prizes in {currency} "
+             "and their weights.", _NO_ARGS, reveals=("prize_values", "prize_weights")),
+    ToolSpec("list_boxes", "observe", "List the boxes at the {site} with their labels, whether each is open and "
+             "the prize found in it.", _NO_ARGS),
+    ToolSpec("view_best", "observe", "Show the best prize found so far (or the fallback prize) in {currency}.",
+             _NO_ARGS),
+    ToolSpec("view_fees_paid", "observe", "Show the total opening fees paid so far, in {currency}.", _NO_ARGS),
+    ToolSpec("view_openings", "observe", "Show how many boxes have been opened and how many may still be opened.",
+             _NO_ARGS),
+    ToolSpec("view_net", "observe", "Show the net result if you stopped now: best prize minus fees paid.",
+             _NO_ARGS),
+    ToolSpec("view_log", "observe", "List the most recent openings: box, prize found and fee paid.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 50,
+                                                         "description": "how many openings to list"}},
+              "additionalProperties": False}),
+    ToolSpec("open_box", "decision", "Open one sealed box: pay its fee in {currency} and see the prize inside "
+             "(refused if it is already open or the opening cap is reached).", _box_schema("to open")),
+    ToolSpec("stop_and_take", "clock", "Stop searching and keep the best prize found (or the fallback): the "
+             "episode ends and the score is that prize minus all fees paid.", _NO_ARGS),
+)
+
+register(Family(
+    name="pandora",
+    version="1",
+    group="far_ood",
+    model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
+    solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
+    # above 0.95 the fee-blind exhaustive search in index order already nearly solves it
+    default_band=(-1.0, 0.95),
+    knob_ranges={"size": (4, 7), "horizon": (2, 7)},
+    turn_budget=turn_budget,
+    tables=("boxes", "prizes", "openings", "ledger", "state"),
+    vocabulary=("site", "item", "sku", "supplier", "currency"),
+))

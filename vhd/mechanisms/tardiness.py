@@ -1,0 +1,485 @@
+"""Weighted single-machine tardiness: sequence the jobs of one machine, pay for every late time unit.
+
+Model
+    One machine processes `n_jobs` = n jobs, numbered 0 … n − 1, one at a time and without
+    idle time or preemption, starting at time 0. Job j takes `processing[j]` ≥ 1 whole time units,
+    is due at time `due[j]` ≥ 1 and carries a lateness weight `weights[j]` ≥ 1 (currency units per
+    time unit late). A plan is a sequence of distinct jobs (possibly empty, possibly incomplete);
+    when the schedule is released, the jobs not in it are appended in index order, so every
+    plan yields a permutation σ of all n jobs. Job σ(k) completes at C = Σ_{i ≤ k} processing[σ(i)],
+    and its weighted tardiness is weights[σ(k)] · max(0, C − due[σ(k)]). The due-date knob
+    `horizon` = h (in tenths of the total processing time P = Σ processing) sets how tight the
+    due dates are: each due[j] is drawn uniformly from 1 … ceil(h · P / 10).
+    The decision process is deterministic. Solved exactly by dynamic programming over subsets
+    (f(S) = min over the last job j ∈ S of f(S − j) + weights[j] · max(0, P(S) − due[j]),
+    2^n · n steps), in integer arithmetic.
+
+State
+    the job catalog (processing time, due date, weight of every job), the inspections made, the
+    sequence built so far (position → job), an action log and a state table (released or not,
+    step counter).
+
+Tools
+    probes: inspect one job (its processing time, due date and weight), read the whole job
+    sheet (every job at once, for a higher turn cost); decisions: schedule a job next,
+    unschedule the last job, clear the sequence; clock: release the schedule (ends the
+    episode); observations: view the sequence (with completion times), view the current
+    completion time, list the unscheduled jobs, view the tardiness so far, view the inspected
+    jobs, view the action log. The observations describe only the jobs already scheduled (in
+    presentation A, scheduling a job and looking at the sequence is itself a costly probe).
+
+Reward
+    utility = −Σ_j weights[j] · max(0, C_j − due[j]) over the released schedule (an integer,
+    ≤ 0; 0 when no job is late). r = clip01((u − u_default) / (u* − u_default)), where
+    u_default is Smith's rule (WSPT: jobs by processing/weight ascending, ties by index).
+
+Episode end
+    after `release_schedule`, or when the turn budget runs out: the sequence is then released as
+    it stands, with the unscheduled jobs appended in index order (no further decisions).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+MAX_JOBS = 10
+MAX_PROCESSING = 10
+MAX_WEIGHT = 10
+SHEET_COST = 3
+HIDDEN = ("processing", "due", "weights")
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a weighted-tardiness instance."""
+
+    size: int = Field(6, ge=3, le=MAX_JOBS, description="number of jobs n on the machine, in jobs")
+    horizon: int = Field(6, ge=1, le=20,
+                         description="due-date window, in tenths of the total processing time P: every due "
+                                     "date is drawn uniformly from 1 … ceil(horizon · P / 10) time units "
+                                     "(small = tight due dates, 10 = due dates spread over the whole makespan)")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: processing times 1…10, weights 1…10 and due dates 1…ceil(horizon · P / 10), all integers."""
+    n = params.size
+    processing = [int(p) for p in rng.integers(1, MAX_PROCESSING + 1, size=n)]
+    weights = [int(w) for w in rng.integers(1, MAX_WEIGHT + 1, size=n)]
+    window = max(1, -(-params.horizon * sum(processing) // 10))
+    due = [int(d) for d in rng.integers(1, window + 1, size=n)]
+    return {"n_jobs": n, "horizon": params.horizon, "processing": processing, "due": due, "weights": weights}
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: an integer array of distinct job numbers, the sequence in the order it is scheduled
+# (a prefix; the remaining jobs are appended in index order on release). π* is a full permutation.
+
+
+def _check_plan(theta: dict, policy: np.ndarray) -> list[int]:
+    """The plan as a list of distinct job numbers; ValueError if it is malformed."""
+    x = np.asarray(policy)
+    n = theta["n_jobs"]
+    if x.ndim != 1 or x.shape[0] > n:
+        raise ValueError(f"a plan is a 1-d sequence of at most {n} jobs, got shape {x.shape}")
+    if x.size and not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"a plan lists job numbers (integers), got dtype {x.dtype}")
+    seq = [int(j) for j in x.tolist()]
+    if any(not 0 <= j < n for j in seq):
+        raise ValueError(f"jobs are numbered 0 … {n - 1}, got {seq}")
+    if len(set(seq)) != len(seq):
+        raise ValueError(f"a plan schedules each job at most once, got {seq}")
+    return seq
+
+
+def _completed(theta: dict, seq: list[int]) -> list[int]:
+    """The released permutation: the plan, then the unscheduled jobs in index order."""
+    chosen = set(seq)
+    return seq + [j for j in range(theta["n_jobs"]) if j not in chosen]
+
+
+def _tardiness(theta: dict, order: list[int]) -> int:
+    clock, total = 0, 0
+    for j in order:
+        clock += theta["processing"][j]
+        total += theta["weights"][j] * max(0, clock - theta["due"][j])
+    return total
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact utility of a plan: −(weighted tardiness of the plan completed in index order)."""
+    seq = _check_plan(theta, policy)
+    return float(-_tardiness(theta, _completed(theta, seq)))
+
+
+def _subset_dp(theta: dict) -> tuple[float, np.ndarray]:
+    """f(S) = least weighted tardiness of the jobs of S scheduled first (they end at P(S)).
+    Ties go to the smallest last job, so the plan is deterministic."""
+    n = theta["n_jobs"]
+    p, d, w = theta["processing"], theta["due"], theta["weights"]
+    if not (len(p) == len(d) == len(w) == n):
+        raise ValueError(f"processing, due and weights must each have n_jobs = {n} entries")
+    full = (1 << n) - 1
+    length = [0] * (full + 1)
+    best = [0] * (full + 1)
+    last = [-1] * (full + 1)
+    for mask in range(1, full + 1):
+        low = (mask & -mask).bit_length() - 1
+        length[mask] = length[mask & (mask - 1)] + p[low]
+        end = length[mask]
+        top, arg = None, -1
+        for j in range(n):
+            if mask >> j & 1:
+                value = best[mask ^ (1 << j)] + w[j] * max(0, end - d[j])
+                if top is None or value < top:
+                    top, arg = value, j
+        best[mask], last[mask] = top, arg
+    seq, mask = [], full
+    while mask:
+        seq.append(last[mask])
+        mask ^= 1 << last[mask]
+    seq.reverse()
+    plan = np.array(seq, dtype=np.int8)
+    if _tardiness(theta, seq) != best[full]:
+        raise ArithmeticError("the reconstructed sequence does not attain the DP value")
+    return float(-best[full]), plan
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* (the optimal sequence, int8) by the subset DP; values of the default and idle plans."""
+    u_star, policy, cert = certified(lambda: _subset_dp(theta), method="dynamic programming over job subsets",
+                                     solver="python (integer DP)", solver_version=np.__version__,
+                                     state_space=2 ** theta["n_jobs"])
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Smith's rule (WSPT): every job, by processing[j] / weights[j] ascending, ties by index.
+    Due dates are ignored."""
+    order = sorted(range(theta["n_jobs"]), key=lambda j: (Fraction(theta["processing"][j], theta["weights"][j]), j))
+    return np.array(order, dtype=np.int8)
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Schedule nothing: release at once, so the jobs run in index order 0, 1, …, n − 1."""
+    return np.zeros(0, dtype=np.int8)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random permutation of all the jobs."""
+    return rng.permutation(theta["n_jobs"]).astype(np.int8)
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a plan: schedule its jobs in order, then release. Deterministic (the episode seed is
+    accepted and ignored)."""
+    seq = _check_plan(theta, policy)
+    calls = [{"tool": "schedule_next", "arguments": {"job": j}} for j in seq]
+    calls.append({"tool": "release_schedule", "arguments": {}})
+    return Episode(utility=float(-_tardiness(theta, _completed(theta, seq))), calls=calls, decisions=seq)
+
+
+def turn_budget(theta: dict) -> int:
+    """Inspect every job, read the sheet, schedule every job, release, and room to spare."""
+    return 3 * theta["n_jobs"] + SHEET_COST + 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The site's machine: jobs (catalog), inspections, sequence, log and a state table."""
+
+    PARAMS = ("n_jobs", "processing", "due", "weights")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n = params["n_jobs"]
+        if not isinstance(n, int) or n < 1 or any(len(params[k]) != n for k in ("processing", "due", "weights")):
+            raise ValueError("processing, due and weights must each have n_jobs=%r entries" % (n,))
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL, "
+                   "due INTEGER NOT NULL, weight INTEGER NOT NULL)" % t["catalog"])
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), first_step INTEGER)"
+                   % (t["inspections"], t["catalog"]))
+        db.execute("CREATE TABLE %s (position INTEGER PRIMARY KEY, job_id INTEGER NOT NULL UNIQUE REFERENCES "
+                   "%s(job_id), released INTEGER NOT NULL DEFAULT 0)" % (t["sequence"], t["catalog"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER)" % t["log"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["catalog"],
+                       [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j], params["due"][j],
+                         params["weights"][j]) for j in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("released", 0), ("steps", 0)])
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _step(self):
+        steps = self._get("steps") + 1
+        self._set("steps", steps)
+        return steps
+
+    def _log(self, action, job):
+        self.db.execute("INSERT INTO %s (action, job_id) VALUES (?, ?)" % self.t["log"], (action, job))
+
+    def _job(self, job):
+        n = self.p["n_jobs"]
+        if not 0 <= job < n:
+            raise AgentError("there are %d jobs, numbered 0 to %d; got %d" % (n, n - 1, job))
+        return job
+
+    def _open(self):
+        if self._get("released"):
+            raise AgentError("the schedule has been released; nothing can change any more")
+
+    def _sequence(self):
+        return [row[0] for row in self.db.execute("SELECT job_id FROM %s ORDER BY position" % self.t["sequence"])]
+
+    def _timeline(self):
+        """(position, job, label, processing, due, weight, completion) of the sequence so far."""
+        rows = self.db.execute("SELECT s.position, s.job_id, c.label, c.processing, c.due, c.weight FROM %s s "
+                               "JOIN %s c ON c.job_id = s.job_id ORDER BY s.position"
+                               % (self.t["sequence"], self.t["catalog"])).fetchall()
+        out, clock = [], 0
+        for position, job, label, proc, due, weight in rows:
+            clock += proc
+            out.append((position, job, label, proc, due, weight, clock))
+        return out
+
+    def _weighted_tardiness(self):
+        return sum(weight * max(0, end - due) for _, _, _, _, due, weight, end in self._timeline())
+
+    def _append(self, job, released):
+        position = self.db.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM %s" % self.t["sequence"]).fetchone()[0]
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["sequence"], (position, job, released))
+        return position
+
+    def _release(self, why):
+        for job in self._unscheduled():
+            self._append(job, 1)
+        self._set("released", 1)
+        self._log(why, None)
+
+    def _unscheduled(self):
+        return [row[0] for row in self.db.execute(
+            "SELECT job_id FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) ORDER BY job_id"
+            % (self.t["catalog"], self.t["sequence"]))]
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("released") == 1
+
+    def utility(self):
+        return -self._weighted_tardiness()
+
+    def run_out(self):
+        self._release("released (turns ran out)")
+
+    # -- probes -----------------------------------------------------------------------------
+    def _inspect(self, job):
+        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?, ?)" % self.t["inspections"], (job, self._get("steps")))
+        label, proc, due, weight = self.db.execute(
+            "SELECT label, processing, due, weight FROM %s WHERE job_id = ?" % self.t["catalog"], (job,)).fetchone()
+        return {"job": job, "label": label, "processing_time": proc, "due": due, "weight": weight}
+
+    def tool_inspect_job(self, job):
+        job = self._job(job)
+        result = self._inspect(job)
+        result["currency"] = self.v["currency"]
+        return result
+
+    def tool_get_job_sheet(self):
+        jobs = [self._inspect(j) for j in range(self.p["n_jobs"])]
+        return {"jobs": jobs, "weight_unit": "%s per time unit late" % self.v["currency"]}
+
+    # -- decisions --------------------------------------------------------------------------
+    def tool_schedule_next(self, job):
+        self._open()
+        job = self._job(job)
+        if job in self._sequence():
+            raise AgentError("job %d is already in the sequence, at position %d"
+                             % (job, self._sequence().index(job)))
+        position = self._append(job, 0)
+        self._step()
+        self._log("schedule", job)
+        return {"scheduled": job, "position": position, "sequence": self._sequence()}
+
+    def tool_unschedule_last(self):
+        self._open()
+        sequence = self._sequence()
+        if not sequence:
+            raise AgentError("the sequence is empty; there is no last job to unschedule")
+        self.db.execute("DELETE FROM %s WHERE position = (SELECT MAX(position) FROM %s)"
+                        % (self.t["sequence"], self.t["sequence"]))
+        self._step()
+        self._log("unschedule", sequence[-1])
+        return {"unscheduled": sequence[-1], "sequence": sequence[:-1]}
+
+    def tool_clear_schedule(self):
+        self._open()
+        if not self._sequence():
+            raise AgentError("the sequence is already empty")
+        self.db.execute("DELETE FROM %s" % self.t["sequence"])
+        self._step()
+        self._log("clear", None)
+        return {"sequence": []}
+
+    # -- clock ------------------------------------------------------------------------------
+    def tool_release_schedule(self):
+        self._open()
+        appended = self._unscheduled()
+        self._release("released")
+        return {"sequence": self._sequence(), "appended_in_index_order": appended,
+                "weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"]}
+
+    # -- observations -----------------------------------------------------------------------
+    def tool_view_sequence(self):
+        return {"sequence": [{"position": pos, "job": job, "label": label, "completes_at": end}
+                             for pos, job, label, _, _, _, end in self._timeline()]}
+
+    def tool_view_completion_time(self):
+        timeline = self._timeline()
+        return {"jobs_scheduled": len(timeline), "completion_time": timeline[-1][6] if timeline else 0}
+
+    def tool_list_unscheduled(self):
+        inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
+        rows = self.db.execute("SELECT job_id, label FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
+                               "ORDER BY job_id" % (self.t["catalog"], self.t["sequence"])).fetchall()
+        return {"unscheduled": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
+
+    def tool_view_tardiness(self):
+        late = [{"job": job, "late_by": max(0, end - due), "cost": weight * max(0, end - due)}
+                for _, job, _, _, due, weight, end in self._timeline() if end > due]
+        return {"weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"], "late_jobs": late}
+
+    def tool_view_inspected(self):
+        rows = self.db.execute("SELECT c.job_id, c.label, c.processing, c.due, c.weight FROM %s c JOIN %s i "
+                               "ON i.job_id = c.job_id ORDER BY c.job_id"
+                               % (self.t["catalog"], self.t["inspections"])).fetchall()
+        return {"jobs": [{"job": j, "label": label, "processing_time": p, "due": d, "weight": w}
+                         for j, label, p, d, w in rows]}
+
+    def tool_view_log(self, limit=20):
+        rows = self.db.execute("SELECT entry_id, action, job_id FROM %s ORDER BY entry_id DESC LIMIT ?"
+                               % self.t["log"], (limit,)).fetchall()
+        return {"log": [{"entry": e, "action": a, "job": j} for e, a, j in rows]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        lines = [
+            self.skin["narrative"],
+            "",
+            "The %s runs one machine that must process %d jobs for batches of %s (%s) from the %s, numbered 0 to "
+            "%d. The machine works on one job at a time, from time 0, without pauses or interruptions. Each job "
+            "has a processing time and a due date (in time units) and a weight in %s per time unit it finishes late."
+            % (v["site"], p["n_jobs"], v["item"], v["sku"], v["supplier"], p["n_jobs"] - 1, v["currency"]),
+            "Build the sequence with %s (append a job), %s and %s. %s ends the episode: any job not yet in the "
+            "sequence is appended in index order, and your score is minus the total weighted tardiness, "
+            "the sum over jobs of weight × max(0, completion time − due date)."
+            % (n["schedule_next"], n["unschedule_last"], n["clear_schedule"], n["release_schedule"]),
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the sequence "
+            "is released as it stands (unscheduled jobs appended in index order)." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += ["", "Jobs (processing time; due date; weight in %s per time unit late):" % v["currency"]]
+            for j in range(p["n_jobs"]):
+                lines.append("  job %d: processing %d; due %d; weight %d"
+                             % (j, p["processing"][j], p["due"][j], p["weights"][j]))
+        else:
+            cost = [t.get("turn_cost", 1) for t in self.skin["tools"] if t["canonical"] == "get_job_sheet"]
+            lines += ["", "The jobs' processing times, due dates and weights are not given: %s reveals one job "
+                      "(1 turn), %s every job at once (%d turns), at the cost of turns from the same budget."
+                      % (n["inspect_job"], n["get_job_sheet"], cost[0] if cost else 1)]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _job_schema(what):
+    return {"type": "object",
+            "properties": {"job": {"type": "integer", "minimum": 0, "maximum": MAX_JOBS - 1,
+                                   "description": "number of the job %s (0-based)" % what}},
+            "required": ["job"], "additionalProperties": False}
+
+
+TOOLS = (
+    ToolSpec("inspect_job", "probe", "Inspect one job for the {supplier}'s {item}: its processing time, due date "
+             "and weight in {currency} per time unit late.", _job_schema("to inspect"),
+             reveals=("processing", "due", "weights")),
+    ToolSpec("get_job_sheet", "probe", "Read the {site}'s whole job sheet: processing time, due date and weight "
+             "of every job (costs %d turns)." % SHEET_COST, _NO_ARGS,
+             reveals=("processing", "due", "weights"), turn_cost=SHEET_COST),
+    ToolSpec("schedule_next", "decision", "Append one job to the end of the machine's sequence (refused if it is "
+             "already in it).", _job_schema("to append")),
+    ToolSpec("unschedule_last", "decision", "Remove the last job from the sequence.", _NO_ARGS),
+    ToolSpec("clear_schedule", "decision", "Remove every job from the sequence.", _NO_ARGS),
+    ToolSpec("release_schedule", "clock", "Release the sequence to the machine: unscheduled jobs are appended in "
+             "index order, the episode ends and the score is minus the weighted tardiness in {currency}.", _NO_ARGS),
+    ToolSpec("view_sequence", "observe", "Show the sequence built so far with every job's completion time.",
+             _NO_ARGS),
+    ToolSpec("view_completion_time", "observe", "Show when the last job of the sequence so far completes.",
+             _NO_ARGS),
+    ToolSpec("list_unscheduled", "observe", "List the jobs not yet in the sequence and whether each is inspected.",
+             _NO_ARGS),
+    ToolSpec("view_tardiness", "observe", "Show the weighted tardiness in {currency} of the sequence so far and "
+             "which of its jobs are late.", _NO_ARGS),
+    ToolSpec("view_inspected", "observe", "List every job inspected so far with its processing time, due date and "
+             "weight.", _NO_ARGS),
+    ToolSpec("view_log", "observe", "List the most recent scheduling actions.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
+                                                         "description": "how many entries to list"}},
+              "additionalProperties": False}),
+)
+
+register(Family(
+    name="tardiness",
+    version="1",
+    group="probe_budgeted",
+    model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
+    solver="dynamic programming over job subsets (exact, integer arithmetic)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    stochastic=False,
+    # z = (u0 − u_idle) / (u* − u_idle), idle = index order. WSPT is optimal when every job is late
+    # anyway (then ΣwT = ΣwC − Σwd), so z near 1 means tight due dates with nothing to learn; above
+    # 0.97 Smith's rule nearly solves it. Below −1 idling beats Smith's rule by more than π* beats idling.
+    default_band=(-1.0, 0.97),
+    knob_ranges={"size": (4, 10), "horizon": (5, 10)},
+    turn_budget=turn_budget,
+    tables=("catalog", "inspections", "sequence", "log", "state"),
+    vocabulary=("site", "item", "sku", "supplier", "currency"),
+))
