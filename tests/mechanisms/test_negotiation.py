@@ -24,13 +24,10 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.mechanisms import negotiation as neg
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
 from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.pipeline import check_models
 
 FAM = registry.get("negotiation")
 TOL = 1e-9
@@ -505,16 +502,8 @@ def test_presentation_a_hides_the_numbers_that_i_states():
 
 @pytest.fixture(scope="module")
 def gated():
-    models = sample_models(FAM, 6, seed=1, batch="t")
-    solutions = {s.model_id: s for s in solve_models(FAM, models)}
-    outputs, assignment = synthesize(FAM, models, PASSAGES)
-    by_id = {o.setter_output_id: o for o in outputs}
-    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
-    verdicts = []
-    for output in outputs:
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        verdicts += check_batch(FAM, output, mine)
-    return outputs, candidates, verdicts
+    run = check_models(FAM, 6, seed=1, passages=PASSAGES)
+    return run.outputs, run.candidates, run.verdicts
 
 
 def _failed(verdicts):

@@ -21,13 +21,10 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.mechanisms import stopping as st
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
 from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.pipeline import check_models
 
 FAM = registry.get("stopping")
 PASSAGES = builtin_passages()
@@ -224,15 +221,8 @@ def test_invalid_calls_leave_state_unchanged_and_hiding():
 
 @pytest.fixture(scope="module")
 def gated():
-    models = sample_models(FAM, 6, seed=0, batch="t")
-    solutions = {s.model_id: s for s in solve_models(FAM, models)}
-    outputs, assignment = synthesize(FAM, models, PASSAGES)
-    by_id = {o.setter_output_id: o for o in outputs}
-    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
-    verdicts = []
-    for output in outputs:
-        verdicts += check_batch(FAM, output, [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id])
-    return outputs, candidates, verdicts
+    run = check_models(FAM, 6, seed=0, passages=PASSAGES)
+    return run.outputs, run.candidates, run.verdicts
 
 
 def test_gates_admit_most_models(gated):

@@ -1,0 +1,39 @@
+"""The stages wired in process, without Prefect or a warehouse: for tests, benchmarks, notebooks.
+
+    >>> run = check_models(registry.get("knapsack"), count=6, seed=4)
+    >>> sum(v.admitted for v in run.verdicts), len(run.verdicts)
+    (12, 12)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import ModelRecord, PassageRecord, SetterOutputRecord
+from vhd.tasks.annotate import by_module, make_candidates
+from vhd.tasks.check import Candidate, Verdict, check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import sample_models
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+
+@dataclass
+class CheckedBatch:
+    models: list[ModelRecord]
+    outputs: list[SetterOutputRecord]
+    candidates: list[Candidate]
+    verdicts: list[Verdict]
+
+
+def check_models(family: Family, count: int, seed: int, batch: str = "t", presentations: tuple[str, ...] = ("I", "A"),
+                 passages: list[PassageRecord] | None = None) -> CheckedBatch:
+    """sample → solve → synthesize → check, every module's candidates in one sandbox batch."""
+    models = sample_models(family, count, seed, batch)
+    solutions = {s.model_id: s for s in solve_models(family, models)}
+    outputs, assignment = synthesize(family, models, passages if passages is not None else builtin_passages())
+    candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs}, assignment,
+                                 presentations)
+    verdicts = [v for output, group in by_module(outputs, candidates) for v in check_batch(family, output, group)]
+    return CheckedBatch(models, outputs, candidates, verdicts)
