@@ -1,0 +1,473 @@
+"""Cross-checks of the parallel-machine makespan family against plain-Python brute force, its
+rendered module and the real admission gates.
+
+The brute force is written from the module docstring's Model section, not from the solver: every
+job goes on one of m identical machines, a machine's load is the sum of its jobs' processing
+times, the makespan is the largest load; u* is minus the least makespan over all m^n
+assignments. A plan gives each job a machine or −1 (unassigned); on dispatch the unassigned jobs
+go on machine 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sqlite3
+import types
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("scheduling")
+PASSAGES = builtin_passages()
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in plain Python.
+
+
+def makespan(theta, plan):
+    """Largest machine load of a plan (machine per job, −1 → machine 0)."""
+    loads = {k: 0 for k in range(theta["n_machines"])}
+    for j, k in enumerate(plan):
+        assert -1 <= k < theta["n_machines"]
+        loads[0 if k == -1 else k] += theta["processing"][j]
+    return max(loads.values())
+
+
+def brute_force(theta):
+    """(u*, every optimal assignment) over all m^n assignments."""
+    spans = {a: makespan(theta, a) for a in itertools.product(range(theta["n_machines"]), repeat=theta["n_jobs"])}
+    best = min(spans.values())
+    return -best, {a for a, s in spans.items() if s == best}
+
+
+def list_scheduling(theta):
+    """The default's docstring: jobs in index order, each to the least-loaded machine (lowest on ties)."""
+    loads = [0] * theta["n_machines"]
+    plan = []
+    for p in theta["processing"]:
+        k = loads.index(min(loads))
+        plan.append(k)
+        loads[k] += p
+    return plan
+
+
+def make(processing, machines):
+    return {"n_jobs": len(processing), "n_machines": machines, "processing": list(processing)}
+
+
+def _id(theta):
+    return "m%d-p%s" % (theta["n_machines"], theta["processing"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances.
+
+TINY = [
+    make([1, 1, 1, 1], 2),                 # perfectly balanced: 2
+    make([3, 3, 2, 2, 2], 2),              # classic: list/LPT give 7, optimum 6
+    make([20, 1, 1, 1], 3),                # one long job dominates: 20
+    make([5, 5, 4, 4, 3, 3, 3], 3),        # LPT gives 11, optimum 9
+    make([2, 2, 3, 3, 10], 2),             # list scheduling puts 10 on a loaded machine: 14 vs 10
+    make([7, 7, 7], 3),                    # one job per machine
+    make([1, 2, 3, 4, 5, 6, 7], 2),        # P = 28, optimum 14
+]
+
+
+def random_tiny(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n, m = int(rng.integers(2, 8)), int(rng.integers(2, 4))
+        out.append(make([int(x) for x in rng.integers(1, 21, size=n)], m))
+    return out
+
+
+def sampled_instances():
+    rng = np.random.default_rng(2024)
+    return [FAM.sample(FAM.Params(size=n, horizon=m), rng) for n in (4, 5, 6, 7) for m in (2, 3)]
+
+
+ALL = TINY + random_tiny(30, 7) + sampled_instances()
+
+
+# ---------------------------------------------------------------------------------------------
+# The solver against brute force.
+
+
+@pytest.mark.parametrize("theta", ALL, ids=[_id(t) for t in ALL])
+def test_solver_matches_brute_force(theta):
+    u_bf, optimal = brute_force(theta)
+    sol = FAM.solve(theta)
+    assert sol.u_star == u_bf
+    plan = tuple(sol.policy.tolist())
+    assert plan in optimal and sol.policy.dtype.kind == "i" and len(plan) == theta["n_jobs"]
+    assert FAM.evaluate(theta, sol.policy) == -makespan(theta, plan) == sol.u_star
+    assert sol.certificate.status == "optimal" and sol.certificate.state_space == theta["n_machines"] ** theta["n_jobs"]
+    assert sol.u_default == -makespan(theta, list_scheduling(theta)) <= sol.u_star
+    assert sol.u_idle == -sum(theta["processing"]) <= sol.u_star
+    rng = np.random.default_rng(len(plan))
+    for _ in range(10):
+        random_plan = FAM.random_policy(theta, rng)
+        assert FAM.evaluate(theta, random_plan) == -makespan(theta, random_plan.tolist()) <= sol.u_star
+
+
+def test_hand_instances_have_the_known_optimum_and_default():
+    expected = [(-2, -2), (-6, -7), (-20, -20), (-9, -11), (-10, -15), (-7, -7), (-14, -16)]
+    for theta, (u_star, u_default) in zip(TINY, expected):
+        sol = FAM.solve(theta)
+        assert (sol.u_star, sol.u_default) == (u_star, u_default), theta
+
+
+def test_solver_is_deterministic_and_moves_with_each_processing_time():
+    theta = make([9, 4, 7, 3, 8, 6, 2, 5], 3)
+    a, b = FAM.solve(theta), FAM.solve(dict(theta))
+    assert a.u_star == b.u_star and a.policy.tobytes() == b.policy.tobytes()
+    assert a.u_star == -15
+    for j in range(theta["n_jobs"]):
+        bigger = dict(theta, processing=[p + 20 if i == j else p for i, p in enumerate(theta["processing"])])
+        assert FAM.solve(bigger).u_star < a.u_star
+    assert FAM.solve(dict(theta, n_machines=2)).u_star == -22 and FAM.solve(dict(theta, n_machines=4)).u_star == -11
+
+
+def test_solver_is_exact_and_fast_on_the_largest_instances():
+    rng = np.random.default_rng(3)
+    for _ in range(15):
+        theta = FAM.sample(FAM.Params(size=10, horizon=int(rng.integers(2, 5))), rng)
+        sol = FAM.solve(theta)
+        assert sol.certificate.seconds < 0.3
+        lower = max(max(theta["processing"]), -(-sum(theta["processing"]) // theta["n_machines"]))
+        assert -sol.u_star >= lower and FAM.evaluate(theta, sol.policy) == sol.u_star
+    theta = FAM.sample(FAM.Params(size=9, horizon=2), np.random.default_rng(8))
+    assert FAM.solve(theta).u_star == brute_force(theta)[0]
+
+
+def test_default_and_idle_follow_their_docstrings():
+    for theta in ALL:
+        assert FAM.default_policy(theta).tolist() == list_scheduling(theta)
+        assert FAM.idle_policy(theta).tolist() == [-1] * theta["n_jobs"]
+    # list scheduling in index order, not LPT: LPT would put the 10 first and reach 10
+    assert FAM.default_policy(TINY[4]).tolist() == [0, 1, 0, 1, 0]
+
+
+def test_random_policies_are_valid_and_vary():
+    theta = make([3, 1, 4, 1, 5, 9, 2, 6], 3)
+    rng = np.random.default_rng(0)
+    plans = [FAM.random_policy(theta, rng).tolist() for _ in range(50)]
+    assert len({tuple(p) for p in plans}) > 40
+    assert all(len(p) == 8 and all(0 <= k < 3 for k in p) for p in plans)
+    assert {k for p in plans for k in p} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("bad", [np.array([0, 1, 2]), np.array([0, 1, 2, 3]), np.array([0, 1, -2, 0, 0]),
+                                 np.array([0.0, 1.0, 0.0, 1.0, 0.0]), np.zeros((5, 1), dtype=int)])
+def test_evaluate_refuses_malformed_plans(bad):
+    with pytest.raises(ValueError):
+        FAM.evaluate(make([3, 3, 2, 2, 2], 2), bad)
+
+
+@pytest.mark.parametrize("theta", TINY + sampled_instances()[:4], ids=[_id(t) for t in TINY + sampled_instances()[:4]])
+def test_simulate_assigns_the_plan_then_dispatches(theta):
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(11)
+    partial = np.array([-1] * (theta["n_jobs"] - 1) + [theta["n_machines"] - 1], dtype=np.int8)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng), partial):
+        as_list = plan.tolist()
+        for seed in (0, 1, 2**31 - 1):
+            ep = FAM.simulate(theta, plan, seed)
+            assert ep.utility == FAM.evaluate(theta, plan) == -makespan(theta, as_list)
+            assert ep.decisions == as_list
+            assert ep.calls == [{"tool": "assign_job", "arguments": {"job": j, "machine": k}}
+                                for j, k in enumerate(as_list) if k >= 0] + [{"tool": "dispatch", "arguments": {}}]
+            assert len(ep.calls) <= FAM.turn_budget(theta)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample and Params.
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=8, horizon=3)
+    a = FAM.sample(params, np.random.default_rng(5))
+    assert a == FAM.sample(params, np.random.default_rng(5))
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others) and len({repr(o) for o in others}) == 3
+
+
+@pytest.mark.parametrize("size,horizon", [(4, 2), (6, 3), (10, 4), (10, 2)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 100 + horizon)
+    seen = set()
+    for _ in range(40):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == {"n_jobs", "n_machines", "processing"}
+        assert theta["n_jobs"] == size and theta["n_machines"] == horizon and len(theta["processing"]) == size
+        assert all(type(p) is int and 1 <= p <= 20 for p in theta["processing"])
+        assert type(theta["n_jobs"]) is int and type(theta["n_machines"]) is int
+        seen.update(theta["processing"])
+    assert 1 in seen and 20 in seen
+
+
+@pytest.mark.parametrize("knobs", [dict(size=3), dict(size=11), dict(horizon=1), dict(horizon=5), dict(size="many")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+    with pytest.raises(InvalidParams):
+        FAM.params(knobs)
+
+
+def test_params_edges_and_family_declarations():
+    for knobs in (dict(size=4, horizon=2), dict(size=10, horizon=4)):
+        params = FAM.params(knobs)
+        assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
+    for knob, (lo, hi) in FAM.knob_ranges.items():
+        field = FAM.Params.model_fields[knob]
+        assert field.metadata[0].ge <= lo <= hi <= field.metadata[1].le
+    assert FAM.stochastic is False and FAM.group == "probe_budgeted" and FAM.hidden == ("processing",)
+    assert {r for t in FAM.tools for r in t.reveals} == {"processing"}
+    roles = [t.role for t in FAM.tools]
+    assert len(FAM.tools) >= 10 and {"probe", "decision", "clock", "observe"} <= set(roles)
+    low = FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(0))
+    assert FAM.solve(low).u_star >= FAM.solve(low).u_default >= FAM.solve(low).u_idle
+
+
+# ---------------------------------------------------------------------------------------------
+# The rendered module, in process.
+
+_MODULES: dict[int, tuple] = {}
+
+
+def generated(k):
+    if k not in _MODULES:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("generated_scheduling_%d" % k)
+        exec(compile(out.module, "<generated scheduling %d>" % k, "exec"), module.__dict__)
+        _MODULES[k] = (out, module)
+    return _MODULES[k]
+
+
+def make_env(k, theta, presentation="I", budget=None, seed=0):
+    _, module = generated(k)
+    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
+                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+
+
+MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(s))
+                 for s, n, m in ((1, 6, 2), (2, 9, 3), (3, 10, 4), (4, 4, 2))]
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
+    out, _ = generated(k)
+    names = [out.tool_name(t.name) for t in FAM.tools]
+    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(k)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+        for presentation in ("I", "A"):
+            env = make_env(k, theta, presentation)
+            calls = FAM.simulate(theta, plan, k).calls
+            for call in calls:
+                assert not env.done
+                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                assert result["ok"], result
+            outcome = env.outcome()
+            assert outcome["terminal"] and env.done
+            assert outcome["utility"] == FAM.evaluate(theta, plan)
+            assert outcome["turns_used"] == len(calls)
+
+
+def test_probes_and_observations_report_theta():
+    theta = MODULE_THETAS[1]
+    out, _ = generated(0)
+    env = make_env(0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    fresh = {t.name: call(t.name) for t in FAM.tools if t.role == "observe"}
+    assert [m["load"] for m in fresh["view_machine_loads"]["machines"]] == [0, 0, 0]
+    assert fresh["view_makespan"]["makespan"] == 0 and fresh["view_assignments"]["assignments"] == []
+    assert fresh["view_inspected"]["jobs"] == [] and fresh["view_log"]["log"] == []
+    assert [j["job"] for j in fresh["list_unassigned"]["unassigned"]] == list(range(9))
+    assert call("inspect_job", job=3)["processing_time"] == theta["processing"][3]
+    assert [j["job"] for j in call("view_inspected")["jobs"]] == [3]
+    assert [j["inspected"] for j in call("list_unassigned")["unassigned"]] == [j == 3 for j in range(9)]
+    before = call("view_log")["turns_left"]
+    sheet = call("get_job_list")
+    assert before - sheet["turns_left"] == 3
+    assert [j["processing_time"] for j in sheet["jobs"]] == theta["processing"]
+    plan = FAM.solve(theta).policy.tolist()
+    for j in range(5):
+        assert call("assign_job", job=j, machine=plan[j])["ok"]
+    loads = [sum(theta["processing"][j] for j in range(5) if plan[j] == k) for k in range(3)]
+    assert [m["load"] for m in call("view_machine_loads")["machines"]] == loads
+    assert call("view_makespan")["makespan"] == max(loads)
+    assert [(a["job"], a["machine"]) for a in call("view_assignments")["assignments"]] == list(enumerate(plan[:5]))
+    assert [j["job"] for j in call("list_unassigned")["unassigned"]] == [5, 6, 7, 8]
+    assert call("unassign_job", job=2)["was_on_machine"] == plan[2]
+    assert call("view_log", limit=2)["log"][0]["action"] == "unassign"
+    assert call("clear_assignments")["cleared"] == 4 and call("view_assignments")["assignments"] == []
+    assert call("assign_job", job=8, machine=2)["machine_load"] == theta["processing"][8]
+    done = call("dispatch")
+    assert done["put_on_machine_0"] == list(range(8)) and env.done
+    assert env.outcome()["utility"] == -max(sum(theta["processing"][:8]), theta["processing"][8])
+
+
+def test_invalid_calls_are_reported_and_leave_state_unchanged():
+    theta = make([3, 3, 2, 2, 2], 2)
+    out, _ = generated(1)
+    env = make_env(1, theta, "I")
+    tool_names = [t.name for t in FAM.tools]
+    call = lambda tool, args: env.call(out.tool_name(tool) if tool in tool_names else tool, args)
+    assert call("unassign_job", {"job": 0})["ok"] is False and call("clear_assignments", {})["ok"] is False
+    assert call("assign_job", {"job": 2, "machine": 1})["ok"]
+    bad = [
+        ("assign_job", {"job": 2, "machine": 0}),     # already assigned
+        ("assign_job", {"job": 5, "machine": 0}),     # no job 5 (n = 5): the World refuses
+        ("assign_job", {"job": 0, "machine": 2}),     # no machine 2 (m = 2): the World refuses
+        ("assign_job", {"job": 0, "machine": 4}),     # beyond the schema maximum
+        ("assign_job", {"job": 10, "machine": 0}),
+        ("assign_job", {"job": -1, "machine": 0}),
+        ("assign_job", {"job": "1", "machine": 0}),
+        ("assign_job", {"job": 1.5, "machine": 0}),
+        ("assign_job", {"job": 1}),
+        ("assign_job", {"job": 1, "machine": 0, "extra": 1}),
+        ("unassign_job", {"job": 3}),                 # not assigned
+        ("inspect_job", {"job": 7}),
+        ("view_log", {"limit": 0}),
+        ("dispatch", {"now": True}),
+        ("no_such_tool", {}),
+    ]
+    for tool, args in bad:
+        before = env.state_digest()
+        result = call(tool, args)
+        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
+        assert env.state_digest() == before, (tool, args)
+    assert "already assigned to machine 1" in call("assign_job", {"job": 2, "machine": 0})["error"]
+    assert "2 machines" in call("assign_job", {"job": 0, "machine": 3})["error"]
+    assert call("assign_job", {"job": 0, "machine": 1})["ok"] and call("dispatch", {})["ok"] and env.done
+    before = env.state_digest()
+    assert call("assign_job", {"job": 1, "machine": 1})["ok"] is False and env.state_digest() == before
+    assert env.outcome() == {"utility": -float(3 + 2 + 2), "terminal": True, "turns_used": 3}
+
+
+def test_a_world_refuses_after_dispatch_even_when_called_directly():
+    theta = make([1, 2, 3, 4], 2)
+    _, module = generated(0)
+    world = module.World(sqlite3.connect(":memory:", isolation_level=None), theta, 0, module.SKIN)
+    world.tool_dispatch()
+    assert world.over() and world.utility() == -10
+    with pytest.raises(module.AgentError):
+        world.tool_assign_job(job=0, machine=1)
+    with pytest.raises(ValueError):
+        module.World(sqlite3.connect(":memory:"), {"n_jobs": 3, "n_machines": 2}, 0, module.SKIN)
+
+
+def test_running_out_of_turns_dispatches_the_plan_as_it_stands():
+    theta = MODULE_THETAS[1]
+    out, _ = generated(2)
+    env = make_env(2, theta, "I", budget=3)
+    assert env.call(out.tool_name("assign_job"), {"job": 0, "machine": 1})["ok"]
+    assert env.call(out.tool_name("view_machine_loads"), {})["ok"]
+    assert env.call(out.tool_name("assign_job"), {"job": 1, "machine": 2})["ok"]
+    assert env.done
+    plan = [1, 2] + [-1] * 7
+    assert env.outcome() == {"utility": float(-makespan(theta, plan)), "terminal": True, "turns_used": 3}
+    assert env.call(out.tool_name("assign_job"), {"job": 2, "machine": 0})["ok"] is False
+    # a three-turn job list does not fit in two remaining turns and is refused without a charge
+    env = make_env(2, theta, "A", budget=4)
+    assert env.call(out.tool_name("inspect_job"), {"job": 0})["ok"]
+    assert env.call(out.tool_name("inspect_job"), {"job": 1})["ok"]
+    assert env.call(out.tool_name("get_job_list"), {})["ok"] is False and not env.done
+
+
+def test_presentation_a_hides_the_numbers_that_i_states():
+    theta = MODULE_THETAS[2]
+    other = dict(theta, processing=[p + 100 for p in theta["processing"]])
+    for k in range(len(PASSAGES)):
+        out, _ = generated(k)
+        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+        assert make_env(k, other, "A").instruction == a_text  # A reads the same whatever the hidden fields are
+        assert make_env(k, other, "I").instruction != i_text
+        for j in range(theta["n_jobs"]):
+            line = "job %d: processing %d" % (j, theta["processing"][j])
+            assert line in i_text and line not in a_text
+        assert "job 0:" not in a_text and "4 identical machines" in a_text
+        assert out.tool_name("inspect_job") in a_text and out.tool_name("get_job_list") in a_text
+        # the no-argument observations of a fresh episode do not move with the hidden numbers either
+        for spec in FAM.tools:
+            if spec.role == "observe":
+                a = make_env(k, theta, "A").call(out.tool_name(spec.name), {})
+                b = make_env(k, other, "A").call(out.tool_name(spec.name), {})
+                assert a == b, spec.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real gates.
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=5, batch="t")  # seed 5: z in band for all six (≈80% over seeds)
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        verdicts += check_batch(FAM, output, mine)
+    return outputs, candidates, verdicts
+
+
+def _failed(verdicts):
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
+
+
+def test_the_gates_admit_the_family_in_both_presentations(gated):
+    _, _, verdicts = gated
+    assert len(verdicts) == 12
+    for presentation in ("I", "A"):
+        mine = [v for v in verdicts if v.candidate.presentation == presentation]
+        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
+    for v in verdicts:  # a rejection may only come from the model's own default band
+        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.instruction and len(v.tools) == len(FAM.tools)
+    hiding = [g for v in verdicts if v.candidate.presentation == "A" for g in v.gates if g.name == "information_hiding"]
+    assert hiding and all(g.passed and "leak check not run" not in g.message for g in hiding)
+
+
+def _mutated(gated, old, new, index=0):
+    outputs, candidates, _ = gated
+    output = outputs[index]
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    return check_batch(FAM, wrong, mine)
+
+
+def test_a_scaled_utility_in_the_world_is_rejected(gated):
+    verdicts = _mutated(gated, "return -self._makespan()", "return -2 * self._makespan()")
+    assert not any(v.admitted for v in verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+
+
+def test_a_world_that_forgets_the_unassigned_jobs_is_rejected(gated):
+    # dispatch drops the unassigned jobs instead of putting them on machine 0: π*, the default
+    # and the random plans (every job assigned) still agree, but the idle plan (dispatch at once)
+    # then reports makespan 0, above u*
+    verdicts = _mutated(gated, "for job in self._unassigned():", "for job in self._unassigned()[:0]:", index=-1)
+    assert not any(v.admitted for v in verdicts)
+    assert {"dynamics_agreement", "no_policy_beats_optimum"} <= _failed(verdicts)

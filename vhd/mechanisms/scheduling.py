@@ -1,0 +1,493 @@
+"""Parallel identical machines: assign jobs to machines, minimize the makespan (P||Cmax).
+
+Model
+    A site runs `n_machines` = m identical machines, numbered 0 … m − 1 (the knob `horizon`), and
+    must process `n_jobs` = n jobs, numbered 0 … n − 1 (the knob `size`). Job j takes
+    `processing[j]` whole time units (an integer 1 … 20) on whichever machine it is put; a machine
+    runs its jobs back to back from time 0, so its load is the sum of its jobs' processing times
+    and the makespan is the largest load. A plan gives every job either a machine 0 … m − 1 or
+    "unassigned" (−1 in the policy array); when the plan is dispatched, every unassigned job is
+    put on machine 0. The plan's cost is the makespan max_k Σ_{j on k} processing[j]. The decision
+    process is deterministic. Solved exactly by depth-first branch and bound over the m^n
+    assignments (jobs in decreasing processing time, machines of equal load tried once, the
+    incumbent started from LPT, bound max(max_j p_j, ceil(Σp / m))), in integer arithmetic.
+
+State
+    the job catalog (processing time of every job), the machines, the assignment table (job →
+    machine, at most one row per job), the inspections made, an action log and a state table
+    (dispatched or not, step counter).
+
+Tools
+    probes: inspect one job (its processing time), read the whole job list (every job at once,
+    for a higher turn cost); decisions: assign a job to a machine, unassign a job, clear every
+    assignment; clock: dispatch the plan (ends the episode); observations: view the machine
+    loads, list the unassigned jobs, view the current makespan, view the assignment table, view
+    the inspected jobs, view the action log. The observations describe only assigned jobs (in
+    presentation A, assigning a job and reading the loads is itself a costly probe).
+
+Reward
+    utility = −makespan of the dispatched plan (an integer, ≤ −ceil(Σp / m)). r = clip01((u −
+    u_default) / (u* − u_default)), where u_default is list scheduling in index order (each job,
+    0, 1, …, n − 1, to the currently least-loaded machine, ties to the lowest machine number).
+
+Episode end
+    after `dispatch`, or when the turn budget runs out: the plan is then dispatched as it stands,
+    with every unassigned job put on machine 0 (no further decisions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+MIN_JOBS, MAX_JOBS = 4, 10
+MIN_MACHINES, MAX_MACHINES = 2, 4
+MAX_PROCESSING = 20
+SHEET_COST = 3
+HIDDEN = ("processing",)
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a P||Cmax instance."""
+
+    size: int = Field(7, ge=MIN_JOBS, le=MAX_JOBS, description="number of jobs n to process, in jobs")
+    horizon: int = Field(3, ge=MIN_MACHINES, le=MAX_MACHINES,
+                         description="number of identical parallel machines m, in machines")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: n integer processing times, each uniform on 1 … 20."""
+    n, m = params.size, params.horizon
+    processing = [int(p) for p in rng.integers(1, MAX_PROCESSING + 1, size=n)]
+    return {"n_jobs": n, "n_machines": m, "processing": processing}
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: an integer array of length n, plan[j] = machine of job j (0 … m − 1) or −1 (unassigned,
+# put on machine 0 on dispatch). π* assigns every job.
+
+
+def _check_theta(theta: dict) -> tuple[list[int], int]:
+    n, m, p = theta["n_jobs"], theta["n_machines"], theta["processing"]
+    if len(p) != n or n < 1 or m < 1 or any(int(x) != x or x < 1 for x in p):
+        raise ValueError(f"θ needs n_jobs = {n} positive integer processing times and n_machines ≥ 1, "
+                         f"got {p}, m={m}")
+    return [int(x) for x in p], int(m)
+
+
+def _check_plan(theta: dict, policy: np.ndarray) -> list[int]:
+    """The plan as a list of machine numbers (−1 = unassigned); ValueError if it is malformed."""
+    x = np.asarray(policy)
+    n, m = theta["n_jobs"], theta["n_machines"]
+    if x.ndim != 1 or x.shape[0] != n:
+        raise ValueError(f"a plan gives each of the {n} jobs a machine, got shape {x.shape}")
+    if x.size and not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"a plan lists machine numbers (integers), got dtype {x.dtype}")
+    plan = [int(k) for k in x.tolist()]
+    if any(not -1 <= k < m for k in plan):
+        raise ValueError(f"machines are numbered 0 … {m - 1} (or −1 for unassigned), got {plan}")
+    return plan
+
+
+def _makespan(theta: dict, plan: list[int]) -> int:
+    loads = [0] * theta["n_machines"]
+    for j, k in enumerate(plan):
+        loads[max(k, 0)] += theta["processing"][j]
+    return max(loads)
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact utility of a plan: −makespan, unassigned jobs on machine 0."""
+    return float(-_makespan(theta, _check_plan(theta, policy)))
+
+
+def _branch_and_bound(theta: dict) -> tuple[float, np.ndarray]:
+    """Least makespan over every assignment. Jobs go in decreasing processing time (ties by
+    index); at each job, machines with a load already tried are skipped (they are symmetric);
+    a branch is cut when its makespan reaches the incumbent. The search stops at the lower bound
+    max(max p, ceil(P / m)). Deterministic: a fixed enumeration, strict improvement only."""
+    p, m = _check_theta(theta)
+    n = len(p)
+    order = sorted(range(n), key=lambda j: (-p[j], j))
+    lower = max(max(p), -(-sum(p) // m))
+    loads = [0] * m
+    incumbent = [0] * n
+    for j in order:  # LPT as the first incumbent
+        k = min(range(m), key=lambda i: (loads[i], i))
+        incumbent[j] = k
+        loads[k] += p[j]
+    best = [max(loads), incumbent[:]]
+    loads = [0] * m
+    current = [0] * n
+
+    def dfs(depth: int, top: int) -> bool:
+        if depth == n:
+            best[0], best[1] = top, current[:]
+            return top <= lower
+        j = order[depth]
+        tried = set()
+        for k in range(m):
+            if loads[k] in tried:
+                continue
+            tried.add(loads[k])
+            new = max(top, loads[k] + p[j])
+            if new >= best[0]:
+                continue
+            loads[k] += p[j]
+            current[j] = k
+            done = dfs(depth + 1, new)
+            loads[k] -= p[j]
+            if done:
+                return True
+        return False
+
+    if best[0] > lower:
+        dfs(0, 0)
+    plan = np.array(best[1], dtype=np.int8)
+    if _makespan(theta, best[1]) != best[0] or best[0] < lower:
+        raise ArithmeticError("the branch-and-bound plan does not attain its value")
+    return float(-best[0]), plan
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* (machine per job, int8) by branch and bound; values of the default and idle plans."""
+    u_star, policy, cert = certified(lambda: _branch_and_bound(theta),
+                                     method="branch and bound over job-machine assignments",
+                                     solver="python (integer branch and bound)", solver_version=np.__version__,
+                                     state_space=theta["n_machines"] ** theta["n_jobs"])
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """List scheduling in index order (not LPT): jobs 0, 1, …, n − 1 each go to the machine with the
+    least load so far, ties to the lowest machine number."""
+    loads = [0] * theta["n_machines"]
+    plan = []
+    for j in range(theta["n_jobs"]):
+        k = min(range(theta["n_machines"]), key=lambda i: (loads[i], i))
+        plan.append(k)
+        loads[k] += theta["processing"][j]
+    return np.array(plan, dtype=np.int8)
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Assign nothing: dispatch at once, so every job runs on machine 0."""
+    return np.full(theta["n_jobs"], -1, dtype=np.int8)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """Every job on a machine drawn uniformly from 0 … m − 1, independently."""
+    return rng.integers(0, theta["n_machines"], size=theta["n_jobs"]).astype(np.int8)
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a plan: assign its assigned jobs in index order, then dispatch. Deterministic (the
+    episode seed is accepted and ignored)."""
+    plan = _check_plan(theta, policy)
+    calls = [{"tool": "assign_job", "arguments": {"job": j, "machine": k}} for j, k in enumerate(plan) if k >= 0]
+    calls.append({"tool": "dispatch", "arguments": {}})
+    return Episode(utility=float(-_makespan(theta, plan)), calls=calls, decisions=plan)
+
+
+def turn_budget(theta: dict) -> int:
+    """Inspect every job, read the list, assign every job, dispatch, and room to spare."""
+    return 2 * theta["n_jobs"] + SHEET_COST + 13
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The site's machine floor: jobs (catalog), machines, assignments, inspections, log, state."""
+
+    PARAMS = ("n_jobs", "n_machines", "processing")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n, m = params["n_jobs"], params["n_machines"]
+        if not isinstance(n, int) or not isinstance(m, int) or n < 1 or m < 1 or len(params["processing"]) != n:
+            raise ValueError("processing must have n_jobs=%r entries and n_machines=%r must be ≥ 1" % (n, m))
+        self.db, self.p, self.skin = db, params, skin
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL)"
+                   % t["jobs"])
+        db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY, label TEXT NOT NULL)" % t["machines"])
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), machine_id INTEGER NOT NULL "
+                   "REFERENCES %s(machine_id), step INTEGER NOT NULL)" % (t["assignments"], t["jobs"], t["machines"]))
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), first_step INTEGER)"
+                   % (t["inspections"], t["jobs"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER, machine_id INTEGER)"
+                   % t["log"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["jobs"],
+                       [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j]) for j in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["machines"], [(k, "M%d" % k) for k in range(m)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("dispatched", 0), ("steps", 0)])
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _step(self):
+        steps = self._get("steps") + 1
+        self._set("steps", steps)
+        return steps
+
+    def _log(self, action, job, machine):
+        self.db.execute("INSERT INTO %s (action, job_id, machine_id) VALUES (?, ?, ?)" % self.t["log"],
+                        (action, job, machine))
+
+    def _job(self, job):
+        n = self.p["n_jobs"]
+        if not 0 <= job < n:
+            raise AgentError("there are %d jobs, numbered 0 to %d; got %d" % (n, n - 1, job))
+        return job
+
+    def _machine(self, machine):
+        m = self.p["n_machines"]
+        if not 0 <= machine < m:
+            raise AgentError("there are %d machines, numbered 0 to %d; got %d" % (m, m - 1, machine))
+        return machine
+
+    def _open(self):
+        if self._get("dispatched"):
+            raise AgentError("the plan has been dispatched; nothing can change any more")
+
+    def _machine_of(self, job):
+        row = self.db.execute("SELECT machine_id FROM %s WHERE job_id = ?" % self.t["assignments"], (job,)).fetchone()
+        return None if row is None else row[0]
+
+    def _loads(self):
+        """[(machine, label, jobs on it, load)] over every machine, from the assignment table."""
+        rows = self.db.execute(
+            "SELECT m.machine_id, m.label, COUNT(a.job_id), COALESCE(SUM(j.processing), 0) FROM %s m "
+            "LEFT JOIN %s a ON a.machine_id = m.machine_id LEFT JOIN %s j ON j.job_id = a.job_id "
+            "GROUP BY m.machine_id ORDER BY m.machine_id" % (self.t["machines"], self.t["assignments"], self.t["jobs"]))
+        return [tuple(row) for row in rows.fetchall()]
+
+    def _makespan(self):
+        return max(load for _, _, _, load in self._loads())
+
+    def _unassigned(self):
+        return [row[0] for row in self.db.execute(
+            "SELECT job_id FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) ORDER BY job_id"
+            % (self.t["jobs"], self.t["assignments"]))]
+
+    def _dispatch(self, why):
+        step = self._get("steps")
+        for job in self._unassigned():
+            self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["assignments"], (job, 0, step))
+        self._set("dispatched", 1)
+        self._log(why, None, None)
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("dispatched") == 1
+
+    def utility(self):
+        return -self._makespan()
+
+    def run_out(self):
+        self._dispatch("dispatched (turns ran out)")
+
+    # -- probes -----------------------------------------------------------------------------
+    def _inspect(self, job):
+        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?, ?)" % self.t["inspections"], (job, self._get("steps")))
+        label, proc = self.db.execute("SELECT label, processing FROM %s WHERE job_id = ?" % self.t["jobs"],
+                                      (job,)).fetchone()
+        return {"job": job, "label": label, "processing_time": proc}
+
+    def tool_inspect_job(self, job):
+        return self._inspect(self._job(job))
+
+    def tool_get_job_list(self):
+        return {"jobs": [self._inspect(j) for j in range(self.p["n_jobs"])], "time_unit": "time units"}
+
+    # -- decisions --------------------------------------------------------------------------
+    def tool_assign_job(self, job, machine):
+        self._open()
+        job = self._job(job)
+        machine = self._machine(machine)
+        already = self._machine_of(job)
+        if already is not None:
+            raise AgentError("job %d is already assigned to machine %d; unassign it first" % (job, already))
+        step = self._step()
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["assignments"], (job, machine, step))
+        self._log("assign", job, machine)
+        load = [l for k, _, _, l in self._loads() if k == machine][0]
+        return {"assigned": job, "machine": machine, "machine_load": load}
+
+    def tool_unassign_job(self, job):
+        self._open()
+        job = self._job(job)
+        machine = self._machine_of(job)
+        if machine is None:
+            raise AgentError("job %d is not assigned to any machine" % job)
+        self.db.execute("DELETE FROM %s WHERE job_id = ?" % self.t["assignments"], (job,))
+        self._step()
+        self._log("unassign", job, machine)
+        return {"unassigned": job, "was_on_machine": machine}
+
+    def tool_clear_assignments(self):
+        self._open()
+        count = self.db.execute("SELECT COUNT(*) FROM %s" % self.t["assignments"]).fetchone()[0]
+        if count == 0:
+            raise AgentError("no job is assigned yet")
+        self.db.execute("DELETE FROM %s" % self.t["assignments"])
+        self._step()
+        self._log("clear", None, None)
+        return {"cleared": count}
+
+    # -- clock ------------------------------------------------------------------------------
+    def tool_dispatch(self):
+        self._open()
+        moved = self._unassigned()
+        self._dispatch("dispatched")
+        return {"put_on_machine_0": moved, "loads": [load for _, _, _, load in self._loads()],
+                "makespan": self._makespan()}
+
+    # -- observations -----------------------------------------------------------------------
+    def tool_view_machine_loads(self):
+        return {"machines": [{"machine": k, "label": label, "jobs": count, "load": load}
+                             for k, label, count, load in self._loads()]}
+
+    def tool_list_unassigned(self):
+        inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
+        rows = self.db.execute("SELECT job_id, label FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
+                               "ORDER BY job_id" % (self.t["jobs"], self.t["assignments"])).fetchall()
+        return {"unassigned": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
+
+    def tool_view_makespan(self):
+        return {"makespan": self._makespan(), "jobs_assigned": sum(c for _, _, c, _ in self._loads())}
+
+    def tool_view_assignments(self):
+        rows = self.db.execute("SELECT a.job_id, j.label, a.machine_id, j.processing FROM %s a JOIN %s j "
+                               "ON j.job_id = a.job_id ORDER BY a.job_id" % (self.t["assignments"], self.t["jobs"]))
+        return {"assignments": [{"job": j, "label": label, "machine": k, "processing_time": proc}
+                                for j, label, k, proc in rows.fetchall()]}
+
+    def tool_view_inspected(self):
+        rows = self.db.execute("SELECT j.job_id, j.label, j.processing FROM %s j JOIN %s i ON i.job_id = j.job_id "
+                               "ORDER BY j.job_id" % (self.t["jobs"], self.t["inspections"])).fetchall()
+        return {"jobs": [{"job": j, "label": label, "processing_time": proc} for j, label, proc in rows]}
+
+    def tool_view_log(self, limit=20):
+        rows = self.db.execute("SELECT entry_id, action, job_id, machine_id FROM %s ORDER BY entry_id DESC LIMIT ?"
+                               % self.t["log"], (limit,)).fetchall()
+        return {"log": [{"entry": e, "action": a, "job": j, "machine": k} for e, a, j, k in rows]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        lines = [
+            self.skin["narrative"],
+            "",
+            "The %s runs %d identical machines, numbered 0 to %d, and must process %d jobs for batches of %s (%s) "
+            "from the %s, numbered 0 to %d. Each job runs on exactly one machine and takes the same processing "
+            "time (in time units) on any of them; a machine runs its jobs back to back from time 0, so its load "
+            "is the sum of its jobs' processing times."
+            % (v["site"], p["n_machines"], p["n_machines"] - 1, p["n_jobs"], v["item"], v["sku"], v["supplier"],
+               p["n_jobs"] - 1),
+            "Build the plan with %s (put a job on a machine), %s and %s. %s ends the episode: any job not yet "
+            "assigned is put on machine 0, and your score is minus the makespan, the largest machine load."
+            % (n["assign_job"], n["unassign_job"], n["clear_assignments"], n["dispatch"]),
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the plan is "
+            "dispatched as it stands (unassigned jobs on machine 0)." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += ["", "Jobs (processing time in time units):"]
+            for j in range(p["n_jobs"]):
+                lines.append("  job %d: processing %d" % (j, p["processing"][j]))
+        else:
+            cost = [t.get("turn_cost", 1) for t in self.skin["tools"] if t["canonical"] == "get_job_list"]
+            lines += ["", "The jobs' processing times are not given: %s reveals one job (1 turn), %s every job at "
+                      "once (%d turns), at the cost of turns from the same budget."
+                      % (n["inspect_job"], n["get_job_list"], cost[0] if cost else 1)]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+_JOB = {"type": "integer", "minimum": 0, "maximum": MAX_JOBS - 1, "description": "number of the job (0-based)"}
+_MACHINE = {"type": "integer", "minimum": 0, "maximum": MAX_MACHINES - 1,
+            "description": "number of the machine (0-based)"}
+
+
+def _job_schema():
+    return {"type": "object", "properties": {"job": dict(_JOB)}, "required": ["job"], "additionalProperties": False}
+
+
+TOOLS = (
+    ToolSpec("inspect_job", "probe", "Inspect one job for the {supplier}'s {item}: its processing time.",
+             _job_schema(), reveals=("processing",)),
+    ToolSpec("get_job_list", "probe", "Read the {site}'s whole job list: the processing time of every job (costs "
+             "%d turns)." % SHEET_COST, _NO_ARGS, reveals=("processing",), turn_cost=SHEET_COST),
+    ToolSpec("assign_job", "decision", "Put one job on a machine (refused if the job is already assigned or the "
+             "machine does not exist).",
+             {"type": "object", "properties": {"job": dict(_JOB), "machine": dict(_MACHINE)},
+              "required": ["job", "machine"], "additionalProperties": False}),
+    ToolSpec("unassign_job", "decision", "Take one assigned job off its machine.", _job_schema()),
+    ToolSpec("clear_assignments", "decision", "Take every job off every machine.", _NO_ARGS),
+    ToolSpec("dispatch", "clock", "Dispatch the plan to the {site}'s machines: unassigned jobs go on machine 0, the "
+             "episode ends and the score is minus the makespan.", _NO_ARGS),
+    ToolSpec("view_machine_loads", "observe", "Show every machine's number of jobs and load so far.", _NO_ARGS),
+    ToolSpec("list_unassigned", "observe", "List the jobs not yet on a machine and whether each is inspected.",
+             _NO_ARGS),
+    ToolSpec("view_makespan", "observe", "Show the makespan (largest machine load) of the jobs assigned so far.",
+             _NO_ARGS),
+    ToolSpec("view_assignments", "observe", "Show the assignment table: every assigned job, its machine and its "
+             "processing time.", _NO_ARGS),
+    ToolSpec("view_inspected", "observe", "List every job inspected so far with its processing time.", _NO_ARGS),
+    ToolSpec("view_log", "observe", "List the most recent planning actions.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
+                                                         "description": "how many entries to list"}},
+              "additionalProperties": False}),
+)
+
+register(Family(
+    name="scheduling",
+    version="1",
+    group="probe_budgeted",
+    model_class="identical parallel machines, makespan (P||Cmax, assignment)",
+    solver="branch and bound over job-machine assignments (exact, integer arithmetic)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    stochastic=False,
+    # z = (u0 − u_idle) / (u* − u_idle), idle = everything on machine 0 (makespan Σp). List
+    # scheduling is a 2 − 1/m approximation, so z sits high (typically 0.8–0.95); it is often
+    # optimal outright, which the band gate's realized-gap check rejects. Above 0.99 the default
+    # is within a unit or so of π* on a large instance; below 0 it would do worse than idling.
+    default_band=(0.0, 0.99),
+    knob_ranges={"size": (6, 10), "horizon": (2, 4)},
+    turn_budget=turn_budget,
+    tables=("jobs", "machines", "assignments", "inspections", "log", "state"),
+    vocabulary=("site", "item", "sku", "supplier", "currency"),
+))
