@@ -1,0 +1,420 @@
+"""Cross-checks of the facility-location family against plain-Python brute force, its rendered
+module and the real admission gates.
+
+The brute force is written from the module docstring's Model section, not from the solver: a plan
+is a non-empty set S of open depots; its cost is the opening costs of S plus, for every town, the
+cheapest service cost from a depot in S; u* is minus the least cost over all 2^n − 1 non-empty sets.
+The only layout assumption is that of a plan: a 0/1 vector over the depots.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import types
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import draw, sample_models
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+FAM = registry.get("facility")
+PASSAGES = builtin_passages()
+HIDDEN = ("opening_costs", "service_costs")
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, from the docstring, in plain Python.
+
+
+def cost(theta, chosen):
+    return sum(theta["opening_costs"][s] for s in chosen) + sum(
+        min(row[s] for s in chosen) for row in theta["service_costs"])
+
+
+def brute_force(theta):
+    """(best utility, best set) over every non-empty set of depots, first best in mask order."""
+    n = theta["n_sites"]
+    best, arg = None, None
+    for mask in range(1, 2 ** n):
+        chosen = [s for s in range(n) if mask >> s & 1]
+        u = -cost(theta, chosen)
+        if best is None or u > best:
+            best, arg = u, chosen
+    return best, arg
+
+
+def chosen_of(plan):
+    return [s for s, x in enumerate(np.asarray(plan).tolist()) if x == 1]
+
+
+def plain_default(theta):
+    """The default's docstring: lowest total service cost depot + every depot below the median."""
+    f = theta["opening_costs"]
+    med = statistics.median(f)
+    totals = [sum(row[s] for row in theta["service_costs"]) for s in range(theta["n_sites"])]
+    best = totals.index(min(totals))
+    return sorted({best} | {s for s in range(theta["n_sites"]) if f[s] < med})
+
+
+def make(opening, service):
+    return {"n_sites": len(opening), "n_towns": len(service), "opening_costs": list(opening),
+            "service_costs": [list(row) for row in service]}
+
+
+TINY = [
+    make([5, 5, 5], [[0, 9, 9], [9, 0, 9], [9, 9, 0]]),        # open everything
+    make([100, 100, 100], [[0, 9, 9], [9, 0, 9], [9, 9, 0]]),  # one depot is enough
+    make([1, 10, 1], [[10, 1, 10], [10, 1, 10], [10, 1, 10]]), # the dear central depot wins
+    make([0, 0, 0], [[3, 3, 3], [3, 3, 3], [3, 3, 3]]),        # ties everywhere
+    make([7, 3, 9, 2], [[4, 8, 1, 6], [2, 2, 9, 7], [5, 1, 3, 8], [9, 9, 9, 0]]),
+]
+
+
+def random_tiny(seed):
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    return make([int(x) for x in rng.integers(0, 30, size=n)],
+                [[int(x) for x in rng.integers(0, 30, size=n)] for _ in range(m)])
+
+
+def sampled(k):
+    rng = np.random.default_rng(100 + k)
+    return FAM.sample(FAM.Params(size=3 + k % 6, horizon=3 + k % 10), rng)
+
+
+INSTANCES = TINY + [random_tiny(s) for s in range(40)] + [sampled(k) for k in range(20)]
+
+
+def test_solver_matches_brute_force_and_dominates_every_reference_plan():
+    rng = np.random.default_rng(0)
+    for theta in INSTANCES:
+        sol = FAM.solve(theta)
+        best, _ = brute_force(theta)
+        assert sol.u_star == best, theta
+        assert sol.certificate.status == "optimal" and sol.certificate.gap <= 1e-9
+        assert sol.certificate.bound >= sol.u_star - 1e-6
+        assert sol.certificate.state_space == 2 ** theta["n_sites"] - 1
+        chosen = chosen_of(sol.policy)
+        assert chosen and -cost(theta, chosen) == best == FAM.evaluate(theta, sol.policy)
+        assert sol.u_default == -cost(theta, plain_default(theta)) <= sol.u_star
+        assert sol.u_idle == -cost(theta, [0]) <= sol.u_star
+        for _ in range(5):
+            plan = FAM.random_policy(theta, rng)
+            assert FAM.evaluate(theta, plan) == -cost(theta, chosen_of(plan)) <= sol.u_star
+
+
+def test_tiny_hand_instances_have_the_expected_networks():
+    assert chosen_of(FAM.solve(TINY[0]).policy) == [0, 1, 2] and FAM.solve(TINY[0]).u_star == -15
+    assert FAM.solve(TINY[1]).u_star == -118
+    assert chosen_of(FAM.solve(TINY[2]).policy) == [1] and FAM.solve(TINY[2]).u_star == -13
+    assert FAM.solve(TINY[3]).u_star == -9
+
+
+def test_default_and_idle_follow_their_docstrings():
+    for theta in INSTANCES:
+        assert chosen_of(FAM.default_policy(theta)) == plain_default(theta)
+        assert chosen_of(FAM.idle_policy(theta)) == [0]
+
+
+def test_random_policy_is_a_valid_varied_plan():
+    theta = TINY[4]
+    assert (FAM.random_policy(theta, np.random.default_rng(5)) == FAM.random_policy(theta, np.random.default_rng(5))).all()
+    rng = np.random.default_rng(5)
+    plans = {tuple(FAM.random_policy(theta, rng).tolist()) for _ in range(200)}
+    assert len(plans) == 2 ** 4 - 1  # every non-empty set shows up, and the empty one never
+
+
+@pytest.mark.parametrize("plan", [[0, 0, 0], [1, 0], [1, 0, 2], [1, 1, -1], [[1, 0, 0]]])
+def test_evaluate_rejects_invalid_plans(plan):
+    with pytest.raises(ValueError):
+        FAM.evaluate(TINY[0], np.array(plan))
+
+
+def test_solver_depends_on_opening_and_service_costs():
+    theta = TINY[4]
+    u = FAM.solve(theta).u_star
+    for changed in (dict(theta, opening_costs=[7, 30, 9, 2]), dict(theta, opening_costs=[7, 3, 9, 20]),
+                    dict(theta, service_costs=[[4, 8, 1, 6], [2, 2, 9, 7], [5, 1, 3, 8], [9, 9, 9, 5]])):
+        u2 = FAM.solve(changed).u_star
+        assert u2 == brute_force(changed)[0] and u2 != u, changed
+
+
+def test_solve_is_fast_and_exact_across_knob_ranges():
+    for seed in range(12):
+        _, theta = draw(FAM, seed)
+        sol = FAM.solve(theta)
+        assert sol.certificate.seconds < 0.3
+        assert sol.u_star == brute_force(theta)[0]
+        assert FAM.turn_budget(theta) < 300
+    big = FAM.sample(FAM.Params(size=8, horizon=12), np.random.default_rng(0))
+    assert FAM.solve(big).certificate.seconds < 0.3 and FAM.turn_budget(big) < 300
+
+
+def test_simulate_opens_the_plan_in_index_order_then_finalizes():
+    rng = np.random.default_rng(11)
+    for theta in TINY + [sampled(k) for k in range(6)]:
+        sol = FAM.solve(theta)
+        for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+            chosen = chosen_of(plan)
+            for seed in (0, 1, 2**31 - 1):
+                ep = FAM.simulate(theta, plan, seed)
+                assert ep.utility == FAM.evaluate(theta, plan) == -cost(theta, chosen)
+                assert ep.decisions == chosen
+                assert ep.calls == [{"tool": "open_site", "arguments": {"site": s}} for s in chosen] + [
+                    {"tool": "finalize_network", "arguments": {}}]
+                assert len(ep.calls) <= FAM.turn_budget(theta)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample and Params.
+
+
+def test_sample_is_deterministic_per_seed():
+    params = FAM.Params(size=6, horizon=7)
+    a = FAM.sample(params, np.random.default_rng(5))
+    assert a == FAM.sample(params, np.random.default_rng(5))
+    others = [FAM.sample(params, np.random.default_rng(s)) for s in (6, 7, 8)]
+    assert all(o != a for o in others) and len({repr(o) for o in others}) == 3
+
+
+@pytest.mark.parametrize("size,horizon", [(3, 3), (5, 4), (8, 12), (3, 12), (8, 3)])
+def test_sample_respects_params(size, horizon):
+    rng = np.random.default_rng(size * 100 + horizon)
+    for _ in range(10):
+        theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
+        assert set(theta) == {"n_sites", "n_towns", "opening_costs", "service_costs"}
+        assert theta["n_sites"] == size and theta["n_towns"] == horizon
+        assert len(theta["opening_costs"]) == size and len(theta["service_costs"]) == horizon
+        assert all(type(f) is int and 20 <= f <= 30 * horizon + 20 for f in theta["opening_costs"])
+        assert all(len(row) == size for row in theta["service_costs"])
+        assert all(type(c) is int and 0 <= c <= 5 * 142 for row in theta["service_costs"] for c in row)
+
+
+@pytest.mark.parametrize("knobs", [dict(size=2), dict(size=9), dict(horizon=2), dict(horizon=13), dict(size="many")])
+def test_params_out_of_bounds_raise(knobs):
+    with pytest.raises(ValidationError):
+        FAM.Params(**knobs)
+    with pytest.raises(InvalidParams):
+        FAM.params(knobs)
+
+
+def test_params_edges_and_knob_ranges():
+    for knobs in (dict(size=3, horizon=3), dict(size=8, horizon=12)):
+        params = FAM.params(knobs)
+        assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
+    for name, (lo, hi) in FAM.knob_ranges.items():
+        field = FAM.Params.model_fields[name]
+        assert 3 <= lo <= hi and hi <= {"size": 8, "horizon": 12}[name], field
+    assert FAM.stochastic is False and FAM.group == "probe_budgeted" and set(FAM.hidden) == set(HIDDEN)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rendered module, in process.
+
+_MODULES: dict[int, tuple] = {}
+
+
+def generated(k):
+    if k not in _MODULES:
+        out = render_module(FAM, PASSAGES[k])
+        module = types.ModuleType("generated_facility_%d" % k)
+        exec(compile(out.module, "<generated facility %d>" % k, "exec"), module.__dict__)
+        _MODULES[k] = (out, module)
+    return _MODULES[k]
+
+
+def make_env(k, theta, presentation="I", budget=None, seed=0):
+    _, module = generated(k)
+    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
+                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+
+
+MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(s))
+                 for s, n, m in ((1, 5, 6), (2, 8, 12), (3, 3, 3), (4, 7, 9))]
+
+
+@pytest.mark.parametrize("k", range(len(PASSAGES)))
+def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
+    out, _ = generated(k)
+    names = [out.tool_name(t.name) for t in FAM.tools]
+    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+    sol = FAM.solve(theta)
+    rng = np.random.default_rng(k)
+    for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
+        for presentation in ("I", "A"):
+            env = make_env(k, theta, presentation)
+            for call in FAM.simulate(theta, plan, k).calls:
+                assert not env.done
+                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                assert result["ok"], result
+            outcome = env.outcome()
+            assert outcome["terminal"] and env.done
+            assert outcome["utility"] == FAM.evaluate(theta, plan)
+            assert outcome["turns_used"] == len(chosen_of(plan)) + 1
+
+
+def test_probes_and_observations_report_theta():
+    theta = MODULE_THETAS[0]
+    out, _ = generated(0)
+    env = make_env(0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    assert call("view_network")["total_cost"] is None
+    assert [d["opening_cost"] for d in call("list_sites")["depots"]] == [None] * theta["n_sites"]
+    sites = call("get_site_costs")
+    assert [d["opening_cost"] for d in sites["depots"]] == theta["opening_costs"]
+    assert [d["opening_cost"] for d in call("list_sites")["depots"]] == theta["opening_costs"]
+    assert call("survey_town", town=2)["service_costs"] == theta["service_costs"][2]
+    assert [t["town"] for t in call("view_surveys")["surveyed"]] == [2]
+    before = env.outcome()["turns_used"]
+    assert call("get_cost_matrix")["service_costs"] == theta["service_costs"]
+    assert env.outcome()["turns_used"] == before + 3
+    assert len(call("view_surveys")["surveyed"]) == theta["n_towns"]
+    for s in (1, 3):
+        assert call("open_site", site=s)["ok"]
+    net = call("view_network")
+    assert net["open"] == [1, 3] and net["total_cost"] == cost(theta, [1, 3])
+    towns = call("view_assignment")["towns"]
+    for k, row in enumerate(theta["service_costs"]):
+        best = min((row[s], s) for s in (1, 3))
+        assert (towns[k]["cost"], towns[k]["depot"]) == best
+    assert call("close_site", site=1)["ok"] and call("view_network")["total_cost"] == cost(theta, [3])
+    assert call("view_log", limit=1)["log"][0] == {"entry": 3, "action": "close", "site": 1}
+    assert call("finalize_network")["ok"] and env.done and env.outcome()["utility"] == -cost(theta, [3])
+
+
+def test_invalid_calls_are_reported_and_leave_state_unchanged():
+    theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]])
+    out, _ = generated(1)
+    env = make_env(1, theta, "I")
+    call = lambda tool, args: env.call(out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+    assert call("open_site", {"site": 0})["ok"]
+    bad = [
+        ("open_site", {"site": 0}),          # already open
+        ("close_site", {"site": 1}),         # not open
+        ("open_site", {"site": 3}),          # no depot 3 (n = 3): the World refuses
+        ("open_site", {"site": 99}),         # beyond the schema maximum
+        ("open_site", {"site": -1}),
+        ("open_site", {"site": "0"}),
+        ("open_site", {}),
+        ("open_site", {"site": 2, "extra": 1}),
+        ("survey_town", {"town": 2}),        # n_towns = 2
+        ("survey_town", {"town": 1.5}),
+        ("view_log", {"limit": 0}),
+        ("finalize_network", {"now": True}),
+        ("no_such_tool", {}),
+    ]
+    for tool, args in bad:
+        before = env.state_digest()
+        result = call(tool, args)
+        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
+        assert env.state_digest() == before, (tool, args)
+    assert "already open" in call("open_site", {"site": 0})["error"]
+    assert call("close_site", {"site": 0})["ok"] and call("view_network", {})["total_cost"] is None
+    assert env.outcome()["utility"] == -cost(theta, [0])  # what finalizing the empty network scores
+    assert call("finalize_network", {})["ok"] and env.done
+    before = env.state_digest()
+    assert call("open_site", {"site": 2})["ok"] is False and env.state_digest() == before
+    assert env.outcome() == {"utility": float(-cost(theta, [0])), "terminal": True, "turns_used": 4}
+
+
+def test_running_out_of_turns_finalizes_the_network_as_it_stands():
+    theta = MODULE_THETAS[1]
+    out, _ = generated(2)
+    env = make_env(2, theta, "I", budget=3)
+    assert env.call(out.tool_name("open_site"), {"site": 4})["ok"]
+    assert env.call(out.tool_name("view_network"), {})["ok"]
+    assert env.call(out.tool_name("open_site"), {"site": 6})["ok"]
+    assert env.done and env.outcome() == {"utility": float(-cost(theta, [4, 6])), "terminal": True, "turns_used": 3}
+    env = make_env(2, theta, "I", budget=2)  # nothing open when the turns run out: depot 0 alone
+    assert env.call(out.tool_name("get_site_costs"), {})["ok"] and env.call(out.tool_name("view_log"), {})["ok"]
+    assert env.done and env.outcome()["utility"] == -cost(theta, [0])
+
+
+def test_presentation_a_hides_the_numbers_that_i_states():
+    theta = MODULE_THETAS[0]
+    other = dict(theta, opening_costs=[f + 1000 for f in theta["opening_costs"]],
+                 service_costs=[[c + 500 for c in row] for row in theta["service_costs"]])
+    for k in range(len(PASSAGES)):
+        out, _ = generated(k)
+        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+        assert make_env(k, other, "A").instruction == a_text
+        assert make_env(k, other, "I").instruction != i_text
+        for s, f in enumerate(theta["opening_costs"]):
+            assert "depot %d %d" % (s, f) in i_text and "depot %d %d" % (s, f) not in a_text
+        for t, row in enumerate(theta["service_costs"]):
+            line = "town %d: %s" % (t, ", ".join(str(c) for c in row))
+            assert line in i_text and line not in a_text
+        for tool in ("get_site_costs", "survey_town", "get_cost_matrix"):
+            assert out.tool_name(tool) in a_text
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real gates.
+
+
+@pytest.fixture(scope="module")
+def gated():
+    models = sample_models(FAM, 6, seed=GATE_SEED, batch="t")
+    solutions = {s.model_id: s for s in solve_models(FAM, models)}
+    outputs, assignment = synthesize(FAM, models, PASSAGES)
+    by_id = {o.setter_output_id: o for o in outputs}
+    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
+    verdicts = []
+    for output in outputs:
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        verdicts += check_batch(FAM, output, mine)
+    return outputs, candidates, verdicts
+
+
+GATE_SEED = 4
+
+
+def _failed(verdicts):
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
+
+
+def test_the_gates_admit_the_family_in_both_presentations(gated):
+    _, _, verdicts = gated
+    assert len(verdicts) == 12
+    for presentation in ("I", "A"):
+        mine = [v for v in verdicts if v.candidate.presentation == presentation]
+        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
+    for v in verdicts:  # a rejection may only come from the model's own default band
+        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.instruction and len(v.tools) == len(FAM.tools)
+
+
+def test_a_world_with_doubled_opening_costs_is_rejected(gated):
+    outputs, candidates, _ = gated
+    output = outputs[0]
+    old = "SELECT COALESCE(SUM(d.opening_cost), 0)"
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, "SELECT COALESCE(SUM(2 * d.opening_cost), 0)")})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+
+
+def test_a_world_that_serves_from_closed_depots_is_rejected(gated):
+    outputs, candidates, _ = gated
+    output = outputs[-1]
+    old = "ON d.site_id = c.site_id AND d.is_open = 1 "
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, "ON d.site_id = c.site_id ")})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}
