@@ -5,19 +5,30 @@
     ('ok', 1)
 
 The child is a fresh interpreter (`python -s -B runner.py`) with a scrubbed environment, stdin
-closed, cwd in a fresh scratch dir, rlimits on CPU, address space, file size and open files,
-its own session (so the whole process group is killed), and no network when `unshare -n`
-works here. Results come back on a dedicated pipe, read by the parent up to a size cap.
+and stdout on /dev/null, stderr on a size-capped pipe, cwd in a fresh scratch dir owned by the
+sandbox uid, rlimits on CPU, address space, file size, open files and processes, its own
+session, and — where the machine allows it — bubblewrap (read-only `/`, writable scratch only,
+no network, own PID namespace) or else `unshare -n -p` (no network, own PID namespace). When
+the parent is root the runner drops to uid/gid 65534 before the module runs. Results come back
+on a dedicated pipe as HMAC-signed, numbered JSON lines, read by the parent up to a size cap and
+checked against the job (schema, key order, end marker). See docs/RELIABILITY.md.
+
+Statuses: ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid.
 """
 
 from __future__ import annotations
 
+import hmac
+import hashlib
 import json
+import math
 import os
 import resource
+import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 RUNNER = Path(__file__).with_name("runner.py")
+SANDBOX_UID = 65534  # nobody / nogroup
+MARKER = "VHD_SANDBOX_ID"
 
 
 @dataclass(frozen=True)
@@ -38,28 +51,83 @@ class Limits:
     result_bytes: int = 64 << 20
     file_bytes: int = 16 << 20
     open_files: int = 256
+    processes: int = 64  # RLIMIT_NPROC of the sandbox uid (enforced only once privileges are dropped)
+    stderr_bytes: int = 64 << 10
 
 
 @dataclass
 class SandboxResult:
-    status: str  # ok | import_error | timeout | memory | crashed | invalid | oversize
+    # ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid
+    status: str
     episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     message: str = ""
     seconds: float = 0.0
+    violations: list[str] = field(default_factory=list)
+    isolation: str = ""
+    scratch: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How children are launched on this machine (probed once per process)."""
+
+    mode: str  # bwrap | unshare | none
+    uid: int | None  # the uid the runner drops to, or None (runs as the parent's uid)
+
+
+# --- launching ---------------------------------------------------------------------------
+
+
+def _hidden_ancestors(target: str) -> tuple[str, list[str]] | None:
+    """The topmost ancestor of `target` that others cannot traverse, and the dirs below it."""
+    parts = Path(target).parts
+    for depth in range(2, len(parts)):
+        ancestor = os.path.join(*parts[:depth])
+        try:
+            mode = os.stat(ancestor).st_mode
+        except OSError:
+            return None
+        if not mode & stat.S_IXOTH:
+            return ancestor, [os.path.join(*parts[:k]) for k in range(depth + 1, len(parts))]
+    return None
 
 
 @lru_cache(maxsize=1)
-def network_isolation() -> tuple[str, ...]:
-    """The command prefix that gives the child no network, or () where none works here."""
-    unshare = shutil.which("unshare")
-    if unshare:
-        try:
-            probe = subprocess.run([unshare, "-n", "--", "true"], capture_output=True, timeout=10)
-            if probe.returncode == 0:
-                return (unshare, "-n", "--")
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    return ()
+def _masks() -> tuple[str, ...]:
+    """bwrap arguments that make the interpreter, venv and runner reachable for the sandbox uid
+    when they sit under a directory it cannot traverse (e.g. /root/.pyenv): the directory is
+    replaced by an empty tmpfs and only the needed trees are bound back, read-only."""
+    targets = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                                                    str(RUNNER.parent))})
+    tmpfs, dirs, binds = [], [], []
+    for target in targets:
+        hidden = _hidden_ancestors(target)
+        if hidden is None:
+            continue
+        ancestor, between = hidden
+        if ancestor not in tmpfs:
+            tmpfs.append(ancestor)
+        dirs += [d for d in between if d not in dirs]
+        binds.append(target)
+    args: list[str] = []
+    for path in tmpfs:
+        args += ["--perms", "0755", "--tmpfs", path]
+    for path in dirs:
+        args += ["--perms", "0755", "--dir", path]
+    for path in binds:
+        args += ["--ro-bind", path, path]
+    return tuple(args)
+
+
+def _prefix(mode: str, scratch: str) -> list[str]:
+    if mode == "bwrap":  # `unshare -n` outside: bwrap would bring loopback up in its own net namespace
+        return [shutil.which("unshare") or "unshare", "-n", "--", shutil.which("bwrap") or "bwrap",
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *_masks(), "--bind", scratch, scratch,
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
+                "--chdir", scratch, "--"]
+    if mode == "unshare":
+        return [shutil.which("unshare") or "unshare", "-n", "-p", "-f", "--kill-child", "--"]
+    return []
 
 
 def _limit(limits: Limits):
@@ -69,91 +137,336 @@ def _limit(limits: Limits):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
     return apply
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+_PROBE = ("import os, json, fractions, hashlib\n"
+          "def create(config):\n    raise ValueError('probe uid=%d' % os.getuid())\n")
+
+
+def _probe(mode: str, uid: int | None) -> bool:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        result = _run({"module": _PROBE, "episodes": [{"key": "p", "config": {}, "trajectories": []}]},
+                      Limits(wall_seconds=20), 0, Plan(mode, uid))
+    except OSError:
+        return False
+    described = result.episodes.get("p", {}).get("describe", {}).get("exception", "")
+    expected = "probe uid=%d" % (uid if uid is not None else os.getuid())
+    return result.status == "ok" and expected in described
+
+
+def _works(command: list[str]) -> bool:
+    try:
+        return subprocess.run(command, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@lru_cache(maxsize=1)
+def plan() -> Plan:
+    """The strongest launch this machine supports: bwrap > unshare -n -p > none; uid 65534 if root."""
+    modes = []
+    if shutil.which("bwrap") and shutil.which("unshare") and _works(
+            [shutil.which("unshare"), "-n", "--", shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev",
+             "--proc", "/proc", "--unshare-pid", "--die-with-parent", "--", "true"]):
+        modes.append("bwrap")
+    if shutil.which("unshare") and _works([shutil.which("unshare"), "-n", "-p", "-f", "--kill-child", "--", "true"]):
+        modes.append("unshare")
+    modes.append("none")
+    uids = [SANDBOX_UID, None] if os.geteuid() == 0 else [None]
+    for uid in uids:
+        for mode in modes:
+            if _probe(mode, uid):
+                return Plan(mode, uid)
+    return Plan("none", None)
+
+
+def network_isolation() -> tuple[str, ...]:
+    """The command prefix that gives the child no network, or () where none works here."""
+    mode = plan().mode
+    return tuple(_prefix(mode, "SCRATCH")) if mode in ("bwrap", "unshare") else ()
+
+
+# --- running ---------------------------------------------------------------------------
 
 
 def run_job(job: dict[str, Any], limits: Limits = Limits(), *, hash_seed: int = 0) -> SandboxResult:
     """Play `job` in a fresh sandboxed interpreter and collect its per-episode reports."""
+    return _run(job, limits, hash_seed, plan())
+
+
+def _run(job: dict[str, Any], limits: Limits, hash_seed: int, how: Plan) -> SandboxResult:
     started = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="vhd-sandbox-"))
+    key = secrets.token_bytes(32)
+    marker = secrets.token_hex(8)
     try:
+        if how.uid is not None:
+            os.chown(scratch, how.uid, how.uid)
         job_path = scratch / "job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
+        fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # readable by the launcher only
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({**job, "nonce": key.hex()}, handle)
         read_end, write_end = os.pipe()
-        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": str(hash_seed), "LC_ALL": "C.UTF-8", "HOME": str(scratch)}
-        command = [*network_isolation(), sys.executable, "-s", "-B", str(RUNNER), str(job_path), str(write_end)]
-        with open(scratch / "stderr.txt", "wb") as stderr:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": str(hash_seed), "LC_ALL": "C.UTF-8", "HOME": str(scratch),
+               MARKER: marker}
+        command = [*_prefix(how.mode, str(scratch)), sys.executable, "-s", "-B", str(RUNNER), str(job_path), str(write_end)]
+        if how.uid is not None:
+            command.append(str(how.uid))
+        try:
             proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, cwd=scratch, env=env,
-                pass_fds=(write_end,), preexec_fn=_limit(limits), start_new_session=True,
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=scratch,
+                env=env, pass_fds=(write_end,), preexec_fn=_limit(limits), start_new_session=True,
             )
-        os.close(write_end)
-        data, status = _collect(proc, read_end, limits, started)
-        os.close(read_end)
-        stderr_tail = (scratch / "stderr.txt").read_bytes()[-2000:].decode("utf-8", "replace")
-        result = _parse(data, status, proc.returncode, stderr_tail)
+        finally:
+            os.close(write_end)
+        try:
+            data, stderr, status = _collect(proc, read_end, limits, started, how, marker)
+        finally:
+            os.close(read_end)
+            proc.stderr.close()
+        expected = [episode["key"] for episode in job.get("episodes", [])]
+        result = _parse(data, status, _signal_of(proc.returncode, how, bytes(stderr)), proc.returncode, stderr, key, expected)
         result.seconds = time.perf_counter() - started
+        result.isolation = how.mode + (f", uid {how.uid}" if how.uid is not None else f", uid {os.getuid()} (not dropped)")
+        result.scratch = str(scratch)
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float) -> tuple[bytes, str]:
-    chunks, size = [], 0
-    while True:
-        remaining = limits.wall_seconds - (time.perf_counter() - started)
-        if remaining <= 0:
-            _kill_group(proc)
-            return b"".join(chunks), "timeout"
-        ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
-        if not ready:
-            continue
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            break
-        size += len(chunk)
-        if size > limits.result_bytes:
-            _kill_group(proc)
-            return b"".join(chunks), "oversize"
-        chunks.append(chunk)
+def _signal_of(returncode: int | None, how: Plan, stderr: bytes = b"") -> int | None:
+    """The signal that ended the runner (bwrap and `unshare --kill-child` report 128 + signal number;
+    unshare cannot re-raise a child's SIGKILL and exits 1 saying so)."""
+    if returncode is None:
+        return None
+    if how.mode == "unshare" and returncode == 1 and b"unshare: sigprocmask unblock failed" in stderr:
+        return signal.SIGKILL
+    if returncode < 0:
+        return -returncode
+    if how.mode in ("bwrap", "unshare") and 128 < returncode < 128 + 65:
+        return returncode - 128
+    return None
+
+
+def _kill(proc: subprocess.Popen, how: Plan, marker: str) -> None:
+    """SIGKILL the child's process group; the PID namespace (bwrap, unshare) takes every
+    descendant with it. Without a namespace, also every process carrying this job's marker."""
     try:
-        proc.wait(timeout=max(0.1, limits.wall_seconds - (time.perf_counter() - started)))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return b"".join(chunks), "timeout"
-    _kill_group(proc)  # nothing the module forked may outlive the check
-    return b"".join(chunks), "done"
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if how.mode == "none":
+        for pid in marked_processes(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    proc.wait()
 
 
-def _parse(data: bytes, status: str, returncode: int | None, stderr_tail: str) -> SandboxResult:
+def marked_processes(marker: str) -> list[int]:
+    """Pids whose environment or command line carries `marker` (a /proc scan; readable as root)."""
+    needle, found = marker.encode(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as handle:
+                    if needle in handle.read():
+                        found.append(int(entry))
+                        break
+            except OSError:
+                pass
+    return found
+
+
+def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, how: Plan,
+             marker: str) -> tuple[bytes, bytes, str]:
+    chunks, size = [], 0
+    err_fd, stderr = proc.stderr.fileno(), bytearray()
+    open_fds, status = {fd, err_fd}, "done"
+    deadline, exited = started + limits.wall_seconds, False
+    while open_fds:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            if not exited:
+                status = "timeout"
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], min(remaining, 0.25))
+        for ready_fd in ready:
+            chunk = os.read(ready_fd, 1 << 16)
+            if not chunk:
+                open_fds.discard(ready_fd)
+            elif ready_fd == err_fd:
+                stderr += chunk
+                if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
+                    del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
+            else:
+                size += len(chunk)
+                if size > limits.result_bytes:
+                    _kill(proc, how, marker)
+                    _drain(open_fds)
+                    return b"".join(chunks), bytes(stderr), "oversize"
+                chunks.append(chunk)
+        if not exited and proc.poll() is not None:
+            # the runner is gone: nothing it forked may outlive the check; drain what is left briefly
+            exited = True
+            _kill(proc, how, marker)
+            deadline = min(deadline, time.perf_counter() + 1.0)
+    _kill(proc, how, marker)
+    _drain(open_fds)
+    return b"".join(chunks), bytes(stderr), status
+
+
+def _drain(fds: set[int], seconds: float = 3.0) -> None:
+    """Read the pipes to EOF: every write end closed means every process that held one is dead
+    (the PID namespace is torn down asynchronously after its init is killed)."""
+    deadline = time.perf_counter() + seconds
+    while fds and time.perf_counter() < deadline:
+        ready, _, _ = select.select(list(fds), [], [], max(0.0, deadline - time.perf_counter()))
+        for fd in ready:
+            if not os.read(fd, 1 << 16):
+                fds.discard(fd)
+
+
+# --- the verdict on the channel ----------------------------------------------------------
+
+_TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "obs_digest", "exception"]
+_SHAPES = {
+    "describe": (["instruction", "tools"], ["exception"]),
+    "trajectory": (_TRAJECTORY, ["exception"]),
+    "fuzz": (["calls", "failures", "failed", "digest"], ["exception"]),
+}
+
+
+class _Forged(Exception):
+    pass
+
+
+def _shape(kind: str, value: Any) -> None:
+    if not isinstance(value, dict) or list(value) not in _SHAPES[kind]:
+        raise _Forged(f"a {kind} report has keys {list(value) if isinstance(value, dict) else type(value).__name__}")
+
+
+def _episode(record: dict[str, Any], expected_key: str | None) -> None:
+    keys = list(record)
+    if keys not in (["key", "describe", "trajectories"], ["key", "describe", "trajectories", "fuzz"]):
+        raise _Forged(f"an episode record has keys {keys}")
+    if record["key"] != expected_key:
+        raise _Forged(f"episode {record['key']!r} where the job expects {expected_key!r} (unknown, duplicate or out of order)")
+    _shape("describe", record["describe"])
+    if not isinstance(record["trajectories"], list):
+        raise _Forged("trajectories is not a list")
+    for trajectory in record["trajectories"]:
+        _shape("trajectory", trajectory)
+    if "fuzz" in record:
+        _shape("fuzz", record["fuzz"])
+
+
+def _nonfinite(record: dict[str, Any]) -> str:
+    """Where a NaN or infinity appears in an episode report ('' if nowhere).
+
+    The utility of a trajectory that did not reach the end is not a verdict input and may be
+    anything; every other number must be finite."""
+    found: list[str] = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append(f"{where} = {value!r}")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]")
+
+    for i, trajectory in enumerate(record["trajectories"]):
+        for k, v in trajectory.items():
+            if k != "utility" or trajectory.get("terminal") is True:
+                walk(v, f"trajectory {i} {k}")
+    walk(record["describe"], "describe")
+    walk(record.get("fuzz"), "fuzz")
+    return found[0] if found else ""
+
+
+def _lines(data: bytes, key: bytes) -> tuple[list[dict[str, Any]], str]:
+    """The signed records up to the first line that is not one, and why that line was rejected."""
+    records: list[dict[str, Any]] = []
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        return records, "the result channel ended in the middle of a line"
+    for seq, line in enumerate(lines):
+        mac, _, payload = line.partition(b" ")
+        good = hmac.new(key, b"%d:" % seq + payload, hashlib.sha256).hexdigest().encode("ascii")
+        if not hmac.compare_digest(mac, good):
+            return records, f"line {seq} of the result channel is not signed by the runner (forged, reordered or duplicated)"
+        try:
+            record = json.loads(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return records, f"line {seq} is not JSON"
+        if not isinstance(record, dict) or not record:
+            return records, f"line {seq} is not a JSON object"
+        records.append(record)
+    return records, ""
+
+
+def _parse(data: bytes, status: str, killed_by: int | None, returncode: int | None, stderr: bytes, key: bytes,
+           expected: list[str]) -> SandboxResult:
+    stderr_tail = stderr[-2000:].decode("utf-8", "replace")
     if status in ("timeout", "oversize"):
         return SandboxResult(status, message=f"sandbox {status}: the module exceeded its limits")
-    if returncode == -signal.SIGXCPU or returncode == -signal.SIGKILL:
-        return SandboxResult("timeout", message=f"sandbox killed by signal {-returncode} (CPU limit)")
-    if "MemoryError" in stderr_tail:
-        return SandboxResult("memory", message="sandbox ran out of memory")
+    if killed_by in (signal.SIGXCPU, signal.SIGKILL):
+        return SandboxResult("timeout", message=f"sandbox timeout: killed by signal {killed_by} (CPU limit)")
+    if killed_by == signal.SIGXFSZ:
+        return SandboxResult("oversize", message="sandbox killed by SIGXFSZ: a file exceeded the file-size limit")
+    records, forged = _lines(data, key)
     episodes: dict[str, dict[str, Any]] = {}
-    ended = False
-    for line in data.decode("utf-8", "replace").splitlines():
+    violations: list[str] = []
+    terminal: dict[str, Any] | None = None
+    invalid = ""
+    for record in records:
+        if terminal is not None:
+            forged = forged or "data after the end of the report"
+            break
+        kind = next(iter(record))
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            return SandboxResult("invalid", message="sandbox result channel carried a line that is not JSON")
-        if "import_error" in record:
-            return SandboxResult("import_error", message="module failed to import: " + record["import_error"][-500:])
-        if record.get("end"):
-            ended = True
-        elif "key" in record:
-            episodes[record["key"]] = record
-    if returncode != 0 or not ended:
+            if kind == "violation" and list(record) == ["violation"] and isinstance(record["violation"], str):
+                violations.append(record["violation"])
+            elif kind == "key":
+                _episode(record, expected[len(episodes)] if len(episodes) < len(expected) else None)
+                episodes[record["key"]] = record
+                invalid = invalid or (_nonfinite(record) and f"episode {record['key']}: {_nonfinite(record)}")
+            elif kind == "end" and record == {"end": True, "episodes": len(expected)} and len(episodes) == len(expected):
+                terminal = record
+            elif kind in ("import_error", "memory") and list(record) == [kind] and isinstance(record[kind], str):
+                terminal = record
+            else:
+                raise _Forged(f"unexpected record {json.dumps(record)[:200]}")
+        except _Forged as exc:
+            forged = forged or str(exc)
+            break
+    if (terminal and "memory" in terminal) or (not terminal and "MemoryError" in stderr_tail):
+        return SandboxResult("memory", message="sandbox ran out of memory", violations=violations)
+    if violations:
+        return SandboxResult("violation", episodes, "sandbox violation: the module attempted denied actions: "
+                             + "; ".join(violations)[:1000], violations=violations)
+    if forged:
+        return SandboxResult("forged", message="sandbox result forged: " + forged)
+    if terminal and "import_error" in terminal:
+        return SandboxResult("import_error", message="module failed to import: " + terminal["import_error"][-500:])
+    if not terminal:
+        if returncode == 0:
+            return SandboxResult("forged", message="sandbox exited with code 0 before the end of the report "
+                                                   "(an early exit or a forged result)")
         return SandboxResult("crashed", episodes, f"sandbox exited with code {returncode}: {stderr_tail[-300:]}")
+    if returncode != 0:
+        return SandboxResult("crashed", episodes, f"sandbox exited with code {returncode}: {stderr_tail[-300:]}")
+    if invalid:
+        return SandboxResult("invalid", episodes, "sandbox report has a non-finite number: " + invalid)
     return SandboxResult("ok", episodes)

@@ -1,13 +1,23 @@
 """Sandbox child: plays trajectories through one generated module (standard library only).
 
-    python -s -B runner.py JOB.json RESULT_FD
+    python -s -B runner.py JOB.json RESULT_FD [UID]
 
-Reads the job, executes the module source in a fresh namespace, plays every trajectory of
-every episode, and writes one JSON object per episode to RESULT_FD. It reports raw facts
-(utilities, error counts, observation digests); the parent computes every verdict.
+Reads the job (as the launching user), deletes the job file, takes the per-job key out of it,
+drops to UID when one is given (and checks the drop cannot be undone), installs a tripwire
+audit hook, executes the module source in a fresh namespace, plays every trajectory of every
+episode, and writes one signed JSON line per record to RESULT_FD:
+
+    <hex HMAC-SHA256(key, "<line number>:" + json)> <json>
+
+It reports raw facts (utilities, error counts, observation digests, attempted denied actions);
+the parent computes every verdict and checks every signature, the schema and the key order.
+The key lives only in this process's memory: a module that reads the interpreter's memory can
+still recover it (see docs/RELIABILITY.md). The operating-system limits are the boundary; the
+audit hook is a tripwire that makes attempts visible.
 """
 
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -15,6 +25,7 @@ import traceback
 import types
 
 MAX_TEXT = 20000
+MAX_VIOLATIONS = 20
 
 
 def _short(text):
@@ -38,6 +49,8 @@ def _play(module, config, trajectory, pad_with):
             env.call(pad_with, {})
             pads += 1
         outcome = env.outcome()
+    except MemoryError:
+        raise
     except Exception:
         return {"exception": _short(traceback.format_exc(limit=3))}
     return {
@@ -74,6 +87,8 @@ def _fuzz(module, config, prefix, calls, rest):
                 if not structured or _digest(env) != before:
                     failures.append("%s %s(%s): %s" % (phase, call["tool"], json.dumps(call["arguments"])[:80],
                                                        "state changed" if structured else "not a structured error"))
+    except MemoryError:
+        raise
     except Exception:
         return {"exception": _short(traceback.format_exc(limit=3))}
     return {"calls": len(calls) + 3, "failures": failures[:5], "failed": len(failures),
@@ -84,35 +99,161 @@ def _describe(module, config):
     try:
         env = module.create(config)
         return {"instruction": _short(str(env.instruction)), "tools": env.tools}
+    except MemoryError:
+        raise
     except Exception:
         return {"exception": _short(traceback.format_exc(limit=3))}
 
 
-def main(job_path, result_fd):
-    with open(job_path, encoding="utf-8") as handle:
-        job = json.load(handle)
-    out = os.fdopen(result_fd, "w", encoding="utf-8")
-    module = types.ModuleType("vhd_env")
+class _Channel:
+    """Signed, numbered JSON lines on the result fd (references bound before the module runs)."""
+
+    def __init__(self, fd, key):
+        self._fd, self._key, self._seq = fd, key, 0
+        self._write, self._dumps, self._new, self._sha = os.write, json.dumps, hmac.new, hashlib.sha256
+
+    def send(self, record):
+        payload = self._dumps(record).encode("utf-8")
+        if self._key is None:  # a parent from before signed channels: plain JSON lines
+            data = payload + b"\n"
+        else:
+            mac = self._new(self._key, b"%d:" % self._seq + payload, self._sha).hexdigest().encode("ascii")
+            data = mac + b" " + payload + b"\n"
+        self._seq += 1
+        while data:
+            data = data[self._write(self._fd, data):]
+
+
+# --- the tripwire: attempts at denied actions, recorded (the OS denies them) ------------------
+
+_NETWORK = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+            "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo", "urllib.Request",
+            "http.client.connect", "ftplib.connect", "smtplib.connect", "poplib.connect", "imaplib.open",
+            "nntplib.connect", "telnetlib.Telnet.open", "webbrowser.open"}
+_PROCESS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "os.startfile",
+            "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill"}
+_PATHS = {"os.remove": 0, "os.rmdir": 0, "os.mkdir": 0, "os.rename": 1, "os.link": 1, "os.symlink": 1,
+          "os.chmod": 0, "os.chown": 0, "os.truncate": 0, "os.utime": 0, "shutil.rmtree": 0, "os.chflags": 0,
+          "os.setxattr": 0, "os.removexattr": 0, "shutil.move": 1, "shutil.copyfile": 1}
+_TAMPER = {"ctypes.dlopen": "ctypes", "ctypes.dlsym": "ctypes", "gc.get_objects": "introspection",
+           "gc.get_referrers": "introspection", "gc.get_referents": "introspection",
+           "sys._current_frames": "introspection", "resource.setrlimit": "limits", "resource.prlimit": "limits",
+           "sys.addaudithook": "tamper", "os.setuid": "privilege"}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _tripwire(channel, scratch):
+    seen, busy = set(), [False]
+    inside = scratch.rstrip("/") + "/"
+    abspath, isinstance_, str_, bytes_ = os.path.abspath, isinstance, str, bytes
+
+    def outside(path):
+        if isinstance_(path, bytes_):
+            path = path.decode("utf-8", "replace")
+        if not isinstance_(path, str_):
+            return False
+        full = abspath(path)
+        return not (full + "/").startswith(inside) and full != "/dev/null"
+
+    def hook(event, args):
+        if busy[0]:
+            return
+        busy[0] = True
+        try:
+            what = None
+            if event == "open":
+                path, mode, flags = (tuple(args) + (None, None, None))[:3]
+                writes = (isinstance_(flags, int) and flags & _WRITE_FLAGS) or (
+                    isinstance_(mode, str_) and any(c in mode for c in "wax+"))
+                if writes and outside(path):
+                    what = "write outside scratch: open(%r, %r)" % (path, mode)
+            elif event in _PATHS:
+                paths = args[: _PATHS[event] + 1]
+                if any(outside(p) for p in paths):
+                    what = "file system outside scratch: %s%r" % (event, tuple(paths))
+            elif event in _NETWORK:
+                what = "network: %s%r" % (event, tuple(args)[:2])
+            elif event in _PROCESS or event.startswith("os.exec") or event.startswith("os.spawn"):
+                what = "process: %s" % event
+            elif event in _TAMPER:
+                what = "%s: %s" % (_TAMPER[event], event)
+            if what and what not in seen and len(seen) < MAX_VIOLATIONS:
+                seen.add(what)
+                channel.send({"violation": what[:500]})
+        except Exception:
+            pass
+        finally:
+            busy[0] = False
+
+    return hook
+
+
+def _drop(uid):
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
     try:
-        exec(compile(job["module"], "vhd_env.py", "exec"), module.__dict__)
-    except BaseException:
-        out.write(json.dumps({"import_error": _short(traceback.format_exc(limit=3))}) + "\n")
-        out.flush()
+        os.setuid(0)
+    except PermissionError:
         return
-    for episode in job["episodes"]:
-        record = {"key": episode["key"], "describe": _describe(module, episode["config"])}
-        record["trajectories"] = [
-            _play(module, episode["config"], trajectory, episode.get("pad_with"))
-            for trajectory in episode["trajectories"]
-        ]
-        fuzz = episode.get("fuzz")
-        if fuzz:
-            record["fuzz"] = _fuzz(module, episode["config"], fuzz["prefix"], fuzz["calls"], fuzz["rest"])
-        out.write(json.dumps(record) + "\n")
-        out.flush()
-    out.write(json.dumps({"end": True}) + "\n")
-    out.flush()
+    raise SystemExit("sandbox: privileges could not be dropped")
+
+
+_TRUSTED = ("_play", "_fuzz", "_describe", "_digest", "_short", "_Channel")
+
+
+def main(job_path, result_fd, uid=None):
+    with open(job_path, "rb") as handle:
+        job = json.loads(handle.read())
+    os.unlink(job_path)
+    nonce = job.pop("nonce", None)
+    channel = _Channel(result_fd, bytes.fromhex(nonce) if nonce else None)
+    del nonce
+    if uid is not None:
+        _drop(uid)
+    play, fuzz_, describe = _play, _fuzz, _describe
+    trusted = {name: globals()[name] for name in _TRUSTED}
+    library = (json.dumps, hashlib.sha256, hmac.new, os.write, traceback.format_exc)
+    module = types.ModuleType("vhd_env")
+    episodes = job["episodes"]
+    source = job.pop("module")
+    del job
+    sys.addaudithook(_tripwire(channel, os.getcwd()))
+
+    reported = []
+
+    def tampered():
+        changed = [name for name, value in trusted.items() if globals().get(name) is not value]
+        if library != (json.dumps, hashlib.sha256, hmac.new, os.write, traceback.format_exc):
+            changed.append("library functions")
+        if changed and not reported:
+            reported.append(True)
+            channel.send({"violation": "tamper: runner functions replaced: " + ", ".join(changed)})
+
+    try:
+        try:
+            exec(compile(source, "vhd_env.py", "exec"), module.__dict__)
+        except MemoryError:
+            raise
+        except BaseException:
+            channel.send({"import_error": _short(traceback.format_exc(limit=3))})
+            return
+        for episode in episodes:
+            record = {"key": episode["key"], "describe": describe(module, episode["config"])}
+            record["trajectories"] = [
+                play(module, episode["config"], trajectory, episode.get("pad_with"))
+                for trajectory in episode["trajectories"]
+            ]
+            fuzz = episode.get("fuzz")
+            if fuzz:
+                record["fuzz"] = fuzz_(module, episode["config"], fuzz["prefix"], fuzz["calls"], fuzz["rest"])
+            tampered()
+            channel.send(record)
+        channel.send({"end": True, "episodes": len(episodes)})
+    except MemoryError:
+        module = record = None
+        channel.send({"memory": "MemoryError: the module exceeded its address-space limit"})
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
