@@ -2,6 +2,7 @@
 
     >>> value, policy, cert = certified(lambda: bellman(...), method="backward Bellman recursion",
     ...                                 solver="numpy", solver_version=np.__version__, state_space=n)
+    >>> certified(lambda: (value, plan, {"bound": dual_bound, "gap": mip_gap}), ...)  # a solver's own proof
 """
 
 from __future__ import annotations
@@ -21,32 +22,33 @@ _STDOUT_LOCK = threading.Lock()
 
 
 def certified(
-    run: Callable[[], tuple[float, Any]],
+    run: Callable[[], tuple],
     *,
     method: str,
     solver: str,
     solver_version: str,
     state_space: int,
-    gap: float = 0.0,
-    bound: float | None = None,
 ) -> tuple[float, Any, Certificate]:
-    """Run `run() -> (optimal value, plan)`, refuse a non-finite optimum, return a certificate."""
+    """Run `run() -> (optimal value, plan[, {"bound": b, "gap": g}])`, refuse a non-finite
+    optimum, return a certificate. A solver that proves a dual bound or gap returns it as the
+    third element; otherwise the bound is the value itself and the gap 0 (exact methods)."""
     started = time.perf_counter()
     try:
-        value, plan = run()
+        value, plan, *proof = run()
     except (ArithmeticError, ValueError, MemoryError) as exc:
         raise SolverError(f"{method} failed: {exc}") from exc
     seconds = time.perf_counter() - started
     if not math.isfinite(value):
         raise SolverError(f"{method} returned a non-finite optimum {value!r}; expected a finite utility")
+    found = proof[0] if proof else {}
     cert = Certificate(
         status="optimal",
         method=method,
         solver=solver,
         solver_version=solver_version,
         state_space=int(state_space),
-        gap=gap,
-        bound=float(value) if bound is None else float(bound),
+        gap=float(found.get("gap", 0.0)),
+        bound=float(found.get("bound", value)),
         seconds=seconds,
     )
     return float(value), plan, cert

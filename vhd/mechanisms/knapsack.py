@@ -36,7 +36,6 @@ Episode end
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -142,17 +141,13 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
 
 def solve(theta: dict) -> Solution:
     """u* and π* (the 0/1 selection vector, int8) by MILP; values of the default and idle plans."""
-    gap_bound: dict = {}
-
     def run():
-        value, (x, gap, bound) = _milp(theta)
-        gap_bound.update(gap=gap, bound=bound)
-        return value, x
+        value, (plan, gap, bound) = _milp(theta)
+        return value, plan, {"gap": gap, "bound": bound}
 
     u_star, policy, cert = certified(run, method="0/1 integer program, branch and bound (zero MIP gap)",
                                      solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
                                      state_space=2 ** theta["n_items"])
-    cert = dataclasses.replace(cert, gap=gap_bound["gap"], bound=gap_bound["bound"])
     return Solution(
         u_star=u_star,
         policy=policy,

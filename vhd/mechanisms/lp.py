@@ -39,7 +39,6 @@ Episode end
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from fractions import Fraction
 
@@ -189,17 +188,13 @@ def _highs(theta: dict) -> tuple[float, np.ndarray, float]:
 def solve(theta: dict) -> Solution:
     """u* and π* by HiGHS plus exact vertex recovery; values of the default and idle plans."""
     n, m = _check_theta(theta)
-    found: dict = {}
-
     def run():
         value, policy, dual = _highs(theta)
-        found["bound"] = dual
-        return value, policy
+        return value, policy, {"bound": dual, "gap": max(0.0, float(dual) - value)}
 
     # state space: the bases that can define a vertex (n tight constraints out of m + 2n)
     u_star, policy, cert = certified(run, method="HiGHS LP + exact vertex recovery", solver="scipy.optimize.linprog "
                                      "(HiGHS)", solver_version=scipy.__version__, state_space=math.comb(m + 2 * n, n))
-    cert = dataclasses.replace(cert, bound=float(found["bound"]), gap=max(0.0, float(found["bound"]) - u_star))
     return Solution(u_star=u_star, policy=policy, u_default=evaluate(theta, default_policy(theta)),
                     u_idle=evaluate(theta, idle_policy(theta)), certificate=cert)
 

@@ -37,7 +37,6 @@ Episode end
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -200,18 +199,14 @@ def solve(theta: dict) -> Solution:
     """u* and x* by Clarabel plus an exact KKT polish; values of the default and idle plans."""
     import cvxpy as cp
 
-    result = {}
-
     def run():
         u, x, bound, gap = _solve_qp(theta)
-        result.update(bound=bound, gap=gap)
-        return u, x
+        return u, x, {"bound": bound, "gap": gap}
 
     # the search space: the 3^n bound patterns × 2 budget states an active-set method ranges over
     u_star, policy, cert = certified(run, method="interior point (Clarabel) + exact KKT active-set polish",
                                      solver="cvxpy/Clarabel", solver_version=cp.__version__,
                                      state_space=2 * 3 ** theta["assets"])
-    cert = dataclasses.replace(cert, gap=float(result["gap"]), bound=float(result["bound"]))
     return Solution(
         u_star=u_star,
         policy=policy,
