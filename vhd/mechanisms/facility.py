@@ -46,7 +46,6 @@ import math
 import numpy as np
 import scipy
 from pydantic import BaseModel, Field
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified, quiet_native_stdout
@@ -118,6 +117,8 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
 
 
 def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazily: registry discovery stays fast
+
     f, c = _arrays(theta)
     n, m = theta["n_sites"], theta["n_towns"]
     # variables: y_0 … y_{n−1}, then x_{t,s} at n + t·n + s

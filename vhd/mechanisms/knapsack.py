@@ -41,7 +41,6 @@ import math
 import numpy as np
 import scipy
 from pydantic import BaseModel, Field
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified, quiet_native_stdout
@@ -116,6 +115,8 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
 
 
 def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazily: registry discovery stays fast
+
     values, weights, capacities = _arrays(theta)
     n = theta["n_items"]
     with quiet_native_stdout():

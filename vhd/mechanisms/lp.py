@@ -45,7 +45,6 @@ from fractions import Fraction
 import numpy as np
 import scipy
 from pydantic import BaseModel, Field
-from scipy.optimize import linprog
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified, quiet_native_stdout
@@ -166,6 +165,8 @@ def _exactly_feasible(theta: dict, x: list[Fraction]) -> bool:
 
 def _highs(theta: dict) -> tuple[float, np.ndarray, float]:
     """(u*, π* as exact-vertex floats, HiGHS dual bound)."""
+    from scipy.optimize import linprog  # lazily: registry discovery stays fast
+
     n, m = _check_theta(theta)
     with quiet_native_stdout():  # HiGHS may printf past Python's stdout
         res = linprog(-np.array(theta["profit"], dtype=float), A_ub=np.array(theta["usage"], dtype=float),
