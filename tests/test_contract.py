@@ -99,3 +99,31 @@ def test_tool_spec_is_complete(name):
     assert set(family.hidden) <= revealed, "every hidden parameter must be reachable through a probe"
     for section in ("Model", "State", "Tools", "Reward", "Episode end"):
         assert f"\n{section}\n" in family.doc
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_written_out_presentation_grades_plans(name):
+    """F on every family: π* as JSON scores 1, the default 0, and every F gate passes."""
+    from vhd.tasks import written
+
+    family = registry.get(name)
+    assert family.plan_format.strip(), "a family must say what its plans look like (presentation F)"
+    passed_somewhere = False
+    for seed in range(6):
+        _, theta = draw(family, seed)
+        s = family.solve(theta)
+        if s.u_star - s.u_default <= 1e-9 * max(1.0, abs(s.u_star)):
+            continue  # no span: default_band rejects it
+        integer = bool(np.issubdtype(s.policy.dtype, np.integer))
+        text = written.instruction(family, theta, "A test passage.")
+        assert json.dumps(theta, sort_keys=True) in text and family.plan_format in text
+        u_star, u_default = written.graded_values(family, theta, s.policy)
+        assert abs(u_star - s.u_star) <= 1e-6 * max(1.0, abs(s.u_star)) and u_default == s.u_default
+        best = written.score_plan(family, theta, u_star, u_default, json.loads(json.dumps(s.policy.tolist())), integer)
+        base = written.score_plan(family, theta, u_star, u_default, family.default_policy(theta).tolist(), integer)
+        assert (best["reward"], base["reward"]) == (1.0, 0.0), (best, base)
+        gates = written.gates(family, theta, s.policy, s.u_star, s.u_default, s.u_idle, text, seed)
+        failed = [(g, message) for g, ok, message, _ in gates if not ok]
+        assert all(g == "default_band" for g, _ in failed), failed
+        passed_somewhere |= not failed
+    assert passed_somewhere, f"{name}: no F candidate admitted on six seeds"

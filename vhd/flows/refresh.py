@@ -9,6 +9,7 @@ this process is the warehouse's only writer and commits each family in one trans
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import date, datetime, timezone
 from typing import Any
@@ -22,10 +23,11 @@ from vhd import __version__
 from vhd.mechanisms import registry
 from vhd.schemas.errors import SandboxError
 from vhd.schemas.records import (
-    CorpusVersionRecord, EnvironmentRecord, ModelRecord, RunRecord, SetterOutputRecord, SolutionRecord,
+    CorpusVersionRecord, ModelRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
 from vhd.tasks import annotate as annotate_stage
 from vhd.tasks import check as check_stage
+from vhd.tasks import presets
 from vhd.tasks import publish as publish_stage
 from vhd.tasks import sample as sample_stage
 from vhd.tasks import solve as solve_stage
@@ -40,8 +42,8 @@ def transient(task_, task_run, state) -> bool:
 
 
 @task(cache_policy=NO_CACHE)
-def sample_task(family: str, count: int, seed: int, batch: str) -> list[ModelRecord]:
-    return sample_stage.sample_models(registry.get(family), count, seed, batch)
+def sample_task(family: str, count: int, seed: int, batch: str, start: int = 0) -> list[ModelRecord]:
+    return sample_stage.sample_models(registry.get(family), count, seed, batch, start)
 
 
 @task(cache_policy=NO_CACHE)
@@ -72,11 +74,19 @@ def _stamped(records: list, run_id: str) -> list:
     return [r.model_copy(update={"run_id": run_id}) for r in records]
 
 
-def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int, seed: int, batch: str,
-                   passages: list, presentations: tuple[str, ...]) -> dict[str, Any]:
-    """One family through every stage; only what the warehouse lacks is computed."""
+STAGES = ("sample", "solve", "synthesize", "check", "annotate")
+FIRST_GUESS = 0.85     # admission rate assumed before a slot has any verdict
+MAX_ROUNDS = 40
+
+
+def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, presentations: tuple[str, ...],
+           split: str | None, wanted: int | None) -> dict[str, Any]:
+    """sample → solve → synthesize → check → annotate for `models`, nothing written yet.
+
+    With `wanted`, only the candidates up to the `wanted`-th admitted one (in model order) are
+    kept; pending candidates are checked only if the stored ones do not already get there.
+    """
     family = registry.get(name)
-    models = sample_task(name, per_family, seed, batch)
     had_models = wh.present(ModelRecord, [m.model_id for m in models])
     known = wh.solutions_for(m.model_id for m in models)
     fresh = solve_task(name, [m for m in models if m.model_id not in known])
@@ -84,26 +94,108 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int, seed:
     had_outputs = wh.present(SetterOutputRecord, [o.setter_output_id for o in outputs])
     candidates = annotate_stage.make_candidates(
         family, models, {**known, **{s.model_id: s for s in fresh}}, {o.setter_output_id: o for o in outputs},
-        assignment, presentations)
-    done = wh.present(EnvironmentRecord, [c.env_id for c in candidates])
-    pending = [c for c in candidates if c.env_id not in done]
-    futures = [check_task.submit(name, output, batch_) for output, batch_ in annotate_stage.by_module(outputs, pending)]
-    annotated = annotate_task(name, [v for future in futures for v in future.result()])
-    with wh.transaction():  # one family, one commit: all of its rows or none
-        wh.insert(_stamped(models, run_id))
-        wh.insert(_stamped(fresh, run_id))
-        wh.insert(_stamped(outputs, run_id))
-        wh.insert(_stamped([env for env, _, _ in annotated], run_id))
-        wh.insert(_stamped([c for _, checks, _ in annotated for c in checks], run_id))
-        wh.insert(annotate_stage.upstream_edges(fresh, outputs) + [e for _, _, edges in annotated for e in edges])
-    admitted = sum(env.admitted for env, _, _ in annotated)
+        assignment, presentations, {p.passage_id: p for p in passages}, split)
+    stored = wh.admission(c.env_id for c in candidates)
+    pending = [c for c in candidates if c.env_id not in stored]
+    if wanted is not None and pending and _walk(candidates, stored, wanted)[1]:
+        pending = []  # the stored candidates already fill the slot
+    futures = [check_task.submit(name, output, group) for output, group in annotate_stage.by_module(outputs, pending)]
+    annotated = {env.env_id: (env, checks, edges)
+                 for env, checks, edges in annotate_task(name, [v for f in futures for v in f.result()])}
+    verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
+    kept, _ = _walk(candidates, verdicts, wanted)
+    kept_ids = {c.env_id for c in kept}
+    kept_models = {c.model.model_id for c in kept} if wanted is not None else {m.model_id for m in models}
+    kept_outputs = {c.setter_output.setter_output_id for c in kept} if wanted is not None else {
+        o.setter_output_id for o in outputs}
+    rows = [annotated[c.env_id] for c in kept if c.env_id in annotated]
     return {
-        "admitted": admitted, "rejected": len(annotated) - admitted, "reused": len(done),
-        "computed": {"sample": len(models) - len(had_models), "solve": len(fresh),
-                     "synthesize": len(outputs) - len(had_outputs), "check": len(pending), "annotate": len(annotated)},
-        "found": {"sample": len(had_models), "solve": len(known), "synthesize": len(had_outputs),
-                  "check": len(done), "annotate": len(done)},
+        "models": [m for m in models if m.model_id in kept_models],
+        "solutions": [s for s in fresh if s.model_id in kept_models],
+        "outputs": [o for o in outputs if o.setter_output_id in kept_outputs],
+        "rows": rows,
+        "admitted": sum(verdicts[env_id] for env_id in kept_ids),
+        "kept": len(kept), "seen": len(verdicts),
+        "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
+                     "synthesize": len(kept_outputs - had_outputs), "annotate": len(rows)},
+        "found": {"sample": len(kept_models & had_models), "solve": len(known), "check": len(kept_ids & set(stored)),
+                  "synthesize": len(kept_outputs & had_outputs), "annotate": len(kept_ids & set(stored))},
     }
+
+
+def _walk(candidates: list, admitted: dict[str, bool], wanted: int | None) -> tuple[list, bool]:
+    """The candidates in order up to the `wanted`-th admitted one; (kept, target reached?).
+    A candidate without a verdict stops the walk (it must be checked first)."""
+    if wanted is None:
+        return [c for c in candidates if c.env_id in admitted], False
+    kept, count = [], 0
+    for c in candidates:
+        if count >= wanted:
+            return kept, True
+        if c.env_id not in admitted:
+            return kept, False
+        kept.append(c)
+        count += admitted[c.env_id]
+    return kept, count >= wanted
+
+
+def _write(wh: Warehouse, run_id: str, out: dict[str, Any]) -> None:
+    rows = out["rows"]
+    with wh.transaction():  # one round of one slot, one commit: all of its rows or none
+        wh.insert(_stamped(out["models"], run_id))
+        wh.insert(_stamped(out["solutions"], run_id))
+        wh.insert(_stamped(out["outputs"], run_id))
+        wh.insert(_stamped([env for env, _, _ in rows], run_id))
+        wh.insert(_stamped([c for _, checks, _ in rows for c in checks], run_id))
+        edges = [e for _, _, row_edges in rows for e in row_edges]
+        wh.insert(annotate_stage.upstream_edges(out["solutions"], out["outputs"]) + edges)
+
+
+def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None, seed: int, batch: str,
+                   passages: list, presentations: tuple[str, ...], split: str | None = None,
+                   target: int | None = None) -> dict[str, Any]:
+    """One family (one split of it) through every stage; only what the warehouse lacks is computed.
+
+    Either `per_family` models (every candidate is stored), or models in seed order until
+    `target` candidates are admitted (a preset's slot; the stored prefix is reused as is).
+    """
+    family = registry.get(name)
+    totals = {"computed": dict.fromkeys(STAGES, 0), "found": dict.fromkeys(STAGES, 0)}
+    filled = seen = 0                     # admitted in the slot so far (stored or new), verdicts seen
+    new_admitted = new_rejected = 0
+    reasons: dict[str, int] = {}
+    cursor, rounds = 0, 0
+    while True:
+        if target is None:
+            count = per_family
+        elif rounds == 0 and wh.model_count(name, family.version, batch):
+            count = wh.model_count(name, family.version, batch)
+        else:
+            rate = filled / seen if seen else FIRST_GUESS
+            count = math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1
+        models = sample_task(name, count, seed, batch, cursor)
+        out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled)
+        _write(wh, run_id, out)
+        for kind in ("computed", "found"):
+            for stage in STAGES:
+                totals[kind][stage] += out[kind][stage]
+        filled, seen = filled + out["admitted"], seen + out["seen"]
+        for env, _, _ in out["rows"]:
+            new_admitted += env.admitted
+            new_rejected += not env.admitted
+            if not env.admitted:
+                gate = env.reason.split(":")[0]
+                reasons[gate] = reasons.get(gate, 0) + 1
+        cursor, rounds = cursor + count, rounds + 1
+        if target is None or filled >= target:
+            break
+        if rounds >= MAX_ROUNDS or (seen >= 4 * target and filled == 0):
+            break  # reported as a shortfall below, never padded
+    row = {"split": split or family.split, "admitted": new_admitted, "rejected": new_rejected,
+           "reused": totals["found"]["check"], "reasons": reasons, **totals}
+    if target is not None:
+        row.update(target=target, filled=filled, short=max(0, target - filled))
+    return row
 
 
 def publish(wh: Warehouse, run_id: str) -> tuple[str | None, bool]:
@@ -129,21 +221,37 @@ def refresh(
     batch: str | None = None,
     db_path: str = "data/vhd.duckdb",
     presentations: tuple[str, ...] = ("I", "A"),
+    preset: str | None = None,
+    scale: float = 1.0,
 ) -> dict[str, Any]:
-    """Add a batch per family (default batch: today's date), recompute what is missing, publish."""
+    """Add a batch per family (default batch: today's date), recompute what is missing, publish.
+
+    With `preset` (see `vhd.tasks.presets`), its slots replace `families` and `per_family`:
+    each slot is filled to its target of admitted environments in the preset's presentations.
+    """
     started = time.perf_counter()
     batch = batch or date.today().isoformat()
+    plan = presets.preset(preset, registry.all(), scale) if preset else None
     run = RunRecord(run_id=str(flow_run.id or "local"), flow="refresh", started_at=_now(), code_version=__version__,
-                    parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch})
+                    parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch,
+                                "preset": preset, "scale": scale})
     passages = builtin_passages()
     with Warehouse.open(db_path) as wh:
         with wh.transaction():
             wh.upsert_run(run)
             wh.insert(passages)
-        per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations)
-               for name in families}
+        if plan is None:
+            per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations)
+                   for name in families}
+        else:
+            per = {}
+            for slot in plan.slots:
+                key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
+                per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
+                                          plan.presentations, slot.split, slot.target)
         version, published = publish(wh, run.run_id)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
+        summary["preset"] = preset
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
     create_markdown_artifact(key="refresh-summary", markdown=_markdown(summary), description="refresh summary")
@@ -155,12 +263,17 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
     def total(key: str) -> int:
         return sum(row[key] for row in per.values())
 
-    stages = ("sample", "solve", "synthesize", "check", "annotate")
-    computed = {s: sum(row["computed"][s] for row in per.values()) for s in stages}
+    computed = {s: sum(row["computed"][s] for row in per.values()) for s in STAGES}
+    splits: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for row in per.values():
+        splits[row["split"]] = splits.get(row["split"], 0) + row.get("filled", row["admitted"])
+        for gate, n in row["reasons"].items():
+            reasons[gate] = reasons.get(gate, 0) + n
     return {
         "run_id": run_id, "batch": batch, "admitted": total("admitted"), "rejected": total("rejected"),
-        "reused": total("reused"), "computed": computed,
-        "found": {s: sum(row["found"][s] for row in per.values()) for s in stages},
+        "reused": total("reused"), "computed": computed, "splits": splits, "reasons": reasons,
+        "found": {s: sum(row["found"][s] for row in per.values()) for s in STAGES},
         "nothing_to_do": not any(computed.values()), "corpus_version": version, "published": published,
         "families": per, "seconds": round(seconds, 3),
     }
@@ -169,7 +282,12 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
 def _markdown(summary: dict[str, Any]) -> str:
     lines = ["# Refresh summary", "", f"run `{summary['run_id']}`, batch `{summary['batch']}`, {summary['seconds']} s;"
              f" corpus version `{summary['corpus_version']}`{' (new)' if summary['published'] else ''}", "",
-             "| family | admitted | rejected | already there |", "|---|---|---|---|"]
+             "| family | split | admitted | rejected | admission rate | rejected by | already there |",
+             "|---|---|---|---|---|---|---|"]
     for name, row in summary["families"].items():
-        lines.append(f"| {name} | {row['admitted']} | {row['rejected']} | {row['reused']} |")
+        seen = row["admitted"] + row["rejected"]
+        rate = f"{row['admitted'] / seen:.1%}" if seen else "–"
+        why = ", ".join(f"{gate} {n}" for gate, n in sorted(row["reasons"].items())) or "–"
+        lines.append(f"| {name} | {row['split']} | {row['admitted']} | {row['rejected']} | {rate} | {why} "
+                     f"| {row['reused']} |")
     return "\n".join(lines)

@@ -117,6 +117,7 @@ class Family:
     knob_ranges: dict[str, tuple[int, int]]
     turn_budget: Callable[[dict[str, Any]], int]
     stochastic: bool = True
+    plan_format: str = ""
     tables: tuple[str, ...] = ()
     vocabulary: tuple[str, ...] = ("site", "currency")
 

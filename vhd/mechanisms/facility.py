@@ -489,6 +489,10 @@ register(Family(
     default_band=(-3.0, 0.97),
     knob_ranges={"size": (5, 8), "horizon": (4, 12)},
     turn_budget=turn_budget,
+    plan_format=(
+        'a 0/1 integer vector of length n_sites: entry k is 1 if depot k is opened (at least one); every town'
+        ' is served by its cheapest open depot.'
+    ),
     stochastic=False,
     tables=("depots", "towns", "service", "log", "state"),
     vocabulary=("site", "item", "currency"),

@@ -507,6 +507,12 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 30), "horizon": (7, 120)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer table of shape [horizon, S]: row d is day d, column s a start-of-day state; with '
+        "lead_time 0 or 1 state s is 'on hand = s' (S = capacity + 1); with lead_time 2 the states are the "
+        'pairs (on hand i, in transit o) with i + o ≤ capacity in lexicographic order (i ascending, then o). '
+        'Entry [d, s] is the quantity ordered that day in that state, 0 … capacity − i − o.'
+    ),
     tables=("catalog", "orders", "ledger", "days", "state"),
     vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
 ))

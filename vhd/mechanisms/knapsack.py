@@ -45,7 +45,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified, quiet_native_stdout
 
-MAX_ITEMS = 24
+MAX_ITEMS = 50  # Params/tool-schema bound (mknap1's largest problem); the sampler still draws 6…14 lots
 MAX_RESOURCES = 12
 HIDDEN = ("values", "weights", "capacities")
 
@@ -483,6 +483,10 @@ register(Family(
     default_band=(0.0, 0.95),
     knob_ranges={"size": (6, 14), "horizon": (1, 11)},
     turn_budget=turn_budget,
+    plan_format=(
+        'a 0/1 integer vector of length n_items: entry i is 1 if lot i is selected; the selection must fit '
+        'every capacity.'
+    ),
     tables=("catalog", "resources", "loads", "selection", "log", "state"),
     vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

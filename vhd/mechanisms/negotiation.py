@@ -479,6 +479,11 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (3, 12), "horizon": (2, 12)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer table of shape [horizon, max_price + 1]: entry [t, b] is the action in round t when b is '
+        'the highest value the buyer may still have (b = max_price before any rejection, else the lowest '
+        'rejected price − 1): −1 walk away, −2 pass the round, or a price p with 0 ≤ p ≤ b to post.'
+    ),
     stochastic=True,
     tables=("catalog", "offers", "rounds", "ledger", "state"),
     vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),

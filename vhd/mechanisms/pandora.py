@@ -582,6 +582,13 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 7), "horizon": (2, 7)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer table of shape [2^n_boxes, L]: row m is the set of boxes already opened as a bit mask '
+        '(bit i = box i), column k the best prize in hand, as the index k into the sorted distinct values of '
+        'max(fallback, v) over every prize value v and the fallback itself; the entry is the box to open next'
+        ' (an unopened box, and only while fewer than max_open are open) or −1 to stop and take the best '
+        'prize.'
+    ),
     tables=("boxes", "prizes", "openings", "ledger", "state"),
     vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

@@ -541,6 +541,10 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (2, 8), "horizon": (1, 6)},
     turn_budget=turn_budget,
+    plan_format=(
+        'a vector of `assets` real numbers: the amount allocated to each project (0 ≤ x[i] ≤ caps[i], summing'
+        ' to at most the budget).'
+    ),
     stochastic=False,
     tables=("assets", "factors", "exposures", "positions", "journal", "state"),
     vocabulary=("site", "currency"),

@@ -171,9 +171,11 @@ def solve(theta: dict) -> Solution:
 def _route(theta: dict, policy) -> list[int]:
     """The stops of a plan in order; ValueError unless it is a valid plan under the driving rule."""
     n, t, budget = theta["n_stops"], theta["travel"], theta["budget"]
-    values = [int(x) for x in np.asarray(policy).reshape(-1)]
-    if len(values) != n:
-        raise ValueError(f"a plan has {n} entries (stops then -1 padding), got {len(values)}")
+    array = np.asarray(policy)
+    if array.shape != (n,) or not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"a plan is an integer vector of {n} entries (stops then -1 padding), got {array.dtype} "
+                         f"{array.shape}")
+    values = [int(x) for x in array]
     route = []
     for k, stop in enumerate(values):
         if stop == -1:
@@ -537,6 +539,11 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (5, 9), "horizon": (5, 15)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer vector of length n_stops: the stops to visit in order (numbers 1 … n_stops, each at most '
+        'once, every leg obeying the time-budget rule), padded at the end with −1; all −1 means stay at the '
+        'depot.'
+    ),
     stochastic=False,
     tables=("stops", "travel", "legs", "state"),
     vocabulary=("site", "item", "currency"),

@@ -488,6 +488,10 @@ register(Family(
     default_band=(0.0, 0.99),
     knob_ranges={"size": (6, 10), "horizon": (2, 4)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer vector of length n_jobs: entry j is the machine (0 … n_machines − 1) of job j, or −1 for '
+        'unassigned (it then goes on machine 0).'
+    ),
     tables=("jobs", "machines", "assignments", "inspections", "log", "state"),
     vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

@@ -437,6 +437,10 @@ register(Family(
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (5, 12), "horizon": (18, 30)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer vector of length horizon: entry d is the lowest offer accepted on day d (max(values) + 1 '
+        'means decline every offer that day).'
+    ),
     tables=("catalog", "offers", "ledger", "notes", "state"),
     vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
 ))

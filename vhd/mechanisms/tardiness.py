@@ -480,6 +480,10 @@ register(Family(
     default_band=(-1.0, 0.97),
     knob_ranges={"size": (4, 10), "horizon": (5, 10)},
     turn_budget=turn_budget,
+    plan_format=(
+        'an integer vector of at most n_jobs distinct job numbers: the processing order; jobs left out are '
+        'appended in index order.'
+    ),
     tables=("catalog", "inspections", "sequence", "log", "state"),
     vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

@@ -1,6 +1,6 @@
 """Stage 5, annotate: candidates in, environment, check and lineage records out.
 
-    >>> candidates = make_candidates(family, models, solutions, outputs, assignment, ("I", "A"))
+    >>> candidates = make_candidates(family, models, solutions, outputs, assignment, ("F", "I", "A"), passages)
     >>> env, checks, edges = annotate(family, verdict)
 """
 
@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from vhd.mechanisms import Family
 from vhd.schemas.records import (
-    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, SetterOutputRecord, SolutionRecord,
+    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, SetterOutputRecord, SolutionRecord,
 )
+from vhd.tasks import written
 from vhd.tasks.check import CHECKER_VERSION, Candidate, Verdict, to_calls
 from vhd.tasks.sample import episode_seed
+from vhd.tasks.setters.template import narrative
+from vhd.tasks.solve import unpack_policy
 
 ANNOTATOR_VERSION = "1"
 
@@ -23,31 +26,45 @@ def make_candidates(
     outputs: dict[str, SetterOutputRecord],
     assignment: dict[str, str],
     presentations: tuple[str, ...],
+    passages: dict[str, PassageRecord] | None = None,
+    split: str | None = None,
 ) -> list[Candidate]:
-    """One candidate per (model, presentation); `solutions` keyed by model_id, `outputs` by id."""
+    """One candidate per (model, presentation), in model order; `solutions` keyed by model_id,
+    `outputs` by id, `passages` by id (they give presentation F its narrative); `split`
+    defaults to the family's."""
     candidates = []
     for model in models:
         solution, output = solutions[model.model_id], outputs[assignment[model.model_id]]
-        seed, budget = episode_seed(model.seed), family.turn_budget(model.theta)
+        seed = episode_seed(model.seed)
+        passage = (passages or {}).get(output.passage_id)
+        story = narrative(passage) if passage else ""
         for presentation in presentations:
+            budget = written.TURN_BUDGET if presentation == "F" else family.turn_budget(model.theta)
             env_id = EnvironmentRecord.id_for(
                 ANNOTATOR_VERSION, family=family.name, presentation=presentation, model_id=model.model_id,
                 solution_id=solution.solution_id, setter_output_id=output.setter_output_id,
                 episode_seed=seed, turn_budget=budget,
             )
-            candidates.append(Candidate(env_id, model, solution, output, presentation, seed, budget))
+            candidates.append(Candidate(env_id, model, solution, output, presentation, seed, budget, story,
+                                        split or family.split))
     return candidates
 
 
 def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[CheckRecord], list[LineageEdge]]:
     c, refs = verdict.candidate, verdict.references
+    if refs is None:  # presentation F: expected values as the plan grader computes them, one submit_plan call
+        u_star, u_default = verdict.graded
+        reference = written.calls_for(unpack_policy(c.solution.policy))
+        default = written.calls_for(family.default_policy(c.model.theta))
+    else:
+        u_star, u_default = refs.optimal.utility, refs.default.utility
+        reference = to_calls(c.setter_output, refs.optimal.calls)
+        default = to_calls(c.setter_output, refs.default.calls)
     env = EnvironmentRecord(
-        env_id=c.env_id, family=family.name, presentation=c.presentation, split=family.split,
+        env_id=c.env_id, family=family.name, presentation=c.presentation, split=c.split or family.split,
         model_id=c.model.model_id, solution_id=c.solution.solution_id, setter_output_id=c.setter_output.setter_output_id,
         episode_seed=c.episode_seed, turn_budget=c.turn_budget, knobs=c.model.knobs,
-        u_star=refs.optimal.utility, u_default=refs.default.utility,
-        reference_trajectory=to_calls(c.setter_output, refs.optimal.calls),
-        default_trajectory=to_calls(c.setter_output, refs.default.calls),
+        u_star=u_star, u_default=u_default, reference_trajectory=reference, default_trajectory=default,
         instruction=verdict.instruction, tools=verdict.tools, admitted=verdict.admitted, reason=verdict.reason,
         gate_seconds={g.name: round(g.seconds, 6) for g in verdict.gates}, annotator_version=ANNOTATOR_VERSION,
     )

@@ -23,6 +23,7 @@ import numpy as np
 from vhd.mechanisms import Episode, Family
 from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
 from vhd.tasks.sample import draw
+from vhd.tasks import written
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
@@ -44,6 +45,8 @@ class Candidate:
     presentation: str
     episode_seed: int
     turn_budget: int
+    narrative: str = ""
+    split: str = ""
 
     def config(self) -> dict[str, Any]:
         return {"params": self.model.theta, "presentation": self.presentation,
@@ -76,10 +79,11 @@ class GateResult:
 @dataclass
 class Verdict:
     candidate: Candidate
-    references: References
+    references: References | None  # None in presentation F: no episode is played
     gates: list[GateResult] = field(default_factory=list)
     instruction: str = ""
     tools: list[dict[str, Any]] = field(default_factory=list)
+    graded: tuple[float, float] | None = None  # presentation F: (u*, u₀) as the plan grader computes them
 
     @property
     def admitted(self) -> bool:
@@ -334,9 +338,36 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
     return {"module": setter_output.module, "episodes": episodes}
 
 
+def check_written(family: Family, candidate: Candidate) -> Verdict:
+    """The F gates, in process: no generated code is involved in presentation F."""
+    s, theta = candidate.solution, candidate.model.theta
+    text = written.instruction(family, theta, candidate.narrative)
+    policy = unpack_policy(s.policy)
+    verdict = Verdict(candidate, None, instruction=text, tools=written.tools(family))
+    for name, passed, message, seconds in written.gates(family, theta, policy, s.u_star, s.u_default, s.u_idle, text,
+                                                        candidate.episode_seed):
+        verdict.gates.append(GateResult(name, passed, message, seconds))
+    if verdict.admitted:
+        verdict.graded = written.graded_values(family, theta, policy)
+    else:
+        verdict.graded = (s.u_star, s.u_default)
+    return verdict
+
+
 def check_batch(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
                 limits: Limits = Limits()) -> list[Verdict]:
-    """Every gate on every candidate that shares one module; two sandbox runs for the batch."""
+    """Every gate on every candidate that shares one module; two sandbox runs for the batch
+    (presentation F candidates are checked in process), verdicts in the candidates' order."""
+    played = [c for c in candidates if c.presentation != "F"]
+    verdicts = {c.env_id: v for c, v in zip(played, _check_played(family, setter_output, played, limits))}
+    verdicts.update({c.env_id: check_written(family, c) for c in candidates if c.presentation == "F"})
+    return [verdicts[c.env_id] for c in candidates]
+
+
+def _check_played(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
+                  limits: Limits) -> list[Verdict]:
+    if not candidates:
+        return []
     started = time.perf_counter()
     refs = [references(family, c) for c in candidates]
     simulate_seconds = (time.perf_counter() - started) / max(1, len(candidates))

@@ -15,7 +15,7 @@ from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputReco
 
 def player_config(env: EnvironmentRecord, theta: dict[str, Any], family: Family) -> dict[str, Any]:
     """What an agent may see of the config: θ without the hidden fields in presentation A."""
-    visible = theta if env.presentation == "I" else {k: v for k, v in theta.items() if k not in family.hidden}
+    visible = theta if env.presentation in ("F", "I") else {k: v for k, v in theta.items() if k not in family.hidden}
     return {"params": visible, "presentation": env.presentation, "turn_budget": env.turn_budget}
 
 

@@ -32,8 +32,9 @@ def check_models(family: Family, count: int, seed: int, batch: str = "t", presen
     """sample → solve → synthesize → check, every module's candidates in one sandbox batch."""
     models = sample_models(family, count, seed, batch)
     solutions = {s.model_id: s for s in solve_models(family, models)}
-    outputs, assignment = synthesize(family, models, passages if passages is not None else builtin_passages())
+    passages = passages if passages is not None else builtin_passages()
+    outputs, assignment = synthesize(family, models, passages)
     candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs}, assignment,
-                                 presentations)
+                                 presentations, {p.passage_id: p for p in passages})
     verdicts = [v for output, group in by_module(outputs, candidates) for v in check_batch(family, output, group)]
     return CheckedBatch(models, outputs, candidates, verdicts)

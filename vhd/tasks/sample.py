@@ -43,9 +43,10 @@ def draw(family: Family, seed: int, knobs: dict[str, Any] | None = None) -> tupl
     return knobs, theta
 
 
-def sample_models(family: Family, count: int, seed: int, batch: str) -> list[ModelRecord]:
+def sample_models(family: Family, count: int, seed: int, batch: str, start: int = 0) -> list[ModelRecord]:
+    """Models `start` … `start + count − 1` of a family's seed stream in a batch."""
     models = []
-    for index in range(count):
+    for index in range(start, start + count):
         s = model_seed(seed, family.name, batch, index)
         knobs, theta = draw(family, s)
         models.append(ModelRecord.build(family=family.name, family_version=family.version, knobs=knobs,

@@ -50,6 +50,11 @@ def parse_trajectories(text: str, source: str = "trajectories") -> list[list[dic
 
 def score(env: EnvironmentRecord, setter_output: SetterOutputRecord, theta: dict[str, Any], family: Family,
           trajectories: list[list[dict[str, Any]]], limits: Limits = Limits()) -> list[dict[str, Any]]:
+    if env.presentation == "F":
+        from vhd.tasks import written
+
+        return [written.score_trajectory(family, theta, env.u_star, env.u_default, env.reference_trajectory, t)
+                for t in trajectories]
     clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
     job = {"module": setter_output.module,
            "episodes": [{"key": "score", "config": env.config(theta), "pad_with": clock, "trajectories": trajectories}]}

@@ -154,6 +154,20 @@ class Warehouse:
         rows = self.con.execute(f"SELECT {key} FROM {table} WHERE list_contains(?, {key})", [ids]).fetchall()
         return {row[0] for row in rows}
 
+    def admission(self, env_ids: Iterable[str]) -> dict[str, bool]:
+        """env_id → admitted, for the ids that are stored."""
+        ids = list(env_ids)
+        if not ids:
+            return {}
+        rows = self.con.execute("SELECT env_id, admitted FROM environments WHERE list_contains(?, env_id)",
+                                [ids]).fetchall()
+        return {env_id: bool(admitted) for env_id, admitted in rows}
+
+    def model_count(self, family: str, family_version: str, batch: str) -> int:
+        """How many models of a family's version a batch holds."""
+        return self.con.execute("SELECT count(*) FROM models WHERE family = ? AND family_version = ? AND batch = ?",
+                                [family, family_version, batch]).fetchall()[0][0]
+
     def solutions_for(self, model_ids: Iterable[str]) -> dict[str, SolutionRecord]:
         ids = list(model_ids)
         found = self._select(SolutionRecord, "WHERE list_contains(?, model_id)", [ids]) if ids else []

@@ -29,6 +29,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
+def narrative(passage: PassageRecord) -> str:
+    """The passage's first sentence: the opening line of every instruction skinned by it."""
+    return passage.text.split(". ")[0].rstrip(".") + "."
+
+
 def _skin(family: Family, passage: PassageRecord) -> dict:
     vocab = dict(passage.vocabulary)
     words = vocab.pop("synonyms", {})
@@ -56,8 +61,7 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
     if len(set(names)) != len(names):
         raise SetterError(f"passage {passage.passage_id} maps two tools of {family.name} to one name: {names}")
     tables = {part: f"{site}_{_slug(words.get(part, part))}" for part in family.tables}
-    first_sentence = passage.text.split(". ")[0].rstrip(".") + "."
-    return {"family": family.name, "tools": tools, "tables": tables, "vocab": vocab, "narrative": first_sentence}
+    return {"family": family.name, "tools": tools, "tables": tables, "vocab": vocab, "narrative": narrative(passage)}
 
 
 def render_module(family: Family, passage: PassageRecord) -> SetterOutputRecord:
