@@ -1,0 +1,616 @@
+"""Machine maintenance: one machine wears through condition states; each day run it, service it or replace it.
+
+Model
+    One machine is operated for `horizon` = H days numbered 0 … H − 1. Its condition is one of
+    `n_conditions` = n states 0 (new) … n − 1 (failed); day 0 starts in `initial_condition`. On a day
+    that starts in condition c the operator takes exactly one action a:
+      a = 0, run. A working machine (c < n − 1) earns `revenue[c]` (a list over the n − 1 working
+        conditions) and then wears: tomorrow's condition is c' with probability
+        wear_weights[c][c'] / Σ_k wear_weights[c][k] (`wear_weights` has one row of n integer weights per
+        working condition; sampled rows put no weight below c). A failed machine (c = n − 1) earns
+        nothing, pays `downtime_penalty` and stays failed.
+      a = 1, preventive maintenance (only when c < n − 1): pays `maintenance_cost`, earns nothing that
+        day, and tomorrow's condition is max(0, c − repair_steps), for certain.
+      a = 2, replace (any c, the only way out of the failed state): pays `replacement_cost`, earns
+        nothing that day, and tomorrow the new machine is in condition 0.
+    After day H − 1 the machine is sold for `salvage[c]` in its final condition c (a list over all n
+    conditions). utility = revenue − maintenance costs − replacement costs − downtime penalties + salvage.
+    The randomness of an episode: ticket u_d is the (d + 1)-th value of random.Random(episode_seed).random(),
+    one ticket per day whatever the action; running from c on day d moves to the smallest c' with
+    Σ_{k ≤ c'} wear_weights[c][k] > u_d · Σ_k wear_weights[c][k].
+    Solved exactly by backward Bellman recursion over (day, condition) in integer arithmetic (every
+    value scaled by a power of the common weight denominator): V_H(c) = salvage[c],
+    V_d(c) = max over the allowed a of (that day's cash + E[V_{d+1}(next condition)]); ties go to the
+    lower action code. A plan is an integer table [day, condition] → action code.
+
+State
+    the day, the installed machine's condition and today's scheduled work (none, maintenance or
+    replacement), the machine register (every machine installed, with its install and retirement day),
+    the work log (one row per closed day), the cash ledger, the inspection reports and a state table.
+
+Tools
+    probes: cost sheet (maintenance cost, repair steps, replacement cost, downtime penalty, salvage by
+    condition), revenue table, a quick inspection (a noisy estimate of each working condition's daily
+    deterioration probability, 1 turn) and the engineering reliability report (the exact wear
+    probabilities, 2 turns); decisions: schedule maintenance, replace the machine, cancel today's work;
+    clock: end the day; observations: the machine, cash, work log, calendar.
+
+Reward
+    utility = revenue − maintenance − replacement − downtime penalties + salvage (cash at the end; the
+    ledger starts at 0). r = clip01((u − u_default) / (u* − u_default)) where both references are played on
+    the same episode seed (the same tickets). u_default runs to failure: it only ever replaces a failed
+    machine. The idle policy always runs: it never services or replaces, so a failed machine stands.
+
+Episode end
+    after the last day's `end_day`, or when the turn budget runs out: today's scheduled work is dropped
+    and the remaining days are closed with no work (a working machine runs, a failed one stands idle and
+    pays the downtime penalty), then the machine is sold for its salvage value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from functools import reduce
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+WEIGHT_TOTAL = 1000
+RUN, MAINTAIN, REPLACE = 0, 1, 2
+COST_FIELDS = ("maintenance_cost", "repair_steps", "replacement_cost", "downtime_penalty", "salvage")
+HIDDEN = ("revenue", "wear_weights") + COST_FIELDS
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a maintenance instance."""
+
+    size: int = Field(8, ge=3, le=16, description="number of machine condition states, new to failed inclusive, "
+                                                  "in states")
+    horizon: int = Field(40, ge=3, le=200, description="number of days the machine is operated, in days")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ. Revenue falls from R0 (20 … 60) in condition 0 along 1 − (c / (n − 1))^κ (κ in 0.6 … 1.6).
+    Wear: a target life of 20 … 60 % of the horizon (at least 4 days) sets the mean progress per day,
+    rising with the condition (aging); progress comes in jumps of 1 … K states (K the least that keeps
+    every daily deterioration probability ≤ 0.8), plus a small sudden-failure chance; weights out of 1000.
+    Costs in whole currency units: replacement 4 … 12 × R0, maintenance 0.3 … 1.5 × R0 restoring
+    1 … max(1, (n − 1) // 3) states, downtime penalty 0 … R0 / 2, salvage up to 30 % of the replacement
+    cost falling linearly to 0 at failure."""
+    n, horizon = params.size, params.horizon
+    working = n - 1
+    r0 = int(rng.integers(20, 61))
+    kappa = float(rng.uniform(0.6, 1.6))
+    revenue = [max(1, round(r0 * (1.0 - (c / working) ** kappa))) for c in range(working)]
+    life = max(4.0, float(rng.uniform(0.2, 0.6)) * horizon)
+    progress = working / life
+    aging = float(rng.uniform(0.3, 1.0))
+    rates = [progress * (aging + (2.0 - 2.0 * aging) * (c / max(1, working - 1))) for c in range(working)]
+    decay = float(rng.uniform(0.3, 0.7))
+    jumps, mean_jump = [1.0], 1.0
+    while max(rates) / mean_jump > 0.8 and len(jumps) < working:
+        jumps = [decay ** j for j in range(len(jumps) + 1)]
+        total = sum(jumps)
+        jumps = [p / total for p in jumps]
+        mean_jump = sum((j + 1) * p for j, p in enumerate(jumps))
+    sudden = float(rng.uniform(0.0, 0.02))
+    wear = []
+    for c in range(working):
+        move = min(0.8, rates[c] / mean_jump)
+        fail = sudden * (1.0 + c / max(1, working - 1))
+        probs = [0.0] * n
+        probs[c] = 1.0 - move - fail
+        for j, p in enumerate(jumps):
+            probs[min(c + j + 1, n - 1)] += move * p
+        probs[n - 1] += fail
+        row = [math.floor(p * WEIGHT_TOTAL) for p in probs]
+        row[c] += WEIGHT_TOTAL - sum(row)
+        wear.append(row)
+    replacement = round(r0 * float(rng.uniform(4.0, 12.0)))
+    scrap = float(rng.uniform(0.05, 0.3))
+    return {
+        "horizon": int(horizon),
+        "n_conditions": int(n),
+        "initial_condition": int(rng.integers(0, working // 2 + 1)),
+        "revenue": revenue,
+        "wear_weights": wear,
+        "maintenance_cost": round(r0 * float(rng.uniform(0.3, 1.5))),
+        "repair_steps": int(rng.integers(1, max(1, working // 3) + 1)),
+        "replacement_cost": replacement,
+        "downtime_penalty": int(rng.integers(0, r0 // 2 + 1)),
+        "salvage": [round(replacement * scrap * (1.0 - c / working)) for c in range(n)],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact arithmetic: values on day d are integers scaled by D^(H − d), D the common weight total.
+
+
+class _Model:
+    """θ as integers: revenue, scaled wear rows over one common denominator D, costs."""
+
+    def __init__(self, theta: dict):
+        self.n, self.horizon = int(theta["n_conditions"]), int(theta["horizon"])
+        n = self.n
+        rows = [[int(w) for w in row] for row in theta["wear_weights"]]
+        if len(rows) != n - 1 or any(len(row) != n or min(row) < 0 or sum(row) <= 0 for row in rows):
+            raise ValueError(f"wear_weights must hold {n - 1} rows of {n} non-negative weights with positive sums")
+        if len(theta["revenue"]) != n - 1 or len(theta["salvage"]) != n:
+            raise ValueError(f"revenue needs {n - 1} entries and salvage {n}")
+        self.denominator = reduce(math.lcm, (sum(row) for row in rows), 1)
+        self.rows = [[w * (self.denominator // sum(row)) for w in row] for row in rows]
+        self.revenue = [int(x) for x in theta["revenue"]]
+        self.salvage = [int(x) for x in theta["salvage"]]
+        self.maintenance, self.replacement = int(theta["maintenance_cost"]), int(theta["replacement_cost"])
+        self.penalty, self.steps = int(theta["downtime_penalty"]), int(theta["repair_steps"])
+        self.start = int(theta["initial_condition"])
+
+    def allowed(self, c: int) -> tuple[int, ...]:
+        return (RUN, REPLACE) if c == self.n - 1 else (RUN, MAINTAIN, REPLACE)
+
+    def q_value(self, c: int, action: int, later: list[int], scale: int) -> int:
+        """(today's cash + E[V tomorrow]) × D^(H − d), with later[k] = V_{d+1}(k) × D^(H − d − 1)."""
+        d = self.denominator
+        if action == MAINTAIN:
+            return -self.maintenance * scale + d * later[max(0, c - self.steps)]
+        if action == REPLACE:
+            return -self.replacement * scale + d * later[0]
+        if c == self.n - 1:
+            return -self.penalty * scale + d * later[c]
+        return self.revenue[c] * scale + sum(w * v for w, v in zip(self.rows[c], later))
+
+    def value(self, scaled_start: int) -> float:
+        return scaled_start / self.denominator ** self.horizon  # int / int: correctly rounded
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    m = _Model(theta)
+    later = list(m.salvage)
+    policy = np.zeros((m.horizon, m.n), dtype=np.int8)
+    scale = m.denominator
+    for day in range(m.horizon - 1, -1, -1):
+        today = []
+        for c in range(m.n):
+            best, arg = None, RUN
+            for action in m.allowed(c):
+                q = m.q_value(c, action, later, scale)
+                if best is None or q > best:
+                    best, arg = q, action
+            today.append(best)
+            policy[day, c] = arg
+        later = today
+        scale *= m.denominator
+    return m.value(later[m.start]), policy
+
+
+def _check_plan(theta: dict, policy: np.ndarray) -> list[list[int]]:
+    table = np.asarray(policy)
+    shape = (int(theta["horizon"]), int(theta["n_conditions"]))
+    if table.shape != shape or not np.issubdtype(table.dtype, np.integer):
+        raise ValueError(f"a plan is an integer table of shape {list(shape)} (days × conditions), "
+                         f"got {table.dtype} {list(table.shape)}")
+    if ((table < RUN) | (table > REPLACE)).any():
+        raise ValueError("action codes are 0 (run), 1 (maintain) and 2 (replace)")
+    if (table[:, -1] == MAINTAIN).any():
+        raise ValueError(f"a failed machine (condition {shape[1] - 1}) cannot be maintained: run (stand idle) or "
+                         "replace it")
+    return [[int(a) for a in row] for row in table]
+
+
+def _evaluate_exact(theta: dict, table: list[list[int]]) -> float:
+    m = _Model(theta)
+    later, scale = list(m.salvage), m.denominator
+    for day in range(m.horizon - 1, -1, -1):
+        later = [m.q_value(c, table[day][c], later, scale) for c in range(m.n)]
+        scale *= m.denominator
+    return m.value(later[m.start])
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* ([day, condition] → action, int8) by exact backward recursion; default and idle values."""
+    u_star, policy, cert = certified(
+        lambda: _bellman(theta),
+        method="backward Bellman recursion (exact integer arithmetic)",
+        solver="python int",
+        solver_version="stdlib",
+        state_space=theta["horizon"] * theta["n_conditions"],
+    )
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact expected utility of a plan table [day, condition] → action (ValueError for an invalid one)."""
+    return _evaluate_exact(theta, _check_plan(theta, policy))
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Run to failure: run in every working condition, replace a failed machine (every day, the last included)."""
+    table = np.zeros((theta["horizon"], theta["n_conditions"]), dtype=np.int8)
+    table[:, -1] = REPLACE
+    return table
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Always run: never service or replace (a failed machine stands idle and pays the downtime penalty)."""
+    return np.zeros((theta["horizon"], theta["n_conditions"]), dtype=np.int8)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """Each (day, condition) runs with probability 0.6, else maintains or replaces (a failed machine: replaces)."""
+    size = (theta["horizon"], theta["n_conditions"])
+    work = np.where(rng.random(size) < 0.5, MAINTAIN, REPLACE)
+    table = np.where(rng.random(size) < 0.6, RUN, work).astype(np.int8)
+    table[:, -1] = np.where(table[:, -1] == MAINTAIN, REPLACE, table[:, -1])
+    return table
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a plan table on the episode's tickets; the canonical calls that play it."""
+    table = _check_plan(theta, policy)
+    tickets = World.tickets(theta, episode_seed)
+    n, c, cash = theta["n_conditions"], theta["initial_condition"], 0
+    calls, decisions = [], []
+    for day in range(theta["horizon"]):
+        action = table[day][c]
+        decisions.append(action)
+        if action == MAINTAIN:
+            calls.append({"tool": "schedule_maintenance", "arguments": {}})
+            cash -= theta["maintenance_cost"]
+            c = max(0, c - theta["repair_steps"])
+        elif action == REPLACE:
+            calls.append({"tool": "replace_machine", "arguments": {}})
+            cash -= theta["replacement_cost"]
+            c = 0
+        elif c == n - 1:
+            cash -= theta["downtime_penalty"]
+        else:
+            cash += theta["revenue"][c]
+            c = World.worn(theta, c, tickets[day])
+        calls.append({"tool": "end_day", "arguments": {}})
+    cash += theta["salvage"][c]
+    return Episode(utility=float(cash), calls=calls, decisions=decisions)
+
+
+def turn_budget(theta: dict) -> int:
+    """A work order and an end of day for every day, plus room for every probe and a few looks."""
+    return 2 * theta["horizon"] + 14
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The workshop's relational world: machine register, work log, ledger, inspections, state."""
+
+    PARAMS = ("horizon", "n_conditions", "initial_condition", "revenue", "wear_weights", "maintenance_cost",
+              "repair_steps", "replacement_cost", "downtime_penalty", "salvage")
+    NOISE_SD = 0.08
+    WORK = ("none", "maintenance", "replacement")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n = params["n_conditions"]
+        rows = params["wear_weights"]
+        if (n < 2 or len(params["revenue"]) != n - 1 or len(params["salvage"]) != n or len(rows) != n - 1
+                or any(len(row) != n or sum(row) <= 0 for row in rows)
+                or not 0 <= params["initial_condition"] < n):
+            raise ValueError("n_conditions = %r does not fit revenue, salvage, wear_weights or initial_condition" % n)
+        self.db, self.p, self.skin, self.seed = db, params, skin, episode_seed
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self.draws = World.tickets(params, episode_seed)
+        t = self.t
+        db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY, serial TEXT, installed_day INTEGER, "
+                   "retired_day INTEGER)" % t["machines"])
+        db.execute("CREATE TABLE %s (day INTEGER PRIMARY KEY, machine_id INTEGER REFERENCES %s(machine_id), "
+                   "work TEXT, condition_before INTEGER, condition_after INTEGER, revenue INTEGER)"
+                   % (t["worklog"], t["machines"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, day INTEGER, kind TEXT, amount INTEGER)"
+                   % t["ledger"])
+        db.execute("CREATE TABLE %s (inspection_id INTEGER PRIMARY KEY, day INTEGER, report TEXT)" % t["inspections"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
+                       [("day", 0), ("condition", params["initial_condition"]), ("work", 0), ("inspections", 0)])
+        self._install(0)
+
+    @staticmethod
+    def tickets(params, episode_seed):
+        """The episode's daily tickets in [0, 1): one random.Random(seed).random() per day, whatever is done."""
+        rng = random.Random(episode_seed)
+        return [rng.random() for _ in range(params["horizon"])]
+
+    @staticmethod
+    def worn(params, condition, ticket):
+        """Tomorrow's condition after running from `condition`: inverse CDF of its wear row at the ticket."""
+        row = params["wear_weights"][condition]
+        target, total = ticket * sum(row), 0
+        for nxt, weight in enumerate(row):
+            total += weight
+            if total > target:
+                return nxt
+        return len(row) - 1
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _book(self, day, kind, amount):
+        if amount:
+            self.db.execute("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"],
+                            (day, kind, amount))
+
+    def _cash(self):
+        return self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s" % self.t["ledger"]).fetchone()[0]
+
+    def _machine(self):
+        return self.db.execute("SELECT machine_id, serial, installed_day FROM %s WHERE retired_day IS NULL"
+                               % self.t["machines"]).fetchone()
+
+    def _install(self, day):
+        count = self.db.execute("SELECT COUNT(*) FROM %s" % self.t["machines"]).fetchone()[0]
+        self.db.execute("INSERT INTO %s (serial, installed_day) VALUES (?, ?)" % self.t["machines"],
+                        ("MC-%03d" % (count + 1), day))
+
+    def _failed(self):
+        return self._get("condition") == self.p["n_conditions"] - 1
+
+    def _open(self):
+        if self.over():
+            raise AgentError("all %d days have been played; the episode is over" % self.p["horizon"])
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("day") >= self.p["horizon"]
+
+    def utility(self):
+        return self._cash()
+
+    def run_out(self):
+        self._set("work", 0)
+        while not self.over():
+            self.tool_end_day()
+
+    # -- tools ------------------------------------------------------------------------------
+    def tool_get_cost_sheet(self):
+        p = self.p
+        return {"maintenance_cost": p["maintenance_cost"], "repair_steps": p["repair_steps"],
+                "replacement_cost": p["replacement_cost"], "downtime_penalty_per_day": p["downtime_penalty"],
+                "salvage_by_condition": list(p["salvage"]), "currency": self.v["currency"],
+                "note": "maintenance moves the condition back by repair_steps states (not below 0); salvage is "
+                        "paid for the machine's condition after the last day"}
+
+    def tool_get_revenue_table(self):
+        return {"revenue_by_condition": list(self.p["revenue"]), "currency": self.v["currency"],
+                "failed_condition": self.p["n_conditions"] - 1,
+                "note": "earned on a day the machine runs in that working condition; a failed machine earns nothing"}
+
+    def tool_inspect_machine(self):
+        count = self._get("inspections") + 1
+        noise = random.Random(self.seed * 7919 + count)  # its own stream: the tickets are untouched
+        estimates = []
+        for row in self.p["wear_weights"]:
+            exact = 1.0 - row[len(estimates)] / float(sum(row))
+            estimates.append(round(min(1.0, max(0.0, exact + noise.gauss(0.0, self.NOISE_SD))), 3))
+        self._set("inspections", count)
+        self.db.execute("INSERT INTO %s (inspection_id, day, report) VALUES (?, ?, ?)" % self.t["inspections"],
+                        (count, self._get("day"), json.dumps(estimates)))
+        return {"inspection": count, "estimated_daily_deterioration_probability_by_condition": estimates,
+                "standard_error": self.NOISE_SD,
+                "note": "an estimate: each inspection draws fresh independent noise; the reliability report is exact"}
+
+    def tool_get_reliability_report(self):
+        rows = self.p["wear_weights"]
+        return {"wear_probabilities": [{"from_condition": c, "to_condition_probabilities":
+                                        [w / float(sum(row)) for w in row]} for c, row in enumerate(rows)],
+                "daily_deterioration_probability_by_condition": [1.0 - row[c] / float(sum(row))
+                                                                 for c, row in enumerate(rows)],
+                "failed_condition": self.p["n_conditions"] - 1}
+
+    def tool_view_machine(self):
+        _, serial, installed = self._machine()
+        condition = self._get("condition")
+        return {"serial": serial, "installed_day": installed, "condition": condition,
+                "failed": condition == self.p["n_conditions"] - 1, "n_conditions": self.p["n_conditions"],
+                "work_scheduled_today": self.WORK[self._get("work")]}
+
+    def tool_view_cash(self):
+        return {"cash": self._cash(), "currency": self.v["currency"]}
+
+    def tool_view_work_log(self, last_days=7):
+        rows = self.db.execute("SELECT w.day, m.serial, w.work, w.condition_before, w.condition_after, w.revenue "
+                               "FROM %s w JOIN %s m ON m.machine_id = w.machine_id ORDER BY w.day DESC LIMIT ?"
+                               % (self.t["worklog"], self.t["machines"]), (last_days,)).fetchall()
+        keys = ("day", "serial", "work", "condition_before", "condition_after", "revenue")
+        return {"days": [dict(zip(keys, row)) for row in rows]}
+
+    def tool_view_calendar(self):
+        day = self._get("day")
+        return {"day": day, "days_left": self.p["horizon"] - day, "horizon": self.p["horizon"]}
+
+    def tool_schedule_maintenance(self):
+        self._open()
+        if self._get("work"):
+            raise AgentError("%s is already scheduled today; cancel it first" % self.WORK[self._get("work")])
+        if self._failed():
+            raise AgentError("the machine has failed (condition %d): it can only be replaced"
+                             % (self.p["n_conditions"] - 1))
+        self._set("work", 1)
+        return {"work_scheduled_today": "maintenance"}
+
+    def tool_replace_machine(self):
+        self._open()
+        if self._get("work"):
+            raise AgentError("%s is already scheduled today; cancel it first" % self.WORK[self._get("work")])
+        self._set("work", 2)
+        return {"work_scheduled_today": "replacement"}
+
+    def tool_cancel_work(self):
+        if not self._get("work"):
+            raise AgentError("no work is scheduled today")
+        self._set("work", 0)
+        return {"work_scheduled_today": "none"}
+
+    def tool_end_day(self):
+        p, day, work = self.p, self._get("day"), self._get("work")
+        before = self._get("condition")
+        machine_id = self._machine()[0]
+        earned = 0
+        if work == 2:
+            self._book(day, "replacement", -p["replacement_cost"])
+            self.db.execute("UPDATE %s SET retired_day = ? WHERE machine_id = ?" % self.t["machines"],
+                            (day, machine_id))
+            self._install(day + 1)
+            after, label = 0, "replacement"
+        elif work == 1:
+            self._book(day, "maintenance", -p["maintenance_cost"])
+            after, label = max(0, before - p["repair_steps"]), "maintenance"
+        elif before == p["n_conditions"] - 1:
+            self._book(day, "downtime penalty", -p["downtime_penalty"])
+            after, label = before, "stood failed"
+        else:
+            earned = p["revenue"][before]
+            self._book(day, "revenue", earned)
+            after, label = World.worn(p, before, self.draws[day]), "ran"
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?, ?, ?)" % self.t["worklog"],
+                        (day, machine_id, label, before, after, earned))
+        self._set("condition", after)
+        self._set("work", 0)
+        self._set("day", day + 1)
+        result = {"day_closed": day, "work": label, "condition_before": before, "condition": after,
+                  "failed": after == p["n_conditions"] - 1, "revenue": earned, "days_left": p["horizon"] - day - 1}
+        if day + 1 == p["horizon"]:
+            self._book(day, "salvage", p["salvage"][after])
+            result["salvage"] = p["salvage"][after]
+        result["cash"] = self._cash()
+        return result
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        failed = p["n_conditions"] - 1
+        lines = [
+            self.skin["narrative"],
+            "",
+            "You run the %s's packing machine for %s for %d days, numbered 0 to %d. Its condition is one of %d "
+            "states, 0 (new) to %d (failed); on day 0 it is in condition %d. All amounts are in %s." % (
+                v["site"], v["item"], p["horizon"], p["horizon"] - 1, p["n_conditions"], failed,
+                p["initial_condition"], v["currency"]),
+            "Each day do one thing, then close the day with %s. With no work scheduled a working machine runs: "
+            "it earns the revenue of its condition and then wears at random, possibly all the way to failure; "
+            "a failed machine earns nothing and costs a downtime penalty for each day it stands." % n["end_day"],
+            "%s schedules preventive maintenance for today (not on a failed machine): it costs the maintenance fee, "
+            "earns nothing that day and moves the condition back by a fixed number of states (not below 0). "
+            "%s installs a new machine (condition 0 tomorrow) for the replacement cost, earning nothing that day. "
+            "%s undoes today's scheduled work." % (n["schedule_maintenance"], n["replace_machine"], n["cancel_work"]),
+            "After the last day the machine is sold for the salvage value of its condition. Your score is the cash "
+            "you end with (the ledger starts at 0). You have %d turns: every successful tool call uses its turn "
+            "cost; when they run out, today's work is dropped and the remaining days pass with no work." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += [
+                "",
+                "Revenue per day of running, by working condition 0 to %d: %s." % (
+                    failed - 1, ", ".join(str(x) for x in p["revenue"])),
+                "Maintenance costs %d and restores %d state(s); replacement costs %d; downtime penalty %d per day "
+                "failed." % (p["maintenance_cost"], p["repair_steps"], p["replacement_cost"], p["downtime_penalty"]),
+                "Salvage value by final condition 0 to %d: %s." % (failed, ", ".join(str(x) for x in p["salvage"])),
+                "Wear: a day of running in condition c moves the machine to condition c' with these probabilities:",
+            ]
+            for c, row in enumerate(p["wear_weights"]):
+                lines.append("  from %d: %s" % (c, ", ".join("%d: %.3f" % (k, w / float(sum(row)))
+                                                             for k, w in enumerate(row) if w)))
+        else:
+            lines += [
+                "",
+                "Revenues, costs, salvage values, the repair steps and the wear probabilities are not given: %s and "
+                "%s reveal the money side, %s gives a cheap noisy estimate of each condition's daily deterioration "
+                "probability and %s the exact wear probabilities. Every probe costs turns from the same budget "
+                "(the reliability report 2, the others 1)." % (
+                    n["get_cost_sheet"], n["get_revenue_table"], n["inspect_machine"], n["get_reliability_report"]),
+            ]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+TOOLS = (
+    ToolSpec("get_cost_sheet", "probe", "Read the {site}'s maintenance cost sheet in {currency}: maintenance fee and "
+             "how many condition states it restores, replacement cost, downtime penalty per failed day and the "
+             "salvage value by final condition.", _NO_ARGS, reveals=COST_FIELDS),
+    ToolSpec("get_revenue_table", "probe", "Read the revenue in {currency} that a day of running earns in each "
+             "working condition of the machine.", _NO_ARGS, reveals=("revenue",)),
+    ToolSpec("inspect_machine", "probe", "Have the machine inspected: a quick, noisy estimate (standard error "
+             "0.08, fresh noise on every call) of the daily probability that running it in each working "
+             "condition moves it to another condition. An estimate only; the reliability report is exact.",
+             _NO_ARGS, reveals=("wear_weights",), noisy=True),
+    ToolSpec("get_reliability_report", "probe", "Read the engineering reliability report: the exact probability "
+             "of each next condition after a day of running, from every working condition. Costs 2 turns.",
+             _NO_ARGS, reveals=("wear_weights",), turn_cost=2),
+    ToolSpec("view_machine", "observe", "Show the installed machine: serial, install day, condition, whether it "
+             "has failed and the work scheduled today.", _NO_ARGS),
+    ToolSpec("view_cash", "observe", "Show the cash balance of the {site} in {currency}.", _NO_ARGS),
+    ToolSpec("view_work_log", "observe", "List recent closed days: work done, condition before and after, revenue.",
+             {"type": "object", "properties": {"last_days": {"type": "integer", "minimum": 1, "maximum": 1000,
+                                                             "description": "how many days back"}},
+              "additionalProperties": False}),
+    ToolSpec("view_calendar", "observe", "Show today's day number and the days left.", _NO_ARGS),
+    ToolSpec("schedule_maintenance", "decision", "Schedule preventive maintenance for today (not on a failed "
+             "machine): the fee is paid and the condition restored when the day ends; no revenue today.", _NO_ARGS),
+    ToolSpec("replace_machine", "decision", "Schedule a replacement for today: the new machine is installed when "
+             "the day ends (condition 0 tomorrow) for the replacement cost; no revenue today.", _NO_ARGS),
+    ToolSpec("cancel_work", "decision", "Cancel the work scheduled for today (the machine then runs).", _NO_ARGS),
+    ToolSpec("end_day", "clock", "Close the day: do the scheduled work, or run the machine (earn, then wear) or, "
+             "if it has failed, book the downtime penalty; move to the next day.", _NO_ARGS),
+)
+
+register(Family(
+    name="maintenance",
+    version="1",
+    group="beyond",
+    model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
+    solver="backward Bellman recursion (exact integer arithmetic, Python int)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    # z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
+    # 0.5; above 0.95 running to failure already nearly solves the instance
+    default_band=(-1.0, 0.95),
+    knob_ranges={"size": (4, 12), "horizon": (20, 120)},
+    turn_budget=turn_budget,
+    plan_format=(
+        "an integer table of shape [horizon, n_conditions]: entry [d, c] is the action taken on day d when the "
+        "machine starts the day in condition c, 0 = run (a failed machine, c = n_conditions − 1, then stands idle "
+        "and pays the downtime penalty), 1 = preventive maintenance (not allowed for c = n_conditions − 1), "
+        "2 = replace."
+    ),
+    tables=("machines", "worklog", "ledger", "inspections", "state"),
+    vocabulary=("site", "item", "currency"),
+))
