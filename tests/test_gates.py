@@ -140,3 +140,14 @@ def test_free_probes_are_rejected_by_information_hiding(hidden_batch):
     for verdict in check_batch(FAMILY, free, candidates):
         gate = [g for g in verdict.gates if g.name == "information_hiding"][0]
         assert not gate.passed and "≥ 1 turn" in gate.message
+
+
+def test_a_tool_schema_that_is_not_json_schema_is_rejected_by_interface(batch):
+    output, candidates = batch
+    skin = output.module[output.module.rindex("\nSKIN = json.loads("):]
+    assert '"minimum": 1,' in skin
+    broken = skin.replace('"minimum": 1,', '"exclusiveMinimum": "zero", "minimum": 1,', 1)  # runtime ignores it
+    wrong = output.model_copy(update={"module": output.module.replace(skin, broken)})
+    verdicts = check_batch(FAMILY, wrong, candidates[:1])
+    interface = next(g for g in verdicts[0].gates if g.name == "interface")
+    assert not interface.passed and "JSON Schema 2020-12" in interface.message

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from vhd.mechanisms import Episode, Family
 from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
@@ -288,6 +290,10 @@ def gate_interface(ev: Evidence) -> tuple[bool, str]:
         schema = tool["input_schema"]
         if not isinstance(schema, dict) or schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
             return False, f"tool {tool['name']}: input_schema must be a JSON Schema object"
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            return False, f"tool {tool['name']}: input_schema is not valid JSON Schema 2020-12: {exc.message}"
     roles = {b.role for b in ev.candidate.setter_output.interface if b.name in names}
     missing = [r for r in ROLES_REQUIRED if r not in roles]
     if missing:
