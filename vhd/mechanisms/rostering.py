@@ -1,0 +1,815 @@
+"""Staff rostering: cover every shift of a short planning period with a team at least cost.
+
+Model
+    A site rosters `n_staff` = S staff members, numbered 0 … S − 1 (the `size` knob), over
+    `horizon` = D days, numbered 0 … D − 1 (the `horizon` knob). Each day has `n_shifts` = K
+    shifts (K is 2 or 3), numbered 0 … K − 1 in the order of `shift_names`: shift 0 is the early
+    shift and shift K − 1 the night shift. Shift k of day d needs `demand[d][k]` ≥ 0 heads.
+    A roster says, for every staff member s and day d, which one shift s works that day, or that
+    s is off; it is valid when
+      (a) s works a shift only if `availability[s][d][k]` = 1 (at most one shift a day is built
+          into the roster's form),
+      (b) s works at most `max_shifts[s]` shifts over the D days, and
+      (c) rest rule: s never works the early shift (0) of day d + 1 after working the night
+          shift (K − 1) of day d.
+    Working shift k costs staff member s the wage `base_wages[s] + shift_premiums[k]` (whole
+    currency units; shift_premiums[0] = 0 and the night premium is the largest). Every head short
+    on a shift, max(0, demand[d][k] − number of staff on shift k of day d), costs
+    `shortage_penalty` (agency cover), so every valid roster is feasible; extra heads beyond the
+    demand are paid and do not help. The cost of a roster is
+        C = Σ over worked (s, d, k) of (base_wages[s] + shift_premiums[k])
+            + shortage_penalty × Σ_{d,k} max(0, demand[d][k] − heads[d][k]),
+    and its utility is −C, an integer. The decision process is deterministic: shifts are
+    assigned and unassigned one at a time in any order, and only the published roster counts
+    (a subset of a valid roster is valid, so a valid roster can be built in any order).
+    Solved exactly as an integer program (x_sdk ∈ {0,1} with x_sdk ≤ availability, Σ_k x_sdk ≤ 1,
+    Σ_dk x_sdk ≤ max_shifts[s], x_{s,d,K−1} + x_{s,d+1,0} ≤ 1, shortages y_dk ≥ demand − Σ_s x_sdk,
+    y ≥ 0; minimise wages · x + shortage_penalty · Σ y) by HiGHS through scipy.optimize.milp with a
+    zero MIP gap; the optimum is re-evaluated in integers and checked against the dual bound.
+
+State
+    the staff table (label, base wage, shift limit, whether the availability was read), the
+    shift table (name, premium), the slot table (required heads per day and shift), the
+    availability table, the roster (one row per staff member and working day), an action log and
+    a state table (which sheets were read, how many forecasts were issued, whether the roster is
+    published).
+
+Tools
+    probes: the coverage requirement sheet (exact, costs 2 turns), the demand forecast (a noisy
+    estimate of the same numbers, 1 turn), the wage sheet (base wages and shift premiums), one
+    staff member's availability, the work rules (shift limits), the shortage terms (penalty per
+    uncovered head); decisions: assign a staff member to a shift, unassign a staff member from a
+    day, clear a day (every shift of it); clock: publish the roster (ends the episode); observations: list the staff,
+    view the roster, view one day, view the coverage (heads per shift, shortfall once the sheet is
+    read), view the costs so far (the parts whose terms were read), view the action log.
+
+Reward
+    utility = −(wages of the published roster + shortage_penalty × uncovered heads), higher is
+    better. The idle plan publishes an empty roster (every head short). r = clip01((u − u_default)
+    / (u* − u_default)), where u_default is the greedy roster: days in order 0 … D − 1, within a
+    day shifts in order 0 … K − 1, each shift filled head by head with the cheapest eligible staff
+    member (lowest wage for that shift, lowest number on ties) until its demand is met or nobody
+    eligible is left; eligible means available, not yet working that day, below the shift limit,
+    and (for the early shift) not on the night shift the day before. The greedy ignores the
+    shortage penalty (it staffs a shift even when the wage exceeds the penalty).
+
+Episode end
+    after `publish_roster`, or when the turn budget runs out: the roster is then published as it
+    stands (no further shifts are assigned or removed).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import scipy
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified, quiet_native_stdout
+
+# ruff: noqa: UP031  (printf-style formatting: the house style of every family's World, copied into modules)
+
+MAX_STAFF = 12
+MAX_HORIZON = 14
+MAX_SHIFTS_PER_DAY = 3
+SHEET_COST = 2
+HIDDEN = ("demand", "base_wages", "shift_premiums", "availability", "max_shifts", "shortage_penalty")
+SHIFT_NAMES = {2: ["early", "night"], 3: ["early", "late", "night"]}
+
+
+class Params(BaseModel):
+    """Difficulty knobs of a rostering instance."""
+
+    size: int = Field(6, ge=1, le=MAX_STAFF, description="number of staff members S to roster, in staff members")
+    horizon: int = Field(5, ge=1, le=MAX_HORIZON, description="number of days D in the planning period, in days")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: 2 or 3 shifts a day; a core team with base wages 8…15 and a few dearer bank staff
+    (base 19…27, about a quarter of the team, at least one when S ≥ 3); shift premiums 0, then 1…3
+    for a late shift, and a night premium 3…8; a shortage penalty 18…26 per head; demand per shift
+    about S × 0.5…0.8 / K heads (Poisson around it, the night lighter); each staff member off on a
+    whole day with probability 0.15 and unavailable for any one shift with probability 0.2; shift
+    limits of 40…75 % of the days (at least 1)."""
+    n, days = params.size, params.horizon
+    k = int(rng.integers(2, 4))
+    bank = int(rng.binomial(n, 0.25))
+    if n >= 3:
+        bank = max(bank, 1)
+    base = [int(w) for w in rng.integers(8, 16, size=n - bank)] + [int(w) for w in rng.integers(19, 28, size=bank)]
+    order = rng.permutation(n)
+    base = [base[int(i)] for i in order]
+    premiums = [0] + ([int(rng.integers(1, 4))] if k == 3 else []) + [int(rng.integers(3, 9))]
+    load = float(rng.uniform(0.5, 0.8)) * n / k
+    shape = np.ones(k)
+    shape[-1] = 0.7
+    demand = rng.poisson(load * shape, size=(days, k))
+    if demand.sum() == 0:
+        demand[int(rng.integers(0, days)), 0] = 1
+    off_day = rng.random((n, days)) < 0.15
+    availability = ((rng.random((n, days, k)) >= 0.2) & ~off_day[:, :, None]).astype(int)
+    share = rng.uniform(0.4, 0.75, size=n)
+    max_shifts = np.clip(np.rint(share * days), 1, days).astype(int)
+    return {
+        "n_staff": n,
+        "horizon": days,
+        "n_shifts": k,
+        "shift_names": list(SHIFT_NAMES[k]),
+        "demand": [[int(x) for x in row] for row in demand],
+        "base_wages": base,
+        "shift_premiums": premiums,
+        "availability": [[[int(a) for a in day] for day in staff] for staff in availability],
+        "max_shifts": [int(m) for m in max_shifts],
+        "shortage_penalty": int(rng.integers(18, 27)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: an int matrix [n_staff, horizon], entry = the shift worked that day or −1 (off).
+
+
+def _wage(theta: dict, s: int, k: int) -> int:
+    return int(theta["base_wages"][s]) + int(theta["shift_premiums"][k])
+
+
+def _check_plan(theta: dict, policy: np.ndarray) -> list[list[int]]:
+    """The plan as nested int lists; ValueError if it is malformed or breaks a rule."""
+    x = np.asarray(policy)
+    n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
+    if x.shape != (n, days) or not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"a plan is an integer matrix of shape ({n}, {days}), got {x.dtype} {x.shape}")
+    if (x < -1).any() or (x >= k).any():
+        raise ValueError(f"entries are shifts 0 … {k - 1} or −1 (off), got {x.tolist()}")
+    plan = [[int(v) for v in row] for row in x]
+    for s in range(n):
+        worked = [d for d in range(days) if plan[s][d] >= 0]
+        if len(worked) > theta["max_shifts"][s]:
+            raise ValueError(f"staff {s} works {len(worked)} shifts > limit {theta['max_shifts'][s]}")
+        for d in worked:
+            if not theta["availability"][s][d][plan[s][d]]:
+                raise ValueError(f"staff {s} is not available for shift {plan[s][d]} on day {d}")
+            if d + 1 < days and plan[s][d] == k - 1 and plan[s][d + 1] == 0:
+                raise ValueError(f"staff {s} works the night of day {d} and the early shift of day {d + 1}")
+    return plan
+
+
+def _cost(theta: dict, plan: list[list[int]]) -> int:
+    days, k = theta["horizon"], theta["n_shifts"]
+    heads = [[0] * k for _ in range(days)]
+    wages = 0
+    for s, row in enumerate(plan):
+        for d, shift in enumerate(row):
+            if shift >= 0:
+                heads[d][shift] += 1
+                wages += _wage(theta, s, shift)
+    short = sum(max(0, int(theta["demand"][d][j]) - heads[d][j]) for d in range(days) for j in range(k))
+    return wages + int(theta["shortage_penalty"]) * short
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact utility of a roster matrix: −(wages + shortage_penalty × uncovered heads)."""
+    return float(-_cost(theta, _check_plan(theta, policy)))
+
+
+def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
+    from scipy.optimize import Bounds, LinearConstraint, milp  # lazily: registry discovery stays fast
+
+    n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
+    nx = n * days * k
+    ny = days * k
+
+    def xi(s, d, j):
+        return (s * days + d) * k + j
+
+    cost = np.zeros(nx + ny)
+    upper = np.zeros(nx + ny)
+    for s in range(n):
+        for d in range(days):
+            for j in range(k):
+                cost[xi(s, d, j)] = _wage(theta, s, j)
+                upper[xi(s, d, j)] = 1.0 if theta["availability"][s][d][j] else 0.0
+    for d in range(days):
+        for j in range(k):
+            cost[nx + d * k + j] = theta["shortage_penalty"]
+            upper[nx + d * k + j] = theta["demand"][d][j]
+    rows, lo, hi = [], [], []
+
+    def add(coefs, low, high):
+        row = np.zeros(nx + ny)
+        for index, value in coefs:
+            row[index] = value
+        rows.append(row)
+        lo.append(low)
+        hi.append(high)
+
+    for s in range(n):
+        for d in range(days):
+            add([(xi(s, d, j), 1.0) for j in range(k)], -np.inf, 1.0)  # one shift a day
+            if d + 1 < days:
+                add([(xi(s, d, k - 1), 1.0), (xi(s, d + 1, 0), 1.0)], -np.inf, 1.0)  # rest rule
+        add([(xi(s, d, j), 1.0) for d in range(days) for j in range(k)], -np.inf, float(theta["max_shifts"][s]))
+    for d in range(days):
+        for j in range(k):  # coverage: heads + shortage ≥ demand
+            add([(xi(s, d, j), 1.0) for s in range(n)] + [(nx + d * k + j, 1.0)], float(theta["demand"][d][j]), np.inf)
+    with quiet_native_stdout():
+        res = milp(
+            c=cost,
+            constraints=[LinearConstraint(np.array(rows), np.array(lo), np.array(hi))],
+            integrality=np.concatenate([np.ones(nx), np.zeros(ny)]),
+            bounds=Bounds(np.zeros(nx + ny), upper),
+            options={"mip_rel_gap": 0.0, "presolve": True},
+        )
+    if res.status != 0 or res.x is None:
+        raise ValueError(f"HiGHS did not prove optimality: status {res.status} ({res.message})")
+    x = res.x[:nx].reshape(n, days, k)
+    xr = np.rint(x)
+    if np.abs(x - xr).max(initial=0.0) > 1e-6:
+        raise ValueError("HiGHS returned a fractional roster")
+    plan = np.full((n, days), -1, dtype=np.int8)
+    for s in range(n):
+        for d in range(days):
+            on = np.flatnonzero(xr[s, d] > 0.5)
+            if on.size > 1:
+                raise ValueError(f"HiGHS put staff {s} on {on.size} shifts of day {d}")
+            if on.size:
+                plan[s, d] = int(on[0])
+    value = evaluate(theta, plan)  # exact, in integers; also re-checks every rule
+    bound = -float(res.mip_dual_bound)  # utility ≤ bound
+    if value > bound + 1e-6 or math.floor(bound + 1e-6) > value:
+        raise ValueError(f"MIP value {value} disagrees with the dual bound {bound}")
+    gap = float(res.mip_gap) if res.mip_gap is not None else 0.0
+    return value, (plan, gap, bound)
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* (the roster matrix, int8) by MILP; values of the default and idle rosters."""
+    def run():
+        value, (plan, gap, bound) = _milp(theta)
+        return value, plan, {"gap": gap, "bound": bound}
+
+    u_star, policy, cert = certified(run, method="staff rostering integer program, branch and bound (zero MIP gap)",
+                                     solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
+                                     state_space=theta["n_staff"] * theta["horizon"] * theta["n_shifts"])
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def _eligible(theta: dict, plan: np.ndarray, s: int, d: int, j: int) -> bool:
+    """Can staff s take shift j of day d given the rest of the roster (s is off that day)?"""
+    k, days = theta["n_shifts"], theta["horizon"]
+    if not theta["availability"][s][d][j] or int((plan[s] >= 0).sum()) >= theta["max_shifts"][s]:
+        return False
+    if j == 0 and d > 0 and plan[s, d - 1] == k - 1:
+        return False
+    return not (j == k - 1 and d + 1 < days and plan[s, d + 1] == 0)
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Greedy: days in order, within a day shifts 0 … K − 1, each shift filled head by head with
+    the cheapest eligible staff member (lowest wage for that shift, lowest number on ties) until
+    its demand is met or nobody eligible is left. Eligible: available for the shift, not yet on
+    another shift that day, below the shift limit, and not on the night shift the day before if
+    the shift is the early one. The shortage penalty is ignored."""
+    n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
+    plan = np.full((n, days), -1, dtype=np.int8)
+    for d in range(days):
+        for j in range(k):
+            by_wage = sorted(range(n), key=lambda s: (_wage(theta, s, j), s))
+            need = int(theta["demand"][d][j])
+            for s in by_wage:
+                if need == 0:
+                    break
+                if plan[s, d] < 0 and _eligible(theta, plan, s, d, j):
+                    plan[s, d] = j
+                    need -= 1
+    return plan
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Publish an empty roster: everybody off, every head short."""
+    return np.full((theta["n_staff"], theta["horizon"]), -1, dtype=np.int8)
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """A random valid roster: visit the (staff, day) cells in a random order; each one stays off
+    with probability 1/2, else takes a uniformly random shift that is still eligible (if any)."""
+    n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
+    plan = np.full((n, days), -1, dtype=np.int8)
+    for cell in rng.permutation(n * days):
+        s, d = divmod(int(cell), days)
+        if rng.random() < 0.5:
+            continue
+        options = [j for j in range(k) if _eligible(theta, plan, s, d, j)]
+        if options:
+            plan[s, d] = options[int(rng.integers(0, len(options)))]
+    return plan
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a roster: assign its shifts day by day (staff in number order within a day), then
+    publish. Deterministic (the episode seed is accepted and ignored)."""
+    plan = _check_plan(theta, policy)
+    decisions = [(s, d, plan[s][d]) for d in range(theta["horizon"]) for s in range(theta["n_staff"])
+                 if plan[s][d] >= 0]
+    calls = [{"tool": "assign_shift", "arguments": {"staff": s, "day": d, "shift": j}} for s, d, j in decisions]
+    calls.append({"tool": "publish_roster", "arguments": {}})
+    return Episode(utility=float(-_cost(theta, plan)), calls=calls, decisions=decisions)
+
+
+def turn_budget(theta: dict) -> int:
+    """Every probe (each staff member's availability included), a shift for every staff member
+    on every day, publish, and room to spare; it depends on S and D only."""
+    n, days = theta["n_staff"], theta["horizon"]
+    return n * days + n + 16
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The site's relational world: staff, shifts, slots, availability, roster, log, state."""
+
+    PARAMS = ("n_staff", "horizon", "n_shifts", "shift_names", "demand", "base_wages", "shift_premiums",
+              "availability", "max_shifts", "shortage_penalty")
+    STAFF_NAMES = ("Ada", "Bram", "Cleo", "Dev", "Esme", "Farid", "Gwen", "Hugo", "Iris", "Jonas", "Kemi", "Luca",
+                   "Mina", "Nils", "Oona", "Pavel")
+    FORECAST_SALT = 7919
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        n, days, k = params["n_staff"], params["horizon"], params["n_shifts"]
+        if n < 1 or days < 1 or k < 2 or len(params["shift_names"]) != k or len(params["shift_premiums"]) != k \
+                or len(params["base_wages"]) != n or len(params["max_shifts"]) != n \
+                or len(params["demand"]) != days or any(len(row) != k for row in params["demand"]) \
+                or len(params["availability"]) != n or any(len(row) != days for row in params["availability"]) \
+                or any(len(cell) != k for row in params["availability"] for cell in row):
+            raise ValueError("the parameters do not match n_staff=%r, horizon=%r, n_shifts=%r" % (n, days, k))
+        self.db, self.p, self.skin = db, params, skin
+        self.seed = episode_seed
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self.cost = {tool["canonical"]: tool.get("turn_cost", 1) for tool in skin["tools"]}
+        t = self.t
+        db.execute("CREATE TABLE %s (staff_id INTEGER PRIMARY KEY, label TEXT, base_wage INTEGER, max_shifts INTEGER, "
+                   "availability_read INTEGER)" % t["staff"])
+        db.execute("CREATE TABLE %s (shift_id INTEGER PRIMARY KEY, name TEXT, premium INTEGER)" % t["shifts"])
+        db.execute("CREATE TABLE %s (day INTEGER, shift_id INTEGER REFERENCES %s(shift_id), required INTEGER, "
+                   "PRIMARY KEY (day, shift_id))" % (t["slots"], t["shifts"]))
+        db.execute("CREATE TABLE %s (staff_id INTEGER REFERENCES %s(staff_id), day INTEGER, shift_id INTEGER, "
+                   "available INTEGER, PRIMARY KEY (staff_id, day, shift_id))" % (t["availability"], t["staff"]))
+        db.execute("CREATE TABLE %s (staff_id INTEGER REFERENCES %s(staff_id), day INTEGER, shift_id INTEGER "
+                   "REFERENCES %s(shift_id), assigned_at INTEGER, PRIMARY KEY (staff_id, day))"
+                   % (t["roster"], t["staff"], t["shifts"]))
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, staff_id INTEGER, day INTEGER, "
+                   "shift_id INTEGER)" % t["log"])
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, 0)" % t["staff"],
+                       [(s, World.staff_label(s), params["base_wages"][s], params["max_shifts"][s]) for s in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["shifts"],
+                       [(j, params["shift_names"][j], params["shift_premiums"][j]) for j in range(k)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["slots"],
+                       [(d, j, params["demand"][d][j]) for d in range(days) for j in range(k)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["availability"],
+                       [(s, d, j, 1 if params["availability"][s][d][j] else 0)
+                        for s in range(n) for d in range(days) for j in range(k)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
+                       [("sheet_read", 0), ("wages_read", 0), ("rules_read", 0), ("terms_read", 0),
+                        ("forecasts", 0), ("shortage_penalty", params["shortage_penalty"]), ("published", 0),
+                        ("steps", 0)])
+
+    @staticmethod
+    def staff_label(s):
+        names = World.STAFF_NAMES
+        return names[s] if s < len(names) else "staff %d" % s
+
+    @staticmethod
+    def forecast(params, episode_seed, number):
+        """The number-th demand forecast (0-based) of an episode: every shift's required heads
+        plus a noise of −1, 0 or +1 (probabilities 1/4, 1/2, 1/4), floored at 0, drawn from
+        random.Random(episode_seed × 7919 + number). It changes nothing in the world."""
+        rng = random.Random(episode_seed * World.FORECAST_SALT + number)
+        out = []
+        for row in params["demand"]:
+            estimates = []
+            for required in row:
+                noise = (-1, 0, 0, 1)[rng.randrange(4)]
+                estimates.append(max(0, required + noise))
+            out.append(estimates)
+        return out
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _log(self, action, staff=None, day=None, shift=None):
+        self.db.execute("INSERT INTO %s (action, staff_id, day, shift_id) VALUES (?, ?, ?, ?)" % self.t["log"],
+                        (action, staff, day, shift))
+
+    def _step(self):
+        steps = self._get("steps") + 1
+        self._set("steps", steps)
+        return steps
+
+    def _staff(self, staff):
+        n = self.p["n_staff"]
+        if not 0 <= staff < n:
+            raise AgentError("there are %d staff members, numbered 0 to %d; got %d" % (n, n - 1, staff))
+        return staff
+
+    def _day(self, day):
+        days = self.p["horizon"]
+        if not 0 <= day < days:
+            raise AgentError("the period has %d days, numbered 0 to %d; got %d" % (days, days - 1, day))
+        return day
+
+    def _shift(self, shift):
+        k = self.p["n_shifts"]
+        if not 0 <= shift < k:
+            raise AgentError("there are %d shifts a day, numbered 0 to %d (%s); got %d"
+                             % (k, k - 1, ", ".join(self.p["shift_names"]), shift))
+        return shift
+
+    def _open(self):
+        if self._get("published"):
+            raise AgentError("the roster is already published")
+
+    def _shift_of(self, staff, day):
+        row = self.db.execute("SELECT shift_id FROM %s WHERE staff_id = ? AND day = ?" % self.t["roster"],
+                              (staff, day)).fetchone()
+        return None if row is None else row[0]
+
+    def _worked(self, staff):
+        return self.db.execute("SELECT COUNT(*) FROM %s WHERE staff_id = ?" % self.t["roster"], (staff,)).fetchone()[0]
+
+    def _heads(self):
+        """heads[d][k]: staff on shift k of day d in the current roster."""
+        heads = [[0] * self.p["n_shifts"] for _ in range(self.p["horizon"])]
+        for day, shift, count in self.db.execute("SELECT day, shift_id, COUNT(*) FROM %s GROUP BY day, shift_id"
+                                                 % self.t["roster"]):
+            heads[day][shift] = count
+        return heads
+
+    def _wage_bill(self):
+        return self.db.execute(
+            "SELECT COALESCE(SUM(w.base_wage + h.premium), 0) FROM %s r JOIN %s w ON w.staff_id = r.staff_id "
+            "JOIN %s h ON h.shift_id = r.shift_id" % (self.t["roster"], self.t["staff"], self.t["shifts"])).fetchone()[0]
+
+    def _short_heads(self):
+        return self.db.execute(
+            "SELECT COALESCE(SUM(MAX(0, q.required - (SELECT COUNT(*) FROM %s r WHERE r.day = q.day AND "
+            "r.shift_id = q.shift_id))), 0) FROM %s q" % (self.t["roster"], self.t["slots"])).fetchone()[0]
+
+    def _total_cost(self):
+        return self._wage_bill() + self._get("shortage_penalty") * self._short_heads()
+
+    def _grid(self):
+        names = self.p["shift_names"]
+        grid = []
+        for s in range(self.p["n_staff"]):
+            row = []
+            for d in range(self.p["horizon"]):
+                shift = self._shift_of(s, d)
+                row.append("off" if shift is None else names[shift])
+            grid.append({"staff": s, "label": World.staff_label(s), "days": row})
+        return grid
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("published") == 1
+
+    def utility(self):
+        return -self._total_cost()
+
+    def run_out(self):
+        self._log("published (turns ran out)")
+        self._set("published", 1)
+
+    # -- probes -----------------------------------------------------------------------------
+    def tool_get_coverage_sheet(self):
+        self._set("sheet_read", 1)
+        names = self.p["shift_names"]
+        rows = self.db.execute("SELECT day, shift_id, required FROM %s ORDER BY day, shift_id"
+                               % self.t["slots"]).fetchall()
+        sheet = [{} for _ in range(self.p["horizon"])]
+        for day, shift, required in rows:
+            sheet[day][names[shift]] = required
+        return {"required_heads": [{"day": d, "shifts": sheet[d]} for d in range(self.p["horizon"])],
+                "exact": True}
+
+    def tool_get_demand_forecast(self):
+        number = self._get("forecasts")
+        self._set("forecasts", number + 1)
+        names = self.p["shift_names"]
+        estimate = World.forecast(self.p, self.seed, number)
+        return {"estimated_heads": [{"day": d, "shifts": dict(zip(names, row))} for d, row in enumerate(estimate)],
+                "forecast_number": number, "exact": False,
+                "note": "an estimate: each figure may be off by one head; the coverage sheet has the exact numbers"}
+
+    def tool_get_wage_sheet(self):
+        self._set("wages_read", 1)
+        names = self.p["shift_names"]
+        staff = self.db.execute("SELECT staff_id, label, base_wage FROM %s ORDER BY staff_id" % self.t["staff"]).fetchall()
+        premiums = self.db.execute("SELECT name, premium FROM %s ORDER BY shift_id" % self.t["shifts"]).fetchall()
+        return {"base_wages": [{"staff": s, "label": label, "base_wage": w} for s, label, w in staff],
+                "shift_premiums": dict(premiums),
+                "wage_per_shift": [{"staff": s, "wages": {names[j]: w + premiums[j][1] for j in range(len(names))}}
+                                   for s, _, w in staff],
+                "currency": self.v["currency"]}
+
+    def tool_read_availability(self, staff):
+        staff = self._staff(staff)
+        self.db.execute("UPDATE %s SET availability_read = 1 WHERE staff_id = ?" % self.t["staff"], (staff,))
+        names = self.p["shift_names"]
+        rows = self.db.execute("SELECT day, shift_id FROM %s WHERE staff_id = ? AND available = 1 ORDER BY day, "
+                               "shift_id" % self.t["availability"], (staff,)).fetchall()
+        days = [[] for _ in range(self.p["horizon"])]
+        for day, shift in rows:
+            days[day].append(names[shift])
+        return {"staff": staff, "label": World.staff_label(staff),
+                "available": [{"day": d, "shifts": days[d]} for d in range(self.p["horizon"])]}
+
+    def tool_get_work_rules(self):
+        self._set("rules_read", 1)
+        rows = self.db.execute("SELECT staff_id, label, max_shifts FROM %s ORDER BY staff_id" % self.t["staff"]).fetchall()
+        names = self.p["shift_names"]
+        return {"max_shifts": [{"staff": s, "label": label, "max_shifts": m} for s, label, m in rows],
+                "rules": ["at most one shift per staff member per day",
+                          "no %s shift on the day after a %s shift" % (names[0], names[-1]),
+                          "a staff member works at most their max_shifts shifts over the period"]}
+
+    def tool_get_shortage_terms(self):
+        self._set("terms_read", 1)
+        return {"penalty_per_uncovered_head": self._get("shortage_penalty"), "currency": self.v["currency"],
+                "note": "charged for every head a shift is short of its requirement; extra heads are paid, not credited"}
+
+    # -- observations -------------------------------------------------------------------------
+    def tool_list_staff(self):
+        rows = self.db.execute("SELECT staff_id, label, availability_read FROM %s ORDER BY staff_id"
+                               % self.t["staff"]).fetchall()
+        return {"staff": [{"staff": s, "label": label, "availability_read": bool(read), "shifts_assigned": self._worked(s)}
+                          for s, label, read in rows],
+                "shifts": self.p["shift_names"], "days": self.p["horizon"]}
+
+    def tool_view_roster(self):
+        return {"roster": self._grid(), "assigned_shifts": self.db.execute(
+            "SELECT COUNT(*) FROM %s" % self.t["roster"]).fetchone()[0]}
+
+    def tool_view_date(self, day):
+        day = self._day(day)
+        names = self.p["shift_names"]
+        heads = self._heads()[day]
+        sheet = self._get("sheet_read")
+        out = []
+        for j, name in enumerate(names):
+            staff = [row[0] for row in self.db.execute("SELECT staff_id FROM %s WHERE day = ? AND shift_id = ? "
+                                                       "ORDER BY staff_id" % self.t["roster"], (day, j))]
+            entry = {"shift": j, "name": name, "staff": staff, "heads": heads[j]}
+            if sheet:
+                entry["required"] = self.p["demand"][day][j]
+            out.append(entry)
+        return {"day": day, "shifts": out}
+
+    def tool_view_coverage(self):
+        names = self.p["shift_names"]
+        heads = self._heads()
+        sheet = self._get("sheet_read")
+        out = []
+        for d in range(self.p["horizon"]):
+            for j, name in enumerate(names):
+                entry = {"day": d, "shift": name, "heads": heads[d][j]}
+                if sheet:
+                    required = self.p["demand"][d][j]
+                    entry["required"] = required
+                    entry["short"] = max(0, required - heads[d][j])
+                out.append(entry)
+        return {"coverage": out, "requirements_known": bool(sheet)}
+
+    def tool_view_costs(self):
+        wages = self._wage_bill() if self._get("wages_read") else None
+        short = self._short_heads() if self._get("sheet_read") else None
+        penalty = self._get("shortage_penalty") if self._get("terms_read") else None
+        shortage_cost = short * penalty if short is not None and penalty is not None else None
+        total = wages + shortage_cost if wages is not None and shortage_cost is not None else None
+        return {"wage_bill": wages, "short_heads": short, "shortage_cost": shortage_cost, "total_cost": total,
+                "currency": self.v["currency"],
+                "note": "a figure is null until the sheet it needs has been read"}
+
+    def tool_view_log(self, limit=20):
+        rows = self.db.execute("SELECT entry_id, action, staff_id, day, shift_id FROM %s ORDER BY entry_id DESC LIMIT ?"
+                               % self.t["log"], (limit,)).fetchall()
+        return {"log": [{"entry": e, "action": a, "staff": s, "day": d, "shift": j} for e, a, s, d, j in rows]}
+
+    # -- decisions --------------------------------------------------------------------------
+    def tool_assign_shift(self, staff, day, shift):
+        self._open()
+        staff, day, shift = self._staff(staff), self._day(day), self._shift(shift)
+        p, names = self.p, self.p["shift_names"]
+        label = World.staff_label(staff)
+        current = self._shift_of(staff, day)
+        if current is not None:
+            raise AgentError("%s (staff %d) already works the %s shift on day %d; unassign first"
+                             % (label, staff, names[current], day))
+        available = self.db.execute("SELECT available FROM %s WHERE staff_id = ? AND day = ? AND shift_id = ?"
+                                    % self.t["availability"], (staff, day, shift)).fetchone()[0]
+        if not available:
+            raise AgentError("%s (staff %d) is not available for the %s shift on day %d"
+                             % (label, staff, names[shift], day))
+        limit = self.db.execute("SELECT max_shifts FROM %s WHERE staff_id = ?" % self.t["staff"], (staff,)).fetchone()[0]
+        if self._worked(staff) >= limit:
+            raise AgentError("%s (staff %d) has reached their shift limit for the period" % (label, staff))
+        k = p["n_shifts"]
+        if shift == 0 and day > 0 and self._shift_of(staff, day - 1) == k - 1:
+            raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
+                             % (label, staff, names[k - 1], day - 1, names[0], day))
+        if shift == k - 1 and day + 1 < p["horizon"] and self._shift_of(staff, day + 1) == 0:
+            raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
+                             % (label, staff, names[0], day + 1, names[k - 1], day))
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % self.t["roster"], (staff, day, shift, self._step()))
+        self._log("assign", staff, day, shift)
+        return {"assigned": {"staff": staff, "label": label, "day": day, "shift": names[shift]},
+                "heads_on_shift": self._heads()[day][shift], "shifts_assigned": self._worked(staff)}
+
+    def tool_unassign_shift(self, staff, day):
+        self._open()
+        staff, day = self._staff(staff), self._day(day)
+        current = self._shift_of(staff, day)
+        if current is None:
+            raise AgentError("%s (staff %d) is off on day %d" % (World.staff_label(staff), staff, day))
+        self.db.execute("DELETE FROM %s WHERE staff_id = ? AND day = ?" % self.t["roster"], (staff, day))
+        self._step()
+        self._log("unassign", staff, day, current)
+        return {"unassigned": {"staff": staff, "day": day, "shift": self.p["shift_names"][current]},
+                "shifts_assigned": self._worked(staff)}
+
+    def tool_clear_date(self, day):
+        self._open()
+        day = self._day(day)
+        count = self.db.execute("SELECT COUNT(*) FROM %s WHERE day = ?" % self.t["roster"], (day,)).fetchone()[0]
+        if count == 0:
+            raise AgentError("nobody is rostered on day %d" % day)
+        self.db.execute("DELETE FROM %s WHERE day = ?" % self.t["roster"], (day,))
+        self._step()
+        self._log("clear day", None, day, None)
+        return {"cleared_day": day, "removed_shifts": count}
+
+    def tool_publish_roster(self):
+        self._open()
+        self._log("published")
+        self._set("published", 1)
+        return {"published": True, "assigned_shifts": self.db.execute("SELECT COUNT(*) FROM %s"
+                                                                      % self.t["roster"]).fetchone()[0],
+                "wage_bill": self._wage_bill(), "short_heads": self._short_heads(), "total_cost": self._total_cost(),
+                "currency": self.v["currency"]}
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        names = p["shift_names"]
+        lines = [
+            self.skin["narrative"],
+            "",
+            "You draw up the %s's staff roster for %d days, numbered 0 to %d. There are %d staff members, numbered "
+            "0 to %d (%s), and %d shifts a day, numbered 0 to %d: %s. Each shift of each day needs a number of "
+            "heads." % (v["site"], p["horizon"], p["horizon"] - 1, p["n_staff"], p["n_staff"] - 1,
+                        ", ".join(World.staff_label(s) for s in range(p["n_staff"])), p["n_shifts"],
+                        p["n_shifts"] - 1, ", ".join("%d %s" % (j, name) for j, name in enumerate(names))),
+            "Rules: a staff member works at most one shift a day, only shifts they are available for, at most "
+            "their own limit of shifts over the period, and never the %s shift the day after a %s shift."
+            % (names[0], names[-1]),
+            "Every shift worked is paid the staff member's base wage plus the shift's premium; every head a shift "
+            "is short of its requirement costs a shortage penalty (agency cover); extra heads are paid and do "
+            "not help. All amounts are in %s." % v["currency"],
+            "Build the roster with %s, %s and %s (a call that breaks a rule is refused); %s ends the episode. "
+            "Your score is minus the total cost of the published roster (wages plus shortage penalties)."
+            % (n["assign_shift"], n["unassign_shift"], n["clear_date"], n["publish_roster"]),
+            "You have %d turns: every successful tool call uses its turn cost; when they run out, the roster is "
+            "published as it stands." % turn_budget,
+        ]
+        if presentation == "I":
+            lines += ["", "Shortage penalty: %d %s per uncovered head." % (p["shortage_penalty"], v["currency"]),
+                      "Shift premiums: %s." % ", ".join("%s %d" % (name, pr) for name, pr in
+                                                        zip(names, p["shift_premiums"])),
+                      "Required heads per day (%s):" % ", ".join(names)]
+            for d in range(p["horizon"]):
+                lines.append("  day %d: %s" % (d, ", ".join(str(x) for x in p["demand"][d])))
+            lines.append("Staff (base wage; shift limit; available shifts by day, '-' for none):")
+            for s in range(p["n_staff"]):
+                days = []
+                for d in range(p["horizon"]):
+                    free = [names[j][0].upper() for j in range(p["n_shifts"]) if p["availability"][s][d][j]]
+                    days.append("%d:%s" % (d, "".join(free) or "-"))
+                lines.append("  staff %d %s: base wage %d; at most %d shifts; %s" % (
+                    s, World.staff_label(s), p["base_wages"][s], p["max_shifts"][s], " ".join(days)))
+            lines.append("(letters: %s)" % ", ".join("%s = %s" % (name[0].upper(), name) for name in names))
+        else:
+            lines += ["", "The requirements, wages, availability, shift limits and shortage penalty are not given. "
+                      "%s reveals the exact required heads (it uses %d turns); %s gives a cheaper estimate of "
+                      "them (1 turn, each figure may be off by one head, and each call draws a fresh estimate); "
+                      "%s reveals the base wages and shift premiums, %s one staff member's availability, %s the "
+                      "shift limits and %s the shortage penalty, each at the cost of a turn from the same budget."
+                      % (n["get_coverage_sheet"], self.cost.get("get_coverage_sheet", 1), n["get_demand_forecast"],
+                         n["get_wage_sheet"],
+                         n["read_availability"], n["get_work_rules"], n["get_shortage_terms"])]
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+_STAFF = {"type": "integer", "minimum": 0, "maximum": MAX_STAFF - 1, "description": "staff member number (0-based)"}
+_DAY = {"type": "integer", "minimum": 0, "maximum": MAX_HORIZON - 1, "description": "day number (0-based)"}
+_SHIFT = {"type": "integer", "minimum": 0, "maximum": MAX_SHIFTS_PER_DAY - 1,
+          "description": "shift number of the day (0 = early, the last one = night)"}
+
+
+def _args(**props):
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+TOOLS = (
+    ToolSpec("get_coverage_sheet", "probe", "Read the {site}'s coverage requirement sheet: the exact number of "
+             "heads every shift of every day needs (uses %d turns)." % SHEET_COST, _NO_ARGS, reveals=("demand",),
+             turn_cost=SHEET_COST),
+    ToolSpec("get_demand_forecast", "probe", "Read a quick forecast of the heads every shift of every day needs: an "
+             "estimate only, each figure may be off by one head (each call gives a fresh estimate).", _NO_ARGS,
+             reveals=("demand",), noisy=True),
+    ToolSpec("get_wage_sheet", "probe", "Read the wage sheet: every staff member's base wage per shift and every "
+             "shift's premium, in {currency}.", _NO_ARGS, reveals=("base_wages", "shift_premiums")),
+    ToolSpec("read_availability", "probe", "Read one staff member's availability: the shifts they can work on each "
+             "day.", _args(staff=_STAFF), reveals=("availability",)),
+    ToolSpec("get_work_rules", "probe", "Read the {site}'s work rules: every staff member's limit of shifts over "
+             "the period, and the rest rules.", _NO_ARGS, reveals=("max_shifts",)),
+    ToolSpec("get_shortage_terms", "probe", "Read the shortage terms: the penalty in {currency} for every head a "
+             "shift is short of its requirement.", _NO_ARGS, reveals=("shortage_penalty",)),
+    ToolSpec("list_staff", "observe", "List the staff members with their labels, how many shifts each is rostered "
+             "for and whether their availability has been read.", _NO_ARGS),
+    ToolSpec("view_roster", "observe", "Show the whole roster: each staff member's shift (or off) on every day.",
+             _NO_ARGS),
+    ToolSpec("view_date", "observe", "Show one day (by its number): who works each shift and how many heads "
+             "(and, once the coverage sheet is read, how many are required).", _args(day=_DAY)),
+    ToolSpec("view_coverage", "observe", "Show the heads rostered on every shift of every day (and the shortfall "
+             "once the coverage sheet is read).", _NO_ARGS),
+    ToolSpec("view_costs", "observe", "Show the roster's cost so far in {currency}: the wage bill, the uncovered "
+             "heads and the shortage cost (each once the sheet it needs has been read).", _NO_ARGS),
+    ToolSpec("view_log", "observe", "List the most recent assignments, removals and clears.",
+             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
+                                                         "description": "how many entries to list"}},
+              "additionalProperties": False}),
+    ToolSpec("assign_shift", "decision", "Put one staff member on one shift of one day (refused if it breaks "
+             "availability, the shift limit, one shift a day or the rest rule).",
+             _args(staff=_STAFF, day=_DAY, shift=_SHIFT)),
+    ToolSpec("unassign_shift", "decision", "Take one staff member off the shift they work on one day.",
+             _args(staff=_STAFF, day=_DAY)),
+    ToolSpec("clear_date", "decision", "Clear one whole day: take every staff member off every shift of that "
+             "day.", _args(day=_DAY)),
+    ToolSpec("publish_roster", "clock", "Publish the roster: the episode ends and the score is minus its total "
+             "cost in {currency} (wages plus shortage penalties).", _NO_ARGS),
+)
+
+register(Family(
+    name="rostering",
+    version="1",
+    group="beyond",
+    model_class="staff rostering with coverage shortfall (integer program)",
+    solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    stochastic=False,
+    # z = (u_default − u_idle) / (u* − u_idle), u_idle = −penalty × total demand (empty roster). The greedy
+    # staffs shifts even with bank staff dearer than the penalty, so z < 0 happens (about 4 % of draws below
+    # 0); below −0.5 it is a worse reference than idling by half the room above it. Above 0.97 the greedy
+    # already nearly solves the instance (about 8 % of draws). About 90 % of sampled θ fall inside.
+    default_band=(-0.5, 0.97),
+    knob_ranges={"size": (4, 10), "horizon": (3, 10)},
+    turn_budget=turn_budget,
+    plan_format="an integer array of shape [n_staff, horizon]: entry [s, d] is the shift staff member s works on "
+                "day d (0 … n_shifts − 1, in the order of shift_names) or −1 if s is off that day; every worked "
+                "entry must be available, each row may hold at most max_shifts[s] worked days, and a night "
+                "(n_shifts − 1) may not be followed by an early shift (0) the next day.",
+    tables=("staff", "shifts", "slots", "availability", "roster", "log", "state"),
+    vocabulary=("site", "currency"),
+))
