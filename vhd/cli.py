@@ -59,20 +59,44 @@ def _csv(value: str) -> list[str]:
 
 @app.command()
 @handles_errors
-def families(as_json: bool = JsonOption) -> None:
+def families(as_json: bool = JsonOption,
+             markdown: bool = typer.Option(False, "--markdown", help="print the docs/FAMILIES.md table")) -> None:
     """List the registered mechanism families with group, split, solver and knobs."""
     from vhd.mechanisms import registry
 
-    rows = [{"name": f.name, "version": f.version, "group": f.group, "split": f.split, "model_class": f.model_class,
-             "solver": f.solver, "knobs": {k: list(v) for k, v in f.knob_ranges.items()},
-             "tools": len(f.tools)} for f in registry.all()]
+    rows = [_family_row(f) for f in registry.all()]
     if as_json:
         return _emit(rows)
+    if markdown:
+        return sys.stdout.write(_families_markdown(rows))
     table = Table("family", "group", "split", "model class", "solver", "knobs")
     for r in rows:
         table.add_row(r["name"], r["group"], r["split"], r["model_class"], r["solver"],
                       ", ".join(f"{k} {lo}–{hi}" for k, (lo, hi) in r["knobs"].items()))
     console.print(table)
+
+
+def _family_row(f) -> dict[str, Any]:
+    return {"name": f.name, "version": f.version, "group": f.group, "split": f.split, "model_class": f.model_class,
+            "solver": f.solver, "knobs": {k: list(v) for k, v in f.knob_ranges.items()},
+            "knob_units": {k: f.Params.model_fields[k].description for k in f.knob_ranges},
+            "tools": len(f.tools), "roles": {role: [t.name for t in f.tools if t.role == role]
+                                             for role in ("probe", "decision", "clock", "observe")},
+            "hidden": list(f.hidden), "noisy_probes": [t.name for t in f.tools if t.noisy],
+            "stochastic": f.stochastic, "plan_format": f.plan_format, "presentations": ["F", "I", "A"]}
+
+
+def _families_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| family | group | model | solver | knobs | tools | what A hides (probes; noisy) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        knobs = "; ".join(f"`{k}` {lo}–{hi}" for k, (lo, hi) in r["knobs"].items())
+        tools = ", ".join(f"{n} {role}" for role, names in r["roles"].items() for n in [len(names)] if n)
+        probes = ", ".join(f"`{name}`" for name in r["roles"]["probe"])
+        noisy = ", ".join(f"`{name}`" for name in r["noisy_probes"]) or "none"
+        lines.append(f"| {r['name']} | {r['group']} | {r['model_class']} | {r['solver']} | {knobs} | "
+                     f"{r['tools']} ({tools}) | {', '.join(r['hidden'])} (through {probes}; noisy: {noisy}) |")
+    return "\n".join(lines) + "\n"
 
 
 @app.command()
@@ -83,33 +107,52 @@ def refresh(
     seed: int = typer.Option(0, min=0, help="run seed: the same seed and batch give the same corpus"),
     batch: Optional[str] = typer.Option(None, help="batch key the model seeds derive from (default: today's date); "
                                         "rerunning a batch finds its work done"),
-    presentations: str = typer.Option("I,A", help="presentations to build, among I and A"),
+    presentations: str = typer.Option("I,A", help="presentations to build, among F (written out), I (informed) and "
+                                      "A (agentic, parameters hidden)"),
+    preset: Optional[str] = typer.Option(None, help="build a preset instead of --families/--per-family: 'paper' "
+                                         "(2,200 train / 300 held-out / 800 unseen-family environments, "
+                                         "presentation A) or 'diagnostic' (five families in F, I and A)"),
+    scale: float = typer.Option(1.0, help="multiply a preset's targets, e.g. 0.01 for a quick look at its mix"),
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Sample, solve, synthesize, check and annotate environments (runs the Prefect flow)."""
     from vhd.mechanisms import registry
+    from vhd.tasks.presets import preset as find_preset
     from vhd.warehouse import Warehouse, default_path
 
     names = _csv(families) or registry.names()
     for name in names:
         registry.get(name)
     chosen = tuple(_csv(presentations))
-    if not chosen or any(p not in ("I", "A") for p in chosen):
-        _fail(f"--presentations must list I and/or A, got {presentations!r}")
+    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
+        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
+    if batch is not None and (batch.startswith("import:") or not batch.strip()):
+        _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    if preset is not None:
+        if families:
+            _fail("--preset chooses the families itself; drop --families")
+        chosen = find_preset(preset, registry.all(), scale).presentations
     path = db or default_path()
     Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.refresh import refresh as refresh_flow
 
     summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
-                           presentations=chosen)
+                           presentations=chosen, preset=preset, scale=scale)
     if as_json:
         return _emit(summary)
-    table = Table("family", "admitted", "rejected", "already there", title=f"refresh {summary['run_id']}")
+    table = Table("family", "split", "admitted", "rejected", "rate", "rejected by", "already there",
+                  title=f"refresh {summary['run_id']}")
     for name, row in summary["families"].items():
-        table.add_row(name, str(row["admitted"]), str(row["rejected"]), str(row["reused"]))
+        seen = row["admitted"] + row["rejected"]
+        table.add_row(name, row["split"], str(row["admitted"]), str(row["rejected"]),
+                      f"{row['admitted'] / seen:.0%}" if seen else "–",
+                      ", ".join(f"{gate} {n}" for gate, n in sorted(row["reasons"].items())) or "–", str(row["reused"]))
     console.print(table)
+    short = {name: row["short"] for name, row in summary["families"].items() if row.get("short")}
+    if short:
+        console.print(f"[yellow]short of the preset's targets: {short}[/yellow]")
     console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
     if summary["nothing_to_do"]:
         console.print(f"nothing to do: batch {summary['batch']!r} was already complete")
@@ -245,6 +288,78 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
     for k, row in enumerate(rows, start=1):
         table.add_row(str(k), f"{row['utility']}", f"{row['reward']:.4f}", row["error"] or "")
     console.print(table)
+
+
+@app.command("import-instances")
+@handles_errors
+def import_instances(
+    family: str = typer.Argument(..., help="family to import into (one with an importer: knapsack)"),
+    file: Path = typer.Argument(..., help="instance file, e.g. tests/data/knapsack/mknap1.txt"),
+    fmt: str = typer.Option("auto", "--format", help="auto, pisinger ('n W' then 'value weight' lines) or orlib "
+                            "(OR-Library mknap)"),
+    presentations: str = typer.Option("I,A", help="presentations to build, among F, I and A"),
+    db: Path | None = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Import public benchmark instances: each must solve to its published optimum, then the gates decide."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from vhd import __version__
+    from vhd.schemas.records import EnvironmentRecord
+    from vhd.tasks import instances as imp
+    from vhd.tasks.annotate import upstream_edges
+    from vhd.tasks.passages import builtin_passages
+    from vhd.warehouse import Warehouse, default_path
+
+    chosen = tuple(_csv(presentations))
+    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
+        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
+    fam, started = imp.importer_family(family), datetime.now(UTC).isoformat()
+    source = imp.read_source(file, fmt)
+    imported = imp.import_models(fam, source)
+    if not imported:
+        _fail(f"{source.name}: the {family} family can take none of its instances ("
+              + "; ".join(f"{i.name}: {i.refused}" for i in source.instances) + ")")
+    solved = imp.solve_checked(fam, imported)  # raises, before anything is opened, unless u* = published optimum
+    passages, run_id, path = builtin_passages(), f"import-{uuid.uuid4()}", db or default_path()
+    with Warehouse.open(path) as wh:
+        known = wh.solutions_for(solved.keys())
+        fresh = [s for model_id, s in solved.items() if model_id not in known]
+        outputs, candidates = imp.candidates_for(fam, imported, {**solved, **known}, passages, chosen)
+        done = wh.present(EnvironmentRecord, [c.env_id for c in candidates])
+        annotated = imp.run_gates(fam, outputs, [c for c in candidates if c.env_id not in done])
+        verdicts = {env.env_id: (env.admitted, env.reason)
+                    for env in [wh.get(EnvironmentRecord, env_id) for env_id in done] + [a[0] for a in annotated]}
+        rows = imp.report(source, imported, {**solved, **known}, candidates, verdicts)
+        run = imp.run_record(run_id, started, datetime.now(UTC).isoformat(), __version__, fam, source,
+                             chosen, rows)
+        with wh.transaction():  # one file, one commit: all of its rows or none
+            wh.upsert_run(run)
+            wh.insert(passages)
+            wh.insert(imp.with_run([i.model for i in imported], run_id))
+            wh.insert(imp.with_run(fresh, run_id))
+            wh.insert(imp.with_run(outputs, run_id))
+            wh.insert(imp.with_run([env for env, _, _ in annotated], run_id))
+            wh.insert(imp.with_run([c for _, checks, _ in annotated for c in checks], run_id))
+            wh.insert(upstream_edges(fresh, outputs) + [e for _, _, edges in annotated for e in edges])
+    new = [env for env, _, _ in annotated]
+    summary = {"family": fam.name, "file": str(file), "format": source.format, "sha256": source.digest,
+               "batch": source.batch, "run_id": run_id, "db": str(path), "instances": rows,
+               "admitted": sum(e.admitted for e in new), "rejected": sum(not e.admitted for e in new),
+               "reused": len(done)}
+    if as_json:
+        return _emit(summary)
+    table = Table("instance", "n", "m", "published", "u*", *chosen, "note", title=f"import {source.batch}")
+    for r in rows:
+        cells = [("[green]yes[/green]" if r["admitted"][p] else f"[red]no[/red] {r['reasons'][p].split(':')[0]}")
+                 for p in chosen] if r["status"] == "imported" else ["–"] * len(chosen)
+        note = r.get("reason", "") or ("" if r.get("verified") else "no published optimum: not compared")
+        table.add_row(r["name"], str(r["n"]), str(r["m"]), "unknown" if r["published"] is None else f"{r['published']:g}",
+                      f"{r['u_star']:g}" if "u_star" in r else "–", *cells, note)
+    console.print(table)
+    console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected, {summary['reused']} already there"
+                  f" → {path}")
 
 
 @app.command()

@@ -231,7 +231,7 @@ def test_sample_is_deterministic_per_seed():
     assert all(o != a for o in others) and len({repr(o) for o in others}) == 3
 
 
-@pytest.mark.parametrize("size,horizon", [(1, 1), (6, 1), (6, 5), (11, 11), (14, 11), (24, 12)])
+@pytest.mark.parametrize("size,horizon", [(1, 1), (6, 1), (6, 5), (11, 11), (14, 11), (50, 12)])
 def test_sample_respects_params(size, horizon):
     rng = np.random.default_rng(size * 100 + horizon)
     for _ in range(10):
@@ -252,7 +252,7 @@ def test_sample_respects_params(size, horizon):
             assert theta["capacities"][r] >= min(0.4 * total - 1, 1)
 
 
-@pytest.mark.parametrize("knobs", [dict(size=0), dict(size=25), dict(horizon=0), dict(horizon=13), dict(size="many")])
+@pytest.mark.parametrize("knobs", [dict(size=0), dict(size=51), dict(horizon=0), dict(horizon=13), dict(size="many")])
 def test_params_out_of_bounds_raise(knobs):
     with pytest.raises(ValidationError):
         FAM.Params(**knobs)
@@ -261,7 +261,7 @@ def test_params_out_of_bounds_raise(knobs):
 
 
 def test_params_edges_and_knob_ranges():
-    for knobs in (dict(size=1, horizon=1), dict(size=24, horizon=12)):
+    for knobs in (dict(size=1, horizon=1), dict(size=50, horizon=12)):
         params = FAM.params(knobs)
         assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
     assert FAM.knob_ranges == {"size": (6, 14), "horizon": (1, 11)}

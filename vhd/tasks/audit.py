@@ -1,4 +1,5 @@
-"""Lineage audit: re-derive θ from its seed, re-solve, re-hash every record on the chain.
+"""Lineage audit: re-derive θ from its seed (an imported θ: re-parse its source file), re-solve, re-hash
+every record on the chain.
 
     >>> report = verify(chain)
     >>> report["verified"]
@@ -15,6 +16,7 @@ from vhd.mechanisms import registry
 from vhd.schemas.errors import UnknownFamily
 from vhd.schemas.hashing import sha256_hex
 from vhd.schemas.records import Chain
+from vhd.tasks.instances import is_imported, verify_import
 from vhd.tasks.sample import draw, episode_seed
 from vhd.tasks.solve import pack_policy
 
@@ -79,9 +81,13 @@ def _recompute(chain: Chain) -> list[str]:
     if family.version != model.family_version:
         return [f"{model.family} is at version {family.version}; the chain was made by {model.family_version}"]
     problems = []
-    knobs, theta = draw(family, model.seed)
-    if knobs != model.knobs or theta != model.theta:
-        problems.append(f"θ recomputed from seed {model.seed} differs from the stored θ")
+    if is_imported(model):  # θ came from a public file, not from the seed: check it against the file
+        theta = model.theta
+        problems += verify_import(family, model, chain.runs.get(model.run_id), solution.u_star)
+    else:
+        knobs, theta = draw(family, model.seed)
+        if knobs != model.knobs or theta != model.theta:
+            problems.append(f"θ recomputed from seed {model.seed} differs from the stored θ")
     if episode_seed(model.seed) != env.episode_seed:
         problems.append("the episode seed does not derive from the model seed")
     if sha256_hex(zlib.decompress(solution.policy)) != solution.policy_digest:

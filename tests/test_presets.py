@@ -1,0 +1,120 @@
+"""Presets and splits: the paper's mix and the F/I/A diagnostic, filled to their targets."""
+
+import json
+
+import duckdb
+import pytest
+
+from conftest import run_vhd
+from vhd.mechanisms import registry
+from vhd.schemas.errors import InvalidParams
+from vhd.tasks import presets
+
+
+def _by_split(plan):
+    totals = {}
+    for slot in plan.slots:
+        totals[slot.split] = totals.get(slot.split, 0) + slot.target
+    return totals
+
+
+def test_the_paper_preset_has_the_papers_counts():
+    plan = presets.preset("paper", registry.all())
+    assert _by_split(plan) == {"train": 2200, "heldout": 300, "ood": 800}
+    train = {s.family for s in plan.slots if s.split in ("train", "heldout")}
+    ood = {s.family for s in plan.slots if s.split == "ood"}
+    assert train == {f.name for f in registry.all() if f.group == "train"} == {"inventory_dp", "routing", "negotiation"}
+    assert len(ood) == 8 and not ood & train
+    assert all(registry.get(n).group in ("near_ood", "far_ood", "probe_budgeted") for n in ood)
+    assert plan.presentations == ("A",)
+
+
+def test_held_out_draws_come_from_their_own_seed_stream():
+    plan = presets.preset("paper", registry.all())
+    heldout = next(s for s in plan.slots if s.split == "heldout")
+    train = next(s for s in plan.slots if s.split == "train" and s.family == heldout.family)
+    assert heldout.batch("2026-12-02") != train.batch("2026-12-02") == "2026-12-02"
+
+
+def test_scaled_presets_and_bad_names():
+    small = presets.preset("paper", registry.all(), scale=0.01)
+    assert _by_split(small) == {"train": 22, "heldout": 3, "ood": 8}
+    diagnostic = presets.preset("diagnostic", registry.all(), scale=0.02)
+    assert [s.family for s in diagnostic.slots] == list(presets.DIAGNOSTIC_FAMILIES)
+    assert diagnostic.presentations == ("F", "I", "A") and {s.target for s in diagnostic.slots} == {3}
+    with pytest.raises(InvalidParams, match="unknown preset 'papr'"):
+        presets.preset("papr", registry.all())
+    with pytest.raises(InvalidParams, match="scale"):
+        presets.preset("paper", registry.all(), scale=0)
+
+
+def test_walk_stops_at_the_target_and_at_the_first_unchecked_candidate():
+    from vhd.flows.refresh import _walk
+
+    class C:
+        def __init__(self, env_id):
+            self.env_id = env_id
+
+    cs = [C(k) for k in "abcde"]
+    verdicts = {"a": False, "b": True, "c": True, "d": True}
+    assert [c.env_id for c in _walk(cs, verdicts, 2)[0]] == ["a", "b", "c"] and _walk(cs, verdicts, 2)[1]
+    assert [c.env_id for c in _walk(cs, {"a": True, "c": True}, 2)[0]] == ["a"]  # b unchecked
+    assert _walk(cs, verdicts, 9) == (cs[:4], False)
+
+
+@pytest.fixture(scope="module")
+def paper_small(prefect_server, tmp_path_factory):
+    db = tmp_path_factory.mktemp("paper") / "vhd.duckdb"
+    result = run_vhd(prefect_server, "refresh", "--preset", "paper", "--scale", "0.01", "--batch", "p1", "--db", db,
+                     "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return db, json.loads(result.stdout)
+
+
+def test_paper_preset_fills_every_slot_and_stores_rejections(paper_small):
+    db, summary = paper_small
+    assert summary["splits"] == {"train": 22, "heldout": 3, "ood": 8}
+    assert all(row["filled"] == row["target"] and row["short"] == 0 for row in summary["families"].values())
+    con = duckdb.connect(str(db), read_only=True)
+    counts = dict(con.execute("SELECT split, count(*) FROM environments WHERE admitted GROUP BY split").fetchall())
+    assert counts == {"train": 22, "heldout": 3, "ood": 8}
+    assert con.execute("SELECT count(DISTINCT presentation) FROM environments").fetchall()[0][0] == 1
+    rejected = con.execute("SELECT reason FROM environments WHERE NOT admitted").fetchall()
+    assert len(rejected) == summary["rejected"] and all(reason for (reason,) in rejected)
+    overlap = con.execute("""SELECT count(*) FROM environments h JOIN environments t ON h.model_id = t.model_id
+                             WHERE h.split = 'heldout' AND t.split = 'train'""").fetchall()[0][0]
+    assert overlap == 0
+    batches = {b for (b,) in con.execute("SELECT DISTINCT m.batch FROM environments e JOIN models m USING (model_id) "
+                                         "WHERE e.split = 'heldout'").fetchall()}
+    assert batches == {"p1" + presets.HELDOUT_SUFFIX}
+
+
+def test_paper_preset_rerun_finds_every_slot_full(prefect_server, paper_small):
+    db, _ = paper_small
+    result = run_vhd(prefect_server, "refresh", "--preset", "paper", "--scale", "0.01", "--batch", "p1", "--db", db,
+                     "--json")
+    again = json.loads(result.stdout)
+    assert again["nothing_to_do"] is True and again["published"] is False
+    assert again["splits"] == {"train": 22, "heldout": 3, "ood": 8}
+
+
+def test_diagnostic_preset_builds_f_i_and_a_and_f_is_scored(prefect_server, tmp_path):
+    db = tmp_path / "diag.duckdb"
+    result = run_vhd(prefect_server, "refresh", "--preset", "diagnostic", "--scale", "0.02", "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert set(summary["families"]) == set(presets.DIAGNOSTIC_FAMILIES)
+    assert all(row["filled"] == 3 for row in summary["families"].values())
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("SELECT env_id, presentation, reference_trajectory, default_trajectory FROM environments "
+                       "WHERE admitted AND presentation = 'F'").fetchall()
+    con.close()
+    assert rows, "the diagnostic preset admitted no written-out environment"
+    env_id, _, reference, default = rows[0]
+    bad = [{"tool": "submit_plan", "arguments": {"plan": [[["not a plan"]]]}}]
+    lines = "\n".join(json.dumps(t) for t in (json.loads(reference), json.loads(default), bad))
+    (tmp_path / "t.jsonl").write_text(lines + "\n")
+    scored = run_vhd(prefect_server, "score", env_id, "--trajectories", tmp_path / "t.jsonl", "--db", db, "--json")
+    assert scored.returncode == 0, scored.stderr
+    rewards = [row["reward"] for row in json.loads(scored.stdout)]
+    assert rewards == [1.0, 0.0, 0.0] and "invalid plan" in json.loads(scored.stdout)[2]["error"]
