@@ -1,0 +1,891 @@
+"""E-commerce store: a year of daily prices, advertising, reorders and a cash account that can go bankrupt.
+
+Model
+    An online store sells one item for `horizon` = H days, numbered 0 … H − 1, from a warehouse
+    that holds `capacity` = C units. All money is in whole (coarse) currency units. The day
+    opens with stock s (0 … C) and cash c (0 … `cash_cap` = K); day 0 opens with
+    `initial_stock` and `initial_cash` (≤ K). Each day the store
+      1. may reorder q ≥ 0 units, paying `order_fee` once for any q > 0 plus `unit_cost` per
+         unit; the order must fit the warehouse (s + q ≤ C) and be paid from today's cash
+         ((q > 0)·order_fee + unit_cost·q ≤ c). With `lead_time` 0 the units arrive before
+         today's sales; with `lead_time` 1 they arrive the next morning (so at the start of a
+         day nothing is in transit);
+      2. sells at price level p ∈ {0, 1, 2} (low, middle, high), at `price_levels[p]` per unit,
+         and advertises at level a ∈ {0, 1, 2} (none, low, high), at `ad_costs[a]` for the day
+         (ad_costs[0] = 0);
+      3. faces demand D drawn from the integer weights `demand_weights[k][p][a]` (probability of
+         D = d is weight d / Σ weights; d = 0 … n − 1, one n for every list), where k is the
+         day's traffic level k(t) = min(2, weekday_boost[t % 7] + [peak_start ≤ t < peak_end])
+         (0 normal, 1 busy, 2 rush: boosted weekdays and the peak season add one level each);
+      4. sells min(x, D) of the x units available (x = s + q with lead time 0, x = s with lead
+         time 1); unmet demand is lost. Left-over stock l = x − min(x, D) costs `holding_cost`
+         per unit and the store pays `overhead` every day. Cash at the end of the day is
+           e = c − (q > 0)·order_fee − unit_cost·q − ad_costs[a] − overhead − holding_cost·l
+               + price_levels[p]·min(x, D).
+    Bankruptcy: if e < 0 the episode ends at once and the utility is owner + e − initial_cash −
+    `bankruptcy_penalty` (owner = the owner's account so far; no later days are played).
+    Sweep: otherwise any cash above the cap, max(0, e − K), is transferred to the owner's
+    account that night and the next day opens with cash min(e, K) and stock l (lead time 0) or
+    l + q (lead time 1). The sweep is a rule of the store, not an approximation: money swept out
+    still counts in the utility and merely cannot pay later orders, so the bounded cash state
+    0 … K describes every outcome exactly. Stock left after the last day is worthless. Without
+    bankruptcy the utility is owner's account + final cash − initial_cash.
+    Randomness: day t's demand comes from one ticket r_t of `random.Random(episode_seed)`
+    (r_t = randrange(2^30), drawn for every day in order, whatever the decisions); with the
+    day's weights w (total W) the position j = r_t·W // 2^30 picks the d with w_0 + … + w_{d−1}
+    ≤ j < w_0 + … + w_d. The whole decision process lives on (day, stock, cash), so it is
+    solved exactly by backward Bellman recursion: V_H(s, c) = c,
+    V_t(s, c) = max over feasible (q, p, a) of E[outcome], outcome = e − bankruptcy_penalty if
+    e < 0 else max(0, e − K) + V_{t+1}(s', min(e, K)); u* = V_0(initial_stock, initial_cash) −
+    initial_cash. Ties go to the smallest q, then the lowest p, then the lowest a.
+
+State
+    day, stock on hand and on order, cash (the ledger: opening balance, purchases, fees,
+    sales, advertising, overhead, holding, transfers to the owner), the owner's account, the
+    storefront settings (price level, ad level; they stay until changed; the store opens at
+    the middle price without ads), today's pending order, order, sales and campaign history,
+    whether the store is bankrupt, how many market estimates were drawn.
+
+Tools
+    probes: price list, supplier terms (unit cost, order fee, lead time), cost sheet
+    (holding, overhead), ad rates, traffic calendar (boosted weekdays, peak season), demand
+    forecast (exact distributions, 2 turns) and a demand estimate (a noisy estimate of the
+    mean demands, 1 turn, fresh noise each call); decisions: set price level, set ad level,
+    place an order, cancel today's order; clock: close the day; observations: stock, cash,
+    storefront, calendar, orders, sales, ledger.
+
+Reward
+    utility = owner's account + final cash − initial cash (sales − purchases − fees −
+    advertising − overhead − holding), minus the bankruptcy penalty if the store went bankrupt
+    (then the final cash is the negative balance of that night). r = clip01((u − u_default) /
+    (u* − u_default)) with both references played on the same episode seed (the same tickets).
+
+Episode end
+    after the last day's `end_day`, at bankruptcy, or when the turn budget runs out: today's
+    pending order is then dropped and the remaining days are closed with the current price
+    and ad levels and no new orders (bankruptcy can still happen on them).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._solve import certified
+
+WEIGHT_TOTAL = 1000
+LEVELS = 3  # price levels and ad levels
+OPEN_PRICE, OPEN_AD = 1, 0  # the storefront the store opens with (and the idle/default price)
+TICKET_BITS = 30
+HIDDEN = ("lead_time", "unit_cost", "order_fee", "holding_cost", "overhead", "price_levels", "ad_costs",
+          "demand_weights", "weekday_boost", "peak_start", "peak_end")
+
+
+class Params(BaseModel):
+    """Difficulty knobs of an e-commerce instance."""
+
+    size: int = Field(8, ge=2, le=16, description="warehouse capacity, in units (stock levels 0 … size)")
+    horizon: int = Field(120, ge=2, le=365, description="number of trading days played, in days")
+
+
+def sample(params: Params, rng: np.random.Generator) -> dict:
+    """Draw θ: prices and costs in whole currency units, Poisson-shaped demand per (traffic,
+    price, ad) as integer weights out of 1000 over 0 … capacity (the tail lumped into the
+    last cell, since no more than `capacity` units can ever be sold in a day). A normal day at
+    the middle price without ads has mean demand m = 0.25–0.45 × capacity; costs scale with its
+    margin m·(middle − unit_cost): order fee 0.3–1.2×, overhead 0.1–0.35×, each ad step
+    0.05–0.3× (all at least 1); a holding cost of 1 (else 0) with probability 0.3 when that margin
+    is at least 8. The cash cap holds a full order, a day's overhead and 5–15 more;
+    the opening cash pays the fee, half to all of the warehouse and 1–3 days of overhead."""
+    cap, horizon = params.size, params.horizon
+    unit_cost = int(rng.integers(1, 4))
+    middle = unit_cost + int(rng.integers(2, 5))
+    low = max(unit_cost + 1, middle - int(rng.integers(1, 3)))
+    high = middle + int(rng.integers(1, 4))
+    base = float(rng.uniform(0.25, 0.45)) * cap  # mean demand of a normal day at the middle price, no ads
+    margin = base * (middle - unit_cost)  # expected daily gross margin of such a day
+    ad_low = max(1, round(margin * float(rng.uniform(0.05, 0.3))))
+    ad_costs = [0, ad_low, ad_low + max(1, round(margin * float(rng.uniform(0.05, 0.3))))]
+    order_fee = max(1, round(margin * float(rng.uniform(0.3, 1.2))))
+    overhead = max(1, round(margin * float(rng.uniform(0.1, 0.35))))
+    traffic = [1.0, float(rng.uniform(1.3, 1.7)), float(rng.uniform(1.8, 2.5))]
+    price_factor = [float(rng.uniform(1.25, 1.6)), 1.0, float(rng.uniform(0.5, 0.8))]
+    ad_factor = [1.0, float(rng.uniform(1.15, 1.4)), float(rng.uniform(1.35, 1.8))]
+    weights = [[[_poisson_weights(base * traffic[k] * price_factor[p] * ad_factor[a], cap)
+                 for a in range(LEVELS)] for p in range(LEVELS)] for k in range(LEVELS)]
+    boosted = {int(d) for d in rng.choice(7, size=int(rng.integers(1, 3)), replace=False)}
+    peak_length = int(rng.integers(max(1, horizon // 8), max(1, horizon // 4) + 1))
+    peak_start = int(rng.integers(0, horizon - peak_length + 1))
+    cash_cap = order_fee + unit_cost * cap + overhead + int(rng.integers(5, 16))
+    initial_cash = order_fee + unit_cost * int(rng.integers(cap // 2, cap + 1)) + overhead * int(rng.integers(1, 4))
+    return {
+        "horizon": int(horizon),
+        "capacity": int(cap),
+        "lead_time": int(rng.integers(0, 2)),
+        "unit_cost": unit_cost,
+        "order_fee": order_fee,
+        "holding_cost": int(rng.random() < 0.3 and margin >= 8),  # 1 per unit a night is heavy on small margins
+        "overhead": overhead,
+        "price_levels": [low, middle, high],
+        "ad_costs": ad_costs,
+        "demand_weights": weights,
+        "weekday_boost": [1 if d in boosted else 0 for d in range(7)],
+        "peak_start": peak_start,
+        "peak_end": peak_start + peak_length,
+        "cash_cap": int(cash_cap),
+        "initial_cash": int(min(initial_cash, cash_cap)),
+        "initial_stock": int(rng.integers(0, cap // 2 + 1)),
+        "bankruptcy_penalty": int(rng.integers(30, 121)),
+    }
+
+
+def _poisson_weights(mean: float, top: int) -> list[int]:
+    """Poisson(mean) on 0 … top with the tail P(D ≥ top) at `top`, as integer weights summing to 1000."""
+    k = np.arange(top + 1)
+    log_pmf = k * math.log(max(mean, 1e-9)) - mean - np.array([math.lgamma(x + 1) for x in k])
+    pmf = np.exp(log_pmf)
+    pmf[top] = max(0.0, 1.0 - float(pmf[:top].sum()))
+    raw = np.floor(pmf / pmf.sum() * WEIGHT_TOTAL).astype(int)
+    raw[int(np.argmax(pmf))] += WEIGHT_TOTAL - int(raw.sum())
+    return [int(x) for x in raw]
+
+
+def traffic_level(theta: dict, day: int) -> int:
+    """k(t) = min(2, weekday_boost[t % 7] + [peak_start ≤ t < peak_end])."""
+    return min(2, theta["weekday_boost"][day % 7] + (1 if theta["peak_start"] <= day < theta["peak_end"] else 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision process as arrays. States n = s·(K + 1) + c. A "post-order configuration" g is
+# what the day's sales see: x units available and `shift` units added to tomorrow's stock
+# (lead time 0: g = x, shift 0; lead time 1: g = (s, q), x = s, shift = q); the cash after
+# paying the order is c̃ = c − cost(q) ≥ 0. A night ends in (stock y, cash e) with value
+# U(y, e) = e − penalty if e < 0, else max(0, e − K) + V_{t+1}(y, min(e, K)). None of the index
+# arrays depends on the day: only V_{t+1} and the day's traffic level do.
+
+
+class _Process:
+    """Enumerated states, post-order configurations and outcomes of θ, shared by solver and evaluator."""
+
+    def __init__(self, theta: dict):
+        self.theta = theta
+        cap, top, lead = theta["capacity"], theta["cash_cap"], theta["lead_time"]
+        if lead not in (0, 1):
+            raise ValueError(f"lead_time must be 0 or 1, got {lead}")
+        if not 0 <= theta["initial_cash"] <= top or not 0 <= theta["initial_stock"] <= cap:
+            raise ValueError("initial cash and stock must lie in 0 … cash_cap and 0 … capacity")
+        if min(theta["unit_cost"], theta["order_fee"], theta["holding_cost"], theta["overhead"]) < 0:
+            raise ValueError("costs must be non-negative")
+        self.n_cash = top + 1
+        self.n_states = (cap + 1) * self.n_cash
+        if lead == 0:
+            posts = [(x, 0) for x in range(cap + 1)]
+            post_of = [[s + q for q in range(cap + 1 - s)] for s in range(cap + 1)]
+        else:
+            posts = [(s, q) for s in range(cap + 1) for q in range(cap + 1 - s)]
+            where = {pq: g for g, pq in enumerate(posts)}
+            post_of = [[where[(s, q)] for q in range(cap + 1 - s)] for s in range(cap + 1)]
+        weights = np.array(theta["demand_weights"], dtype=float)  # [traffic, price, ad, demand]
+        if weights.ndim != 4 or weights.shape[:3] != (LEVELS, LEVELS, LEVELS) or (weights < 0).any():
+            raise ValueError(f"demand_weights must be a 3×3×3 array of weight lists, got shape {weights.shape}")
+        n_demand = weights.shape[3]
+        probabilities = (weights / weights.sum(axis=3, keepdims=True)).reshape(LEVELS, LEVELS * LEVELS, n_demand)
+        self.probabilities = probabilities  # [traffic, p·3 + a, d]
+        price = np.repeat(np.array(theta["price_levels"]), LEVELS)  # by p·3 + a
+        ads = np.tile(np.array(theta["ad_costs"]), LEVELS)
+
+        def day_cash(available, sold):  # cash change of the sales and the night, [.., pa]
+            left = available - sold
+            return (price * sold[..., None] - ads - theta["overhead"] - theta["holding_cost"] * left[..., None])
+
+        # every (g, d): for the evaluator
+        self.available = np.array([x for x, _ in posts])
+        self.shift = np.array([q for _, q in posts])
+        demand = np.arange(n_demand)
+        sold = np.minimum(self.available[:, None], demand[None, :])  # [g, d]
+        self.next_stock = self.available[:, None] - sold + self.shift[:, None]
+        self.delta = day_cash(self.available[:, None], sold).transpose(0, 2, 1)  # [g, pa, d]
+        self.e_min = min(0, int(self.delta.min()))
+        self.e_max = top + max(0, int(self.delta.max()))
+        self.n_end = self.e_max - self.e_min + 1
+        # rows for the solver: demands d ≥ x sell the same x units, so they are merged into one row per g.
+        # Rows are sorted by demand bucket d, then g; the g that have bucket d (those with x ≥ d) are a
+        # suffix of the g order (posts are sorted by x, or by s = x), so each bucket adds into a suffix.
+        rows_g, rows_d, tail, self.buckets = [], [], [], []
+        for d in range(min(cap, n_demand - 1) + 1):
+            having = [g for g, x in enumerate(self.available) if x >= d]
+            assert having == list(range(having[0], len(posts))), "posts must be sorted by available stock"
+            self.buckets.append((len(rows_g), len(rows_g) + len(having), having[0]))
+            for g in having:
+                rows_g.append(g)
+                rows_d.append(d)
+                tail.append(d == self.available[g] or d == n_demand - 1)
+        rows_g, rows_d, tail = np.array(rows_g), np.array(rows_d), np.array(tail)
+        cumulative_tail = probabilities[..., ::-1].cumsum(axis=2)[..., ::-1]  # P(D ≥ d)
+        self.row_probabilities = np.where(tail[None, :, None], cumulative_tail[:, :, rows_d].transpose(0, 2, 1),
+                                          probabilities[:, :, rows_d].transpose(0, 2, 1))  # [traffic, row, pa]
+        x = self.available[rows_g]
+        row_sold = np.minimum(x, rows_d)
+        row_next = x - row_sold + self.shift[rows_g]
+        row_delta = day_cash(x, row_sold)  # [row, pa]
+        # U is read through a sliding window of K + 1 cash values: row (y, o) is U(y, o + e_min … o + e_min + K),
+        # so the outcome of row r, action pa and cash c̃ is window[row_stock[r], row_offset[r, pa], c̃]
+        self.row_stock = np.repeat(row_next[:, None], LEVELS * LEVELS, axis=1)
+        self.row_offset = row_delta - self.e_min  # [row, pa]
+        # for every state and order quantity: the flat post-order index g·(K + 1) + c̃, or n_post if infeasible
+        self.no_post = len(posts) * self.n_cash
+        choice = np.full((self.n_states, cap + 1), self.no_post, dtype=np.int64)
+        for s in range(cap + 1):
+            for q, g in enumerate(post_of[s]):
+                cost = (theta["order_fee"] if q > 0 else 0) + theta["unit_cost"] * q
+                affordable = np.arange(cost, self.n_cash)
+                choice[s * self.n_cash + affordable, q] = g * self.n_cash + affordable - cost
+        self.choice = choice
+        self.levels = [traffic_level(theta, day) for day in range(theta["horizon"])]
+
+    def start(self) -> int:
+        return self.theta["initial_stock"] * self.n_cash + self.theta["initial_cash"]
+
+    def terminal(self) -> np.ndarray:
+        return np.tile(np.arange(self.n_cash, dtype=float), self.theta["capacity"] + 1)  # V_H(s, c) = c
+
+    def night(self, value: np.ndarray) -> np.ndarray:
+        """U(y, e) flattened as y·n_end + e − e_min, from tomorrow's values V_{t+1}(y, c)."""
+        top = self.theta["cash_cap"]
+        end = np.arange(self.e_min, self.e_max + 1)
+        by_stock = value.reshape(self.theta["capacity"] + 1, self.n_cash)
+        kept = by_stock[:, np.clip(end, 0, top)] + np.maximum(end - top, 0)
+        return np.where(end < 0, end - self.theta["bankruptcy_penalty"], kept).ravel()
+
+    def post_values(self, day: int, value: np.ndarray) -> np.ndarray:
+        """Expected outcome of every (g, p·3 + a, c̃) on `day`, given tomorrow's values."""
+        night = self.night(value).reshape(self.theta["capacity"] + 1, self.n_end)
+        window = np.lib.stride_tricks.sliding_window_view(night, self.n_cash, axis=1)
+        outcome = window[self.row_stock, self.row_offset]  # [row, pa, c̃], a fresh array
+        outcome *= self.row_probabilities[self.levels[day]][:, :, None]
+        total = outcome[:len(self.available)]  # bucket 0: every g, in order
+        for lo, hi, first in self.buckets[1:]:
+            total[first:] += outcome[lo:hi]
+        return total  # [g, pa, c̃]
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    proc = _Process(theta)
+    horizon, cap = theta["horizon"], theta["capacity"]
+    value = proc.terminal()
+    states = np.arange(proc.n_states)
+    policy = np.zeros((horizon, proc.n_states, 3), dtype=np.int16)
+    for day in range(horizon - 1, -1, -1):
+        table = proc.post_values(day, value).transpose(0, 2, 1).reshape(proc.no_post, LEVELS * LEVELS)
+        best_pa = table.argmax(axis=1)
+        post_value = np.append(table[np.arange(proc.no_post), best_pa], -np.inf)
+        by_order = post_value[proc.choice]  # [state, q]
+        q = by_order.argmax(axis=1)
+        value = by_order[states, q]
+        pa = np.append(best_pa, 0)[proc.choice[states, q]]
+        policy[day, :, 0] = q
+        policy[day, :, 1] = pa // LEVELS
+        policy[day, :, 2] = pa % LEVELS
+    u_star = float(value[proc.start()]) - theta["initial_cash"]
+    return u_star, policy.reshape(horizon, cap + 1, proc.n_cash, 3)
+
+
+def state_space(theta: dict) -> int:
+    return theta["horizon"] * (theta["capacity"] + 1) * (theta["cash_cap"] + 1)
+
+
+def solve(theta: dict) -> Solution:
+    """u* and π* by backward recursion over (day, stock, cash); exact values of the default and idle policies."""
+    u_star, policy, cert = certified(
+        lambda: _bellman(theta),
+        method="backward Bellman recursion over (day, stock, cash)",
+        solver="numpy",
+        solver_version=np.__version__,
+        state_space=state_space(theta),
+    )
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
+
+
+def _check_plan(theta: dict, proc: _Process, policy: np.ndarray) -> np.ndarray:
+    plan = np.asarray(policy)
+    shape = (theta["horizon"], theta["capacity"] + 1, theta["cash_cap"] + 1, 3)
+    if plan.shape != shape or not np.issubdtype(plan.dtype, np.integer):
+        raise ValueError(f"a plan is an integer array of shape {shape}, got {plan.dtype} {plan.shape}")
+    plan = plan.reshape(theta["horizon"], proc.n_states, 3).astype(np.int64)
+    if (plan[..., 1:] < 0).any() or (plan[..., 1:] >= LEVELS).any():
+        raise ValueError("price and ad levels must be 0, 1 or 2")
+    q = plan[..., 0]
+    if (q < 0).any() or (q > theta["capacity"]).any():
+        raise ValueError(f"order quantities must lie in 0 … {theta['capacity']}")
+    rows = np.arange(proc.n_states)[None, :]
+    bad = proc.choice[rows, q] == proc.no_post
+    if bad.any():
+        day, n = (int(x[0]) for x in np.nonzero(bad))
+        raise ValueError(f"day {day}, stock {n // proc.n_cash}, cash {n % proc.n_cash}: ordering {q[day, n]} "
+                         "exceeds the warehouse or today's cash")
+    return plan
+
+
+def evaluate(theta: dict, policy: np.ndarray) -> float:
+    """Exact expected utility of a plan [day, stock, cash] → (q, price level, ad level)."""
+    proc = _Process(theta)
+    plan = _check_plan(theta, proc, policy)
+    value = proc.terminal()
+    for day in range(theta["horizon"] - 1, -1, -1):
+        post = proc.choice[np.arange(proc.n_states), plan[day, :, 0]]
+        g, cash = post // proc.n_cash, post % proc.n_cash
+        pa = plan[day, :, 1] * LEVELS + plan[day, :, 2]
+        end = cash[:, None] + proc.delta[g, pa]  # [state, d]
+        outcome = proc.night(value)[proc.next_stock[g] * proc.n_end + end - proc.e_min]
+        value = (outcome * proc.probabilities[proc.levels[day]][pa]).sum(axis=1)
+    return float(value[proc.start()]) - theta["initial_cash"]
+
+
+def _mean_demand(weights: list[int]) -> float:
+    return sum(d * w for d, w in enumerate(weights)) / sum(weights)
+
+
+def default_policy(theta: dict) -> np.ndarray:
+    """Middle price, no ads, and a reorder point: when the day opens with stock s below
+    r = min(capacity, ceil(m)), m = the mean demand of a normal day (traffic 0)
+    at the middle price without ads, order up to capacity (capacity − s units) or, if that
+    would leave less than one day's overhead in cash, the largest q ≥ 1 that keeps it (none if
+    not even one unit does); otherwise order nothing. It ignores the season, the weekdays and
+    the other costs."""
+    cap, top = theta["capacity"], theta["cash_cap"]
+    m = _mean_demand(theta["demand_weights"][0][OPEN_PRICE][OPEN_AD])
+    reorder = min(cap, math.ceil(m - 1e-12))
+    reserve = theta["overhead"]
+    row = np.zeros((cap + 1, top + 1, 3), dtype=np.int16)
+    row[..., 1] = OPEN_PRICE
+    row[..., 2] = OPEN_AD
+    for s in range(reorder):
+        for c in range(theta["order_fee"] + reserve, top + 1):
+            row[s, c, 0] = min(cap - s, (c - theta["order_fee"] - reserve) // theta["unit_cost"])
+    return np.tile(row[None], (theta["horizon"], 1, 1, 1))
+
+
+def idle_policy(theta: dict) -> np.ndarray:
+    """Never order, never advertise, keep the opening (middle) price."""
+    plan = np.zeros((theta["horizon"], theta["capacity"] + 1, theta["cash_cap"] + 1, 3), dtype=np.int16)
+    plan[..., 1] = OPEN_PRICE
+    plan[..., 2] = OPEN_AD
+    return plan
+
+
+def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
+    """Uniform price and ad levels in every (day, stock, cash); half the time no order, otherwise
+    a uniformly random feasible quantity (0 … the most the warehouse and the cash allow)."""
+    cap, top, horizon = theta["capacity"], theta["cash_cap"], theta["horizon"]
+    stock = np.arange(cap + 1)[:, None]
+    cash = np.arange(top + 1)[None, :]
+    affordable = np.where(cash >= theta["order_fee"], (cash - theta["order_fee"]) // theta["unit_cost"], 0)
+    most = np.minimum(cap - stock, affordable)  # [s, c]
+    size = (horizon, cap + 1, top + 1)
+    orders = np.floor(rng.random(size) * (most[None] + 1)).astype(np.int16)
+    plan = np.zeros(size + (3,), dtype=np.int16)
+    plan[..., 0] = np.where(rng.random(size) < 0.5, 0, orders)
+    plan[..., 1] = rng.integers(0, LEVELS, size=size)
+    plan[..., 2] = rng.integers(0, LEVELS, size=size)
+    return plan
+
+
+def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
+    """Play a plan on the episode's tickets; the canonical calls that play it (a price or ad call
+    only when the level changes, an order only when q > 0, then the day's close)."""
+    plan = np.asarray(policy)
+    top = theta["cash_cap"]
+    shape = (theta["horizon"], theta["capacity"] + 1, top + 1, 3)
+    if plan.shape != shape or not np.issubdtype(plan.dtype, np.integer):
+        raise ValueError(f"a plan is an integer array of shape {shape}, got {plan.dtype} {plan.shape}")
+    tickets = World.ticket_path(theta, episode_seed)
+    stock, cash, owner, price_level, ad_level = theta["initial_stock"], theta["initial_cash"], 0, OPEN_PRICE, OPEN_AD
+    calls, decisions = [], []
+    utility = None
+    for day in range(theta["horizon"]):
+        q, p, a = (int(x) for x in plan[day, stock, cash])
+        if not (0 <= q <= theta["capacity"] - stock and (theta["order_fee"] if q > 0 else 0) + theta["unit_cost"] * q
+                <= cash and 0 <= p < LEVELS and 0 <= a < LEVELS):
+            raise ValueError(f"day {day}, stock {stock}, cash {cash}: the plan's entry {(q, p, a)} is not allowed")
+        decisions.append((q, p, a))
+        if p != price_level:
+            calls.append({"tool": "set_price", "arguments": {"level": p}})
+            price_level = p
+        if a != ad_level:
+            calls.append({"tool": "set_ads", "arguments": {"level": a}})
+            ad_level = a
+        if q > 0:
+            calls.append({"tool": "place_order", "arguments": {"quantity": q}})
+        calls.append({"tool": "end_day", "arguments": {}})
+        available = stock + q if theta["lead_time"] == 0 else stock
+        weights = theta["demand_weights"][traffic_level(theta, day)][p][a]
+        demand = World.demand_of(weights, tickets[day])
+        sold = min(available, demand)
+        left = available - sold
+        end = (cash - (theta["order_fee"] if q > 0 else 0) - theta["unit_cost"] * q - theta["ad_costs"][a]
+               - theta["overhead"] - theta["holding_cost"] * left + theta["price_levels"][p] * sold)
+        if end < 0:
+            utility = owner + end - theta["initial_cash"] - theta["bankruptcy_penalty"]
+            break
+        owner += max(0, end - top)
+        cash = min(end, top)
+        stock = left if theta["lead_time"] == 0 else left + q
+    if utility is None:
+        utility = owner + cash - theta["initial_cash"]
+    return Episode(utility=float(utility), calls=calls, decisions=decisions)
+
+
+def turn_budget(theta: dict) -> int:
+    """A price change, an ad change, an order and a close for every day, plus every probe and a few looks."""
+    return 4 * theta["horizon"] + 24
+
+
+# ---------------------------------------------------------------------------------------------
+# The world the template setter embeds in generated modules: standard library only. It may use
+# AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+class World:
+    """The store's relational world: catalog, price list, stock, orders, ledger, ad campaigns, sales, state."""
+
+    PARAMS = ("horizon", "capacity", "lead_time", "unit_cost", "order_fee", "holding_cost", "overhead",
+              "price_levels", "ad_costs", "demand_weights", "weekday_boost", "peak_start", "peak_end", "cash_cap",
+              "initial_cash", "initial_stock", "bankruptcy_penalty")
+    PRICE_LABELS = ("low", "middle", "high")
+    AD_LABELS = ("none", "low", "high")
+    TRAFFIC_LABELS = ("normal", "busy", "rush")
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack " + ", ".join(missing))
+        weights = params["demand_weights"]
+        if (len(params["price_levels"]) != 3 or len(params["ad_costs"]) != 3 or len(params["weekday_boost"]) != 7
+                or len(weights) != 3 or any(len(row) != 3 or any(len(cell) != 3 for cell in row) for row in weights)):
+            raise ValueError("price_levels and ad_costs need 3 entries, weekday_boost 7, demand_weights 3×3×3 lists")
+        self.db, self.p, self.skin = db, params, skin
+        self.seed = episode_seed
+        self.t = skin["tables"]
+        self.v = skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self.tickets = World.ticket_path(params, episode_seed)
+        t, v = self.t, self.v
+        db.execute(f"CREATE TABLE {t['catalog']} (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, supplier TEXT, "
+                   "warehouse_capacity INTEGER)")
+        db.execute(f"CREATE TABLE {t['prices']} (level INTEGER PRIMARY KEY, label TEXT, unit_price INTEGER)")
+        db.execute(f"CREATE TABLE {t['stock']} (sku TEXT PRIMARY KEY, on_hand INTEGER)")
+        db.execute(f"CREATE TABLE {t['orders']} (order_id INTEGER PRIMARY KEY, day_placed INTEGER, quantity INTEGER, "
+                   "cost INTEGER, arrives_day INTEGER, status TEXT)")
+        db.execute(f"CREATE TABLE {t['ledger']} (entry_id INTEGER PRIMARY KEY, day INTEGER, kind TEXT, amount INTEGER)")
+        db.execute(f"CREATE TABLE {t['campaigns']} (day INTEGER PRIMARY KEY, ad_level INTEGER, label TEXT, "
+                   "cost INTEGER)")
+        db.execute(f"CREATE TABLE {t['sales']} (day INTEGER PRIMARY KEY, price_level INTEGER, unit_price INTEGER, "
+                   "ad_level INTEGER, demand INTEGER, sold INTEGER, lost INTEGER, closing_stock INTEGER, "
+                   "closing_cash INTEGER)")
+        db.execute(f"CREATE TABLE {t['state']} (key TEXT PRIMARY KEY, value INTEGER)")
+        db.execute(f"INSERT INTO {t['catalog']} VALUES (?, ?, ?, ?, ?)",
+                   (v["sku"], v["item"], v["unit"], v["supplier"], params["capacity"]))
+        db.executemany(f"INSERT INTO {t['prices']} VALUES (?, ?, ?)",
+                       [(k, self.PRICE_LABELS[k], params["price_levels"][k]) for k in range(3)])
+        db.execute(f"INSERT INTO {t['stock']} VALUES (?, ?)", (v["sku"], params["initial_stock"]))
+        db.executemany(f"INSERT INTO {t['state']} VALUES (?, ?)",
+                       [("day", 0), ("pending", 0), ("price_level", 1), ("ad_level", 0), ("owner", 0),
+                        ("bankrupt", 0), ("estimates", 0)])
+        self._book(0, "opening balance", params["initial_cash"])
+
+    @staticmethod
+    def ticket_path(params, episode_seed):
+        """One ticket a day, r_t = randrange(2^30) from random.Random(seed), whatever is decided."""
+        rng = random.Random(episode_seed)
+        return [rng.randrange(1 << 30) for _ in range(params["horizon"])]
+
+    @staticmethod
+    def demand_of(weights, ticket):
+        """The demand a ticket picks from integer weights: position ticket·W // 2^30 in the cumulative weights."""
+        position, demand = ticket * sum(weights) >> 30, 0
+        while position >= weights[demand]:
+            position -= weights[demand]
+            demand += 1
+        return demand
+
+    # -- state helpers --------------------------------------------------------------------
+    def _get(self, key):
+        return self.db.execute(f"SELECT value FROM {self.t['state']} WHERE key = ?", (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute(f"UPDATE {self.t['state']} SET value = ? WHERE key = ?", (value, key))
+
+    def _book(self, day, kind, amount):
+        if amount:
+            self.db.execute(f"INSERT INTO {self.t['ledger']} (day, kind, amount) VALUES (?, ?, ?)",
+                            (day, kind, amount))
+
+    def _cash(self):
+        return self.db.execute(f"SELECT COALESCE(SUM(amount), 0) FROM {self.t['ledger']}").fetchone()[0]
+
+    def _on_hand(self):
+        return self.db.execute(f"SELECT on_hand FROM {self.t['stock']}").fetchone()[0]
+
+    def _set_on_hand(self, value):
+        self.db.execute(f"UPDATE {self.t['stock']} SET on_hand = ?", (value,))
+
+    def _in_transit(self):
+        return self.db.execute(f"SELECT COALESCE(SUM(quantity), 0) FROM {self.t['orders']} "
+                               "WHERE status = 'in transit'").fetchone()[0]
+
+    def _receive(self, day):
+        orders = self.t["orders"]
+        arriving = self.db.execute(f"SELECT COALESCE(SUM(quantity), 0) FROM {orders} WHERE status = 'in transit' "
+                                   "AND arrives_day <= ?", (day,)).fetchone()[0]
+        self.db.execute(f"UPDATE {orders} SET status = 'received' WHERE status = 'in transit' AND arrives_day <= ?",
+                        (day,))
+        self._set_on_hand(self._on_hand() + arriving)
+
+    def _lose_transit(self):
+        self.db.execute(f"UPDATE {self.t['orders']} SET status = 'lost' WHERE status = 'in transit'")
+
+    def _traffic(self, day):
+        p = self.p
+        return min(2, p["weekday_boost"][day % 7] + (1 if p["peak_start"] <= day < p["peak_end"] else 0))
+
+    def _order_cost(self, quantity):
+        return (self.p["order_fee"] if quantity > 0 else 0) + self.p["unit_cost"] * quantity
+
+    def _open(self):
+        if self.over():
+            raise AgentError("the store is closed; the episode is over")
+
+    # -- episode ----------------------------------------------------------------------------
+    def over(self):
+        return self._get("bankrupt") == 1 or self._get("day") >= self.p["horizon"]
+
+    def utility(self):
+        penalty = self.p["bankruptcy_penalty"] if self._get("bankrupt") else 0
+        return self._get("owner") + self._cash() - self.p["initial_cash"] - penalty
+
+    def run_out(self):
+        self._set("pending", 0)
+        while not self.over():
+            self.tool_end_day()
+
+    # -- probes -----------------------------------------------------------------------------
+    def tool_get_price_list(self):
+        rows = self.db.execute(f"SELECT level, label, unit_price FROM {self.t['prices']} ORDER BY level").fetchall()
+        return {"price_levels": [{"level": k, "label": label, "unit_price": price} for k, label, price in rows],
+                "currency": self.v["currency"]}
+
+    def tool_get_supplier_terms(self):
+        return {"unit_cost": self.p["unit_cost"], "order_fee": self.p["order_fee"],
+                "lead_time_days": self.p["lead_time"], "currency": self.v["currency"],
+                "delivery": "before today's sales" if self.p["lead_time"] == 0 else "the next morning"}
+
+    def tool_get_cost_sheet(self):
+        return {"holding_cost_per_unit_left": self.p["holding_cost"], "daily_overhead": self.p["overhead"],
+                "currency": self.v["currency"]}
+
+    def tool_get_ad_rates(self):
+        return {"ad_levels": [{"level": k, "label": self.AD_LABELS[k], "daily_cost": self.p["ad_costs"][k]}
+                              for k in range(3)], "currency": self.v["currency"]}
+
+    def tool_get_traffic_calendar(self):
+        p = self.p
+        return {"boosted_weekdays": [d for d in range(7) if p["weekday_boost"][d]],
+                "peak_season": {"first_day": p["peak_start"], "last_day": p["peak_end"] - 1},
+                "rule": "traffic level of day t = min(2, [weekday t % 7 is boosted] + [t is in the peak season]); "
+                        "0 normal, 1 busy, 2 rush"}
+
+    def tool_get_demand_forecast(self):
+        forecast = []
+        for k in range(3):
+            for price in range(3):
+                for ad in range(3):
+                    row = self.p["demand_weights"][k][price][ad]
+                    total = float(sum(row))
+                    forecast.append({"traffic": k, "price_level": price, "ad_level": ad,
+                                     "probabilities": [w / total for w in row]})
+        return {"demand_distributions": forecast, "support": "probabilities of 0, 1, 2, … units demanded in a day"}
+
+    def tool_estimate_demand(self):
+        k = self._get("estimates")
+        self._set("estimates", k + 1)
+        rng = random.Random(self.seed * 7919 + k)
+        estimates = []
+        for level in range(3):
+            for price in range(3):
+                for ad in range(3):
+                    row = self.p["demand_weights"][level][price][ad]
+                    mean = sum(d * w for d, w in enumerate(row)) / float(sum(row))
+                    noisy = max(0.0, mean + rng.gauss(0.0, 0.3 + 0.25 * mean))
+                    estimates.append({"traffic": level, "price_level": price, "ad_level": ad,
+                                      "estimated_mean_demand": round(noisy, 1)})
+        return {"estimates": estimates, "sample": k + 1,
+                "note": "a quick market-research estimate with random error; each call draws fresh error"}
+
+    # -- observations -----------------------------------------------------------------------
+    def tool_view_stock(self):
+        return {"on_hand": self._on_hand(), "in_transit": self._in_transit(), "ordered_today": self._get("pending"),
+                "capacity": self.p["capacity"], "unit": self.v["unit"]}
+
+    def tool_view_cash(self):
+        return {"cash": self._cash(), "owner_account": self._get("owner"), "cash_cap": self.p["cash_cap"],
+                "bankrupt": bool(self._get("bankrupt")), "currency": self.v["currency"]}
+
+    def tool_view_storefront(self):
+        price, ad = self._get("price_level"), self._get("ad_level")
+        return {"price_level": price, "price_label": self.PRICE_LABELS[price], "ad_level": ad,
+                "ad_label": self.AD_LABELS[ad]}
+
+    def tool_view_calendar(self):
+        day = self._get("day")
+        return {"day": day, "weekday": day % 7, "days_left": max(0, self.p["horizon"] - day),
+                "horizon": self.p["horizon"]}
+
+    def tool_view_orders(self, limit=10):
+        keys = ("order_id", "day_placed", "quantity", "cost", "arrives_day", "status")
+        rows = self.db.execute(f"SELECT {', '.join(keys)} FROM {self.t['orders']} ORDER BY order_id DESC LIMIT ?",
+                               (limit,)).fetchall()
+        return {"orders": [dict(zip(keys, row)) for row in rows]}
+
+    def tool_view_sales(self, last_days=7):
+        keys = ("day", "price_level", "unit_price", "ad_level", "demand", "sold", "lost", "closing_stock",
+                "closing_cash")
+        rows = self.db.execute(f"SELECT {', '.join(keys)} FROM {self.t['sales']} ORDER BY day DESC LIMIT ?",
+                               (last_days,)).fetchall()
+        return {"days": [dict(zip(keys, row)) for row in rows]}
+
+    def tool_view_ledger(self, last_entries=20):
+        rows = self.db.execute(f"SELECT entry_id, day, kind, amount FROM {self.t['ledger']} ORDER BY entry_id DESC "
+                               "LIMIT ?", (last_entries,)).fetchall()
+        return {"entries": [{"entry": e, "day": d, "kind": k, "amount": a} for e, d, k, a in rows],
+                "cash": self._cash(), "owner_account": self._get("owner"), "currency": self.v["currency"]}
+
+    # -- decisions --------------------------------------------------------------------------
+    def tool_set_price(self, level):
+        self._open()
+        self._set("price_level", level)
+        return {"price_level": level, "price_label": self.PRICE_LABELS[level]}
+
+    def tool_set_ads(self, level):
+        self._open()
+        self._set("ad_level", level)
+        return {"ad_level": level, "ad_label": self.AD_LABELS[level]}
+
+    def tool_place_order(self, quantity):
+        self._open()
+        p, v, pending = self.p, self.v, self._get("pending")
+        stocked = self._on_hand() + self._in_transit() + pending
+        if stocked + quantity > p["capacity"]:
+            raise AgentError(f"the warehouse holds {p['capacity']} {v['unit']}; on hand, in transit and ordered today "
+                             f"already come to {stocked}")
+        cost, cash = self._order_cost(pending + quantity), self._cash()
+        if cost > cash:
+            raise AgentError(f"an order of {pending + quantity} {v['unit']} costs {cost} {v['currency']} (fee "
+                             f"included) but the cash is {cash}")
+        self._set("pending", pending + quantity)
+        return {"ordered_today": pending + quantity, "order_cost": cost}
+
+    def tool_cancel_order(self):
+        self._open()
+        if self._get("pending") == 0:
+            raise AgentError("nothing has been ordered today")
+        self._set("pending", 0)
+        return {"ordered_today": 0}
+
+    def tool_end_day(self):
+        self._open()
+        p, day, quantity = self.p, self._get("day"), self._get("pending")
+        price, ad = self._get("price_level"), self._get("ad_level")
+        if quantity > 0:
+            self.db.execute(f"INSERT INTO {self.t['orders']} (day_placed, quantity, cost, arrives_day, status) "
+                            "VALUES (?, ?, ?, ?, 'in transit')",
+                            (day, quantity, self._order_cost(quantity), day + p["lead_time"]))
+            self._book(day, "purchase", -p["unit_cost"] * quantity)
+            self._book(day, "order fee", -p["order_fee"])
+        if p["lead_time"] == 0:
+            self._receive(day)
+        on_hand = self._on_hand()
+        demand = World.demand_of(p["demand_weights"][self._traffic(day)][price][ad], self.tickets[day])
+        sold = min(on_hand, demand)
+        closing = on_hand - sold
+        self._book(day, "sales", p["price_levels"][price] * sold)
+        self._book(day, "advertising", -p["ad_costs"][ad])
+        self._book(day, "overhead", -p["overhead"])
+        self._book(day, "holding", -p["holding_cost"] * closing)
+        self.db.execute(f"INSERT INTO {self.t['campaigns']} VALUES (?, ?, ?, ?)",
+                        (day, ad, self.AD_LABELS[ad], p["ad_costs"][ad]))
+        cash = self._cash()
+        self._set_on_hand(closing)
+        self._set("pending", 0)
+        self._set("day", day + 1)
+        result = {"day_closed": day, "demand": demand, "sold": sold, "lost_sales": demand - sold,
+                  "on_hand": closing, "days_left": p["horizon"] - day - 1}
+        if cash < 0:
+            self._set("bankrupt", 1)
+            self._lose_transit()
+            result.update({"bankrupt": True, "cash": cash, "penalty": p["bankruptcy_penalty"],
+                           "outcome": "cash fell below zero: the store is bankrupt and the episode is over"})
+        else:
+            transfer = max(0, cash - p["cash_cap"])
+            if transfer:
+                self._book(day, "transfer to owner", -transfer)
+                self._set("owner", self._get("owner") + transfer)
+            result.update({"cash": cash - transfer, "transferred_to_owner": transfer})
+            if day + 1 < p["horizon"]:
+                self._receive(day + 1)
+            else:
+                self._lose_transit()
+        self.db.execute(f"INSERT INTO {self.t['sales']} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (day, price, p["price_levels"][price], ad, demand, sold, demand - sold, closing, cash))
+        result["owner_account"] = self._get("owner")
+        return result
+
+    # -- what the player reads --------------------------------------------------------------
+    def instruction(self, presentation, turn_budget):
+        p, v, n = self.p, self.v, self.name
+        cur = v["currency"]
+        opening = (f"You run the {v['site']}'s online store for {v['item']} ({v['sku']}) for {p['horizon']} days, "
+                   f"numbered 0 to {p['horizon'] - 1}. Day 0 opens with {p['initial_stock']} {v['unit']} in the "
+                   f"warehouse (it holds {p['capacity']}, counting units on order) and {p['initial_cash']} {cur} in "
+                   "cash.")
+        daily = (f"Each day: {n['set_price']} picks the price level (0 low, 1 middle, 2 high) and {n['set_ads']} the "
+                 "advertising level (0 none, 1 low, 2 high); both stay until you change them, and the store opens at "
+                 f"the middle price without ads. {n['place_order']} reorders from the {v['supplier']} (a fee per order "
+                 f"plus a cost per unit, paid from today's cash; {n['cancel_order']} undoes today's order). "
+                 f"{n['end_day']} closes the day: the order is paid, customers arrive, sales are made from stock and "
+                 "unmet demand is lost, then advertising, a daily overhead and a holding cost per unit left are "
+                 "charged.")
+        demand = ("Demand depends on the price level, the advertising level and the day's traffic (normal, busy or "
+                  "rush: some weekdays and a peak season are busier).")
+        rules = (f"Cash below zero at the end of a day is bankruptcy: the episode ends at once and "
+                 f"{p['bankruptcy_penalty']} {cur} is deducted from your score. Every night cash above "
+                 f"{p['cash_cap']} {cur} is transferred to the owner's account; it still counts. Stock left after "
+                 "the last day is worthless.")
+        score = ("Your score is the owner's account plus the final cash minus the opening cash. You have "
+                 f"{turn_budget} turns: every successful tool call uses its turn cost; when they run out, today's "
+                 "order is dropped and the remaining days are closed with the current price and ads and no new "
+                 "orders.")
+        lines = [self.skin["narrative"], "", opening, daily, demand, rules, score, ""]
+        if presentation == "I":
+            boosted = [d for d in range(7) if p["weekday_boost"][d]]
+            arrival = "before that day's sales" if p["lead_time"] == 0 else "the next morning (day d + 1)"
+            lines.append(f"Prices per unit by level (low, middle, high): {', '.join(str(x) for x in p['price_levels'])}"
+                         f" {cur}. Advertising per day (none, low, high): {', '.join(str(x) for x in p['ad_costs'])} "
+                         f"{cur}.")
+            lines.append(f"Unit cost {p['unit_cost']}, order fee {p['order_fee']}, holding cost {p['holding_cost']} "
+                         f"per unit left at the end of a day, overhead {p['overhead']} per day (all in {cur}). An "
+                         f"order placed on day d arrives {arrival}.")
+            lines.append(f"Traffic of day t: min(2, [weekday t % 7 in {boosted}] + [{p['peak_start']} <= t <= "
+                         f"{p['peak_end'] - 1}]), 0 normal, 1 busy, 2 rush.")
+            lines.append(f"Daily demand, probability of 0, 1, 2, … {v['unit']}, by traffic / price level / ad level:")
+            for k in range(3):
+                for price in range(3):
+                    for ad in range(3):
+                        row = p["demand_weights"][k][price][ad]
+                        shares = ", ".join(f"{w / float(sum(row)):.3f}" for w in row)
+                        lines.append(f"  {self.TRAFFIC_LABELS[k]} / {self.PRICE_LABELS[price]} / "
+                                     f"{self.AD_LABELS[ad]}: {shares}")
+        else:
+            lines.append(f"Prices, costs, lead time, traffic and demand are not given. {n['get_price_list']}, "
+                         f"{n['get_supplier_terms']}, {n['get_cost_sheet']}, {n['get_ad_rates']} and "
+                         f"{n['get_traffic_calendar']} reveal them (a turn each); {n['get_demand_forecast']} gives "
+                         f"the exact demand distributions (2 turns); {n['estimate_demand']} gives a cheap noisy "
+                         "estimate of the mean demands (1 turn, fresh error each call).")
+        return "\n".join(lines)
+
+
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+_LEVEL = {"type": "object", "properties": {"level": {"type": "integer", "minimum": 0, "maximum": 2,
+                                                     "description": "0, 1 or 2"}},
+          "required": ["level"], "additionalProperties": False}
+
+
+def _count(key: str, what: str) -> dict:
+    return {"type": "object", "properties": {key: {"type": "integer", "minimum": 1, "maximum": 1000,
+                                                   "description": what}}, "additionalProperties": False}
+
+
+TOOLS = (
+    ToolSpec("get_price_list", "probe", "Read the {site}'s price list for {item}: the unit price in {currency} of "
+             "each price level (low, middle, high).", _NO_ARGS, reveals=("price_levels",)),
+    ToolSpec("get_supplier_terms", "probe", "Read the {supplier}'s terms: unit cost, fee per order and delivery "
+             "lead time.", _NO_ARGS, reveals=("unit_cost", "order_fee", "lead_time")),
+    ToolSpec("get_cost_sheet", "probe", "Read the {site}'s running costs: holding cost per unit left overnight "
+             "and the daily overhead, in {currency}.", _NO_ARGS, reveals=("holding_cost", "overhead")),
+    ToolSpec("get_ad_rates", "probe", "Read the daily cost in {currency} of each advertising level (none, low, "
+             "high).", _NO_ARGS, reveals=("ad_costs",)),
+    ToolSpec("get_traffic_calendar", "probe", "Read the traffic calendar: which weekdays are boosted and when the "
+             "peak season runs.", _NO_ARGS, reveals=("weekday_boost", "peak_start", "peak_end")),
+    ToolSpec("get_demand_forecast", "probe", "Read the exact demand forecast for {item}: the probability of each "
+             "daily demand for every traffic level, price level and ad level (costs 2 turns).", _NO_ARGS,
+             reveals=("demand_weights",), turn_cost=2),
+    ToolSpec("estimate_demand", "probe", "Get a quick market-research estimate (not exact: each figure has random "
+             "error, drawn fresh on every call) of the mean daily demand of {item} for every traffic level, price "
+             "level and ad level (costs 1 turn).", _NO_ARGS, noisy=True),
+    ToolSpec("view_stock", "observe", "Show {unit} on hand, in transit and ordered today, and the warehouse "
+             "capacity.", _NO_ARGS),
+    ToolSpec("view_cash", "observe", "Show the {site}'s cash, the owner's account and the cash cap.", _NO_ARGS),
+    ToolSpec("view_storefront", "observe", "Show the current price level and advertising level.", _NO_ARGS),
+    ToolSpec("view_calendar", "observe", "Show today's day number, weekday and the days left.", _NO_ARGS),
+    ToolSpec("view_orders", "observe", "List the most recent orders to the {supplier} with their status.",
+             _count("limit", "how many orders to list")),
+    ToolSpec("view_sales", "observe", "List recent days: price and ad levels, demand, sales, lost sales, closing "
+             "stock and cash.", _count("last_days", "how many days back")),
+    ToolSpec("view_ledger", "observe", "List the latest ledger entries of the {site} in {currency}.",
+             _count("last_entries", "how many entries to list")),
+    ToolSpec("set_price", "decision", "Set the price level of {item} from today on: 0 low, 1 middle, 2 high.",
+             _LEVEL),
+    ToolSpec("set_ads", "decision", "Set the advertising level from today on: 0 none, 1 low, 2 high (charged "
+             "every day at close).", _LEVEL),
+    ToolSpec("place_order", "decision", "Order {item} from the {supplier} today (adds to today's order; it must "
+             "fit the warehouse and today's cash; paid when the day closes).",
+             {"type": "object", "properties": {"quantity": {"type": "integer", "minimum": 1, "maximum": 1000,
+                                                            "description": "number of {unit} to order"}},
+              "required": ["quantity"], "additionalProperties": False}),
+    ToolSpec("cancel_order", "decision", "Cancel everything ordered today.", _NO_ARGS),
+    ToolSpec("end_day", "clock", "Close the day: pay today's order, serve the day's customers, charge "
+             "advertising, overhead and holding, sweep cash above the cap to the owner and move to the next "
+             "day.", _NO_ARGS),
+)
+
+register(Family(
+    name="ecommerce",
+    version="1",
+    group="beyond",
+    model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
+    solver="backward Bellman recursion over (day, stock, cash) (numpy)",
+    doc=__doc__,
+    Params=Params,
+    sample=sample,
+    solve=solve,
+    default_policy=default_policy,
+    idle_policy=idle_policy,
+    random_policy=random_policy,
+    evaluate=evaluate,
+    simulate=simulate,
+    tools=TOOLS,
+    world=World,
+    hidden=HIDDEN,
+    # z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
+    # default (middle price, no ads, order-up-to) already nearly solves the instance
+    default_band=(-1.0, 0.95),
+    knob_ranges={"size": (4, 12), "horizon": (60, 365)},
+    turn_budget=turn_budget,
+    plan_format=(
+        "an integer array of shape [horizon, capacity + 1, cash_cap + 1, 3]: entry [d, s, c] is the plan for day d "
+        "when it opens with s units in stock and cash c, as (order quantity q, price level 0–2 indexing "
+        "price_levels, ad level 0–2 indexing ad_costs), where q ≥ 0, s + q ≤ capacity and (q > 0)·order_fee + "
+        "unit_cost·q ≤ c."
+    ),
+    tables=("catalog", "prices", "stock", "orders", "ledger", "campaigns", "sales", "state"),
+    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
+))
