@@ -151,3 +151,15 @@ def test_a_tool_schema_that_is_not_json_schema_is_rejected_by_interface(batch):
     verdicts = check_batch(FAMILY, wrong, candidates[:1])
     interface = next(g for g in verdicts[0].gates if g.name == "interface")
     assert not interface.passed and "JSON Schema 2020-12" in interface.message
+
+
+def test_a_dropped_domain_check_is_rejected_by_reference_agreement(batch):
+    """Every replayed plan is valid, so only random schema-valid calls reach the capacity check."""
+    output, candidates = batch
+    wrong = _mutate(output, 'if stocked + quantity > self.p["capacity"]:', 'if False:')
+    verdicts = check_batch(FAMILY, wrong, candidates)
+    assert not any(v.admitted for v in verdicts if v.references and "default_band" not in _failed([v]))
+    failed = _failed(verdicts)
+    assert "reference_agreement" in failed
+    gate = next(g for v in verdicts for g in v.gates if g.name == "reference_agreement" and not g.passed)
+    assert "refused" in gate.message and "reference" in gate.message

@@ -31,6 +31,8 @@ from vhd.tasks.solve import unpack_policy
 
 CHECKER_VERSION = "1"
 RANDOM_TRAJECTORIES = 3
+RANDOM_CALL_SEQUENCES = 2
+RANDOM_CALLS = 40
 EXTRA_THETAS = 2
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES_REQUIRED = ("probe", "decision", "clock")
@@ -132,10 +134,15 @@ class Evidence:
     extras: list[dict[str, Any]]
     failure: str
     twin: dict[str, Any] | None = None
+    reference_runs: list[dict[str, Any]] = field(default_factory=list)
 
     def played(self, name: str) -> dict[str, Any]:
         index = [n for n, _ in self.refs.episodes()].index(name)
         return self.first["trajectories"][index]
+
+    def random_calls_played(self) -> list[dict[str, Any]]:
+        start = len(self.refs.episodes())
+        return self.first["trajectories"][start:start + RANDOM_CALL_SEQUENCES]
 
 
 def gate_executes(ev: Evidence) -> tuple[bool, str]:
@@ -203,6 +210,26 @@ def gate_dynamics_agreement(ev: Evidence) -> tuple[bool, str]:
     return True, f"{len(ev.refs.episodes()) - 1} trajectories agree with the reference simulator"
 
 
+def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
+    """Schema-valid random calls, valid for the domain or not, are accepted or refused exactly
+    as the family's reference World does, with the same utility and turn count afterwards."""
+    for k, (played, expected) in enumerate(zip(ev.random_calls_played(), ev.reference_runs)):
+        if expected.get("exception"):
+            return False, f"the family's reference World raised on random sequence {k}: {expected['exception'][-200:]}"
+        if played.get("exception"):
+            return False, f"random call sequence {k} raised: {played['exception'][-300:]}"
+        if played["errors"] != expected["errors"]:
+            return False, (f"random call sequence {k}: the module refused {played['errors']} of {RANDOM_CALLS} calls, "
+                           f"the family's reference World {expected['errors']} (reference's first refusal: "
+                           f"{expected['first_error']}; module's: {played['first_error']})")
+        if not _close(played["utility"], expected["utility"]) or played["turns_used"] != expected["turns_used"] or \
+                played["terminal"] != expected["terminal"]:
+            return False, (f"random call sequence {k}: after the same calls the module reports utility "
+                           f"{played['utility']} in {played['turns_used']} turns, the reference World "
+                           f"{expected['utility']} in {expected['turns_used']}")
+    return True, f"{len(ev.reference_runs)} random sequences of {RANDOM_CALLS} schema-valid calls agree with the reference"
+
+
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
     if ev.second is None:
         return False, "the second process produced no report"
@@ -252,6 +279,83 @@ def perturbed(value: Any) -> Any:
     if isinstance(value, list):
         return [perturbed(v) for v in value]
     return value + 1 if isinstance(value, int) else value * 1.25 + 0.5
+
+
+def _random_value(prop: dict[str, Any], rng: np.random.Generator, scale: int) -> Any:
+    """A value the schema accepts: near the bottom of the range most of the time, anywhere else."""
+    if "enum" in prop:
+        return prop["enum"][int(rng.integers(len(prop["enum"])))]
+    kind = prop.get("type")
+    if kind in ("integer", "number"):
+        lo = prop.get("minimum", 0)
+        hi = prop.get("maximum", lo + 4 * scale)
+        if rng.random() < 0.7:
+            hi = min(hi, lo + 2 * scale)
+        value = int(rng.integers(int(math.ceil(lo)), int(math.floor(hi)) + 1))
+        return value if kind == "integer" else value + (0.5 if value + 0.5 <= hi and rng.random() < 0.3 else 0.0)
+    if kind == "boolean":
+        return bool(rng.integers(2))
+    return "note " + str(int(rng.integers(100)))
+
+
+def random_calls(family: Family, theta: dict[str, Any], rng: np.random.Generator,
+                 length: int = RANDOM_CALLS) -> list[dict[str, Any]]:
+    """Canonical calls that every schema accepts, valid for the world or not: mostly decisions,
+    then the clock, observations and probes (the turn budget is left to the world)."""
+    scale = max([int(v) for v in theta.values() if isinstance(v, int) and not isinstance(v, bool)] + [4])
+    scale = min(scale, 50)
+    weights = {"decision": 0.5, "clock": 0.2, "observe": 0.15, "probe": 0.15}
+    tools = [t for t in family.tools]
+    p = np.array([weights[t.role] / sum(1 for u in tools if u.role == t.role) for t in tools])
+    calls = []
+    for _ in range(length):
+        spec = tools[int(rng.choice(len(tools), p=p / p.sum()))]
+        properties = spec.input_schema.get("properties", {})
+        required = set(spec.input_schema.get("required", []))
+        arguments = {key: _random_value(prop, rng, scale) for key, prop in properties.items()
+                     if key in required or rng.random() < 0.5}
+        calls.append({"tool": spec.name, "arguments": arguments})
+    return calls
+
+
+_REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
+
+
+def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
+    """The family's own World rendered by the template setter and executed here: trusted code,
+    the oracle the reference_agreement gate compares a candidate module with."""
+    if family.code_version not in _REFERENCE:
+        import types
+
+        from vhd.schemas.errors import SetterError
+        from vhd.tasks.passages import builtin_passages
+        from vhd.tasks.setters.template import render_module
+
+        output = None
+        for passage in builtin_passages():  # the first passage that has the family's vocabulary
+            try:
+                output = render_module(family, passage)
+                break
+            except SetterError:
+                continue
+        if output is None:
+            raise SetterError(f"no built-in passage can skin {family.name}'s reference World")
+        module = types.ModuleType(f"vhd_reference_{family.name}")
+        exec(compile(output.module, f"<reference {family.code_version}>", "exec"), module.__dict__)
+        _REFERENCE[family.code_version] = (module, output)
+    return _REFERENCE[family.code_version]
+
+
+def reference_runs(family: Family, candidate: Candidate, sequences: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    from vhd.tasks.sandbox.runner import _play
+
+    module, output = reference_module(family)
+    return [_play(module, candidate.config(), to_calls(output, calls), None) for calls in sequences]
+
+
+def call_sequences(family: Family, candidate: Candidate) -> list[list[dict[str, Any]]]:
+    rng = np.random.default_rng([candidate.episode_seed, 0xCA11])
+    return [random_calls(family, candidate.model.theta, rng) for _ in range(RANDOM_CALL_SEQUENCES)]
 
 
 def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[str, Any]]:
@@ -308,6 +412,7 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("replay_agreement", gate_replay_agreement),
     ("no_policy_beats_optimum", gate_no_policy_beats_optimum),
     ("dynamics_agreement", gate_dynamics_agreement),
+    ("reference_agreement", gate_reference_agreement),
     ("determinism", gate_determinism),
     ("robustness", gate_robustness),
     ("information_hiding", gate_information_hiding),
@@ -318,7 +423,7 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
 
 
 def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
-         refs: list[References]) -> dict[str, Any]:
+         refs: list[References], sequences: list[list[list[dict[str, Any]]]]) -> dict[str, Any]:
     clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
     fuzz = fuzz_calls(setter_output, family)
     looks = [{"tool": setter_output.tool_name(t.name), "arguments": {}} for t in family.tools_with_role("observe")
@@ -327,11 +432,12 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                                                                       for key in t.input_schema.get("required", [])}}
               for t in family.tools_with_role("probe")]
     episodes = []
-    for c, r in zip(candidates, refs):
+    for c, r, random_sequences in zip(candidates, refs, sequences):
         optimal = to_calls(setter_output, r.optimal.calls)
         half = len(optimal) // 2
         episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
-                         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()] + [looks, probes],
+                         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()]
+                         + [to_calls(setter_output, calls) for calls in random_sequences] + [looks, probes],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with every hidden parameter moved
             theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
@@ -377,18 +483,23 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
     started = time.perf_counter()
     refs = [references(family, c) for c in candidates]
     simulate_seconds = (time.perf_counter() - started) / max(1, len(candidates))
-    job = _job(family, setter_output, candidates, refs)
+    started = time.perf_counter()
+    sequences = [call_sequences(family, c) for c in candidates]
+    expected = [reference_runs(family, c, seqs) for c, seqs in zip(candidates, sequences)]
+    reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
+    job = _job(family, setter_output, candidates, refs, sequences)
     first = run_job(job, limits, hash_seed=1)
     second = run_job(job, limits, hash_seed=2) if first.status == "ok" else SandboxResult(first.status)
     share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),
-             "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2}
+             "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2,
+             "reference_agreement": reference_seconds}
     extras = [first.episodes.get(f"extra-{k}") for k in range(EXTRA_THETAS)]
     verdicts = []
-    for candidate, ref in zip(candidates, refs):
+    for candidate, ref, runs in zip(candidates, refs, expected):
         report = first.episodes.get(candidate.env_id)
         failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
         evidence = Evidence(family, candidate, ref, report, second.episodes.get(candidate.env_id),
-                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"))
+                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"), runs)
         verdict = Verdict(candidate, ref)
         for name, gate in GATES:
             t0 = time.perf_counter()
