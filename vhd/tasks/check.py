@@ -31,8 +31,9 @@ from vhd.tasks.solve import unpack_policy
 
 CHECKER_VERSION = "1"
 RANDOM_TRAJECTORIES = 3
-RANDOM_CALL_SEQUENCES = 2
-RANDOM_CALLS = 40
+RANDOM_CALL_SEQUENCES = 4
+RANDOM_CALLS = 60
+INSERTED_DECISIONS = 6
 EXTRA_THETAS = 2
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES_REQUIRED = ("probe", "decision", "clock")
@@ -142,7 +143,7 @@ class Evidence:
 
     def random_calls_played(self) -> list[dict[str, Any]]:
         start = len(self.refs.episodes())
-        return self.first["trajectories"][start:start + RANDOM_CALL_SEQUENCES]
+        return self.first["trajectories"][start:start + len(self.reference_runs)]
 
 
 def gate_executes(ev: Evidence) -> tuple[bool, str]:
@@ -219,7 +220,7 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
         if played.get("exception"):
             return False, f"random call sequence {k} raised: {played['exception'][-300:]}"
         if played["errors"] != expected["errors"]:
-            return False, (f"random call sequence {k}: the module refused {played['errors']} of {RANDOM_CALLS} calls, "
+            return False, (f"random call sequence {k}: the module refused {played['errors']} calls, "
                            f"the family's reference World {expected['errors']} (reference's first refusal: "
                            f"{expected['first_error']}; module's: {played['first_error']})")
         if not _close(played["utility"], expected["utility"]) or played["turns_used"] != expected["turns_used"] or \
@@ -227,7 +228,7 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
             return False, (f"random call sequence {k}: after the same calls the module reports utility "
                            f"{played['utility']} in {played['turns_used']} turns, the reference World "
                            f"{expected['utility']} in {expected['turns_used']}")
-    return True, f"{len(ev.reference_runs)} random sequences of {RANDOM_CALLS} schema-valid calls agree with the reference"
+    return True, f"{len(ev.reference_runs)} sequences of schema-valid random calls agree with the reference World"
 
 
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
@@ -288,9 +289,7 @@ def _random_value(prop: dict[str, Any], rng: np.random.Generator, scale: int) ->
     kind = prop.get("type")
     if kind in ("integer", "number"):
         lo = prop.get("minimum", 0)
-        hi = prop.get("maximum", lo + 4 * scale)
-        if rng.random() < 0.7:
-            hi = min(hi, lo + 2 * scale)
+        hi = min(prop.get("maximum", lo + 3 * scale), lo + (scale if rng.random() < 0.7 else 3 * scale))
         value = int(rng.integers(int(math.ceil(lo)), int(math.floor(hi)) + 1))
         return value if kind == "integer" else value + (0.5 if value + 0.5 <= hi and rng.random() < 0.3 else 0.0)
     if kind == "boolean":
@@ -298,13 +297,21 @@ def _random_value(prop: dict[str, Any], rng: np.random.Generator, scale: int) ->
     return "note " + str(int(rng.integers(100)))
 
 
-def random_calls(family: Family, theta: dict[str, Any], rng: np.random.Generator,
-                 length: int = RANDOM_CALLS) -> list[dict[str, Any]]:
+CALL_PROFILES = (  # role weights of the random sequences: balanced, long decision runs, the clock to the end, mixed
+    {"decision": 0.5, "clock": 0.2, "observe": 0.15, "probe": 0.15},
+    {"decision": 0.8, "clock": 0.02, "observe": 0.09, "probe": 0.09},
+    {"decision": 0.0, "clock": 0.6, "observe": 0.2, "probe": 0.2},
+    {"decision": 0.3, "clock": 0.5, "observe": 0.1, "probe": 0.1},
+)
+
+
+def random_calls(family: Family, knobs: dict[str, Any], rng: np.random.Generator, length: int = RANDOM_CALLS,
+                 weights: dict[str, float] = CALL_PROFILES[0]) -> list[dict[str, Any]]:
     """Canonical calls that every schema accepts, valid for the world or not: mostly decisions,
-    then the clock, observations and probes (the turn budget is left to the world)."""
-    scale = max([int(v) for v in theta.values() if isinstance(v, int) and not isinstance(v, bool)] + [4])
-    scale = min(scale, 50)
-    weights = {"decision": 0.5, "clock": 0.2, "observe": 0.15, "probe": 0.15}
+    then the clock, observations and probes (the turn budget is left to the world). Integers
+    fall mostly within the knobs' scale (item numbers, quantities, days), so that many calls
+    are valid and the refusals that remain are the world's own domain checks."""
+    scale = max([int(v) for v in knobs.values() if isinstance(v, int)] + [4])
     tools = [t for t in family.tools]
     p = np.array([weights[t.role] / sum(1 for u in tools if u.role == t.role) for t in tools])
     calls = []
@@ -353,9 +360,22 @@ def reference_runs(family: Family, candidate: Candidate, sequences: list[list[di
     return [_play(module, candidate.config(), to_calls(output, calls), None) for calls in sequences]
 
 
-def call_sequences(family: Family, candidate: Candidate) -> list[list[dict[str, Any]]]:
+def call_sequences(family: Family, candidate: Candidate, refs: References) -> list[list[dict[str, Any]]]:
+    """Random call sequences, each then played to the end by the clock (as many clock calls as
+    the turn budget: the calls past the end must be refused on both sides): RANDOM_CALL_SEQUENCES
+    from the role profiles, and π*'s and the default's paths with INSERTED_DECISIONS random
+    decisions slipped in at random points (the boundary cases: a full knapsack, a spent budget)."""
     rng = np.random.default_rng([candidate.episode_seed, 0xCA11])
-    return [random_calls(family, candidate.model.theta, rng) for _ in range(RANDOM_CALL_SEQUENCES)]
+    clock = [{"tool": family.tools_with_role("clock")[0].name, "arguments": {}}] * candidate.turn_budget
+    sequences = [random_calls(family, candidate.model.knobs, rng, weights=CALL_PROFILES[k % len(CALL_PROFILES)])
+                 for k in range(RANDOM_CALL_SEQUENCES)]
+    decisions_only = {"decision": 1.0, "clock": 0.0, "observe": 0.0, "probe": 0.0}
+    for episode in (refs.optimal, refs.default):
+        path = list(episode.calls)
+        for extra in random_calls(family, candidate.model.knobs, rng, INSERTED_DECISIONS, decisions_only):
+            path.insert(int(rng.integers(len(path) + 1)), extra)
+        sequences.append(path)
+    return [calls + clock for calls in sequences]
 
 
 def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[str, Any]]:
@@ -484,7 +504,7 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
     refs = [references(family, c) for c in candidates]
     simulate_seconds = (time.perf_counter() - started) / max(1, len(candidates))
     started = time.perf_counter()
-    sequences = [call_sequences(family, c) for c in candidates]
+    sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
     expected = [reference_runs(family, c, seqs) for c, seqs in zip(candidates, sequences)]
     reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
     job = _job(family, setter_output, candidates, refs, sequences)
@@ -505,6 +525,8 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
             t0 = time.perf_counter()
             if failure and name != "executes":
                 passed, message = False, "not run: the module did not execute"
+            elif name != "executes" and not verdict.gates[0].passed:
+                passed, message = False, "not run: executes failed, so the other reports are incomplete"
             else:
                 passed, message = gate(evidence)
             verdict.gates.append(GateResult(name, passed, message, share.get(name, 0.0) + time.perf_counter() - t0))
