@@ -50,9 +50,9 @@ def test_the_grader_gate_fails_when_the_stored_optimum_is_wrong():
     gates = dict((g, (ok, m)) for g, ok, m, _ in written.gates(FAMILY, theta, s.policy, s.u_star + 1, s.u_default,
                                                                  s.u_idle, text, 0))
     assert gates["plan_grader"][0] is False and "π*" in gates["plan_grader"][1]
+    unstated = text.replace(json.dumps(theta, sort_keys=True), "{}")
     gates = dict((g, (ok, m)) for g, ok, m, _ in written.gates(FAMILY, theta, s.policy, s.u_star, s.u_default,
-                                                                 s.u_idle, text.replace(json.dumps(theta, sort_keys=True),
-                                                                                        "{}"), 0))
+                                                                 s.u_idle, unstated, 0))
     assert gates["interface"][0] is False and "θ" in gates["interface"][1]
 
 

@@ -264,6 +264,67 @@ def check(env_id: str = typer.Argument(..., help="environment id (or a unique pr
 
 @app.command()
 @handles_errors
+def selftest(families: str = typer.Option("", help="comma-separated families (default: every family with admitted "
+                                          "environments)"),
+             modules: int = typer.Option(2, min=1, help="admitted modules mutated per family"),
+             envs: int = typer.Option(3, min=1, help="admitted environments each mutant is checked on"),
+             seed: int = typer.Option(0, min=0, help="seed of the mutation-site choice"),
+             db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """Mutate admitted modules (flipped operators, scaled costs, dropped checks, shifted horizon,
+    free probes, leaked θ, constant utility), run every gate on each mutant, report survivors.
+    Exit 1 if an unmutated module is rejected."""
+    from rich.progress import Progress
+
+    from vhd.mechanisms import registry
+    from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+    from vhd.tasks.check import candidate_from
+    from vhd.tasks.selftest import selftest as run_selftest
+
+    wanted = _csv(families)
+    for name in wanted:
+        registry.get(name)
+    groups: dict[str, list] = {}
+    with _reader(db) as wh:
+        by_module: dict[tuple[str, str], list[EnvironmentRecord]] = {}
+        for env in wh.environments(admitted=True):
+            if env.presentation != "F" and (not wanted or env.family in wanted):
+                by_module.setdefault((env.family, env.setter_output_id), []).append(env)
+        for (name, output_id), stored in sorted(by_module.items()):
+            if len(groups.setdefault(name, [])) >= modules:
+                continue
+            output = wh.get(SetterOutputRecord, output_id)
+            chosen = sorted(stored, key=lambda e: (e.presentation != "A", e.env_id))[:envs]
+            groups[name].append((output, [candidate_from(e, wh.get(ModelRecord, e.model_id),
+                                                         wh.get(SolutionRecord, e.solution_id), output)
+                                          for e in chosen]))
+    if not groups:
+        _fail("no admitted environments to mutate; run `vhd refresh` first")
+    with Progress(console=console, transient=True, disable=as_json) as progress:
+        bar = progress.add_task("mutating families", total=len(groups))
+        report = run_selftest(groups, {name: registry.get(name) for name in groups}, seed,
+                              progress=lambda name: progress.advance(bar))
+    if as_json:
+        _emit(report)
+    else:
+        table = Table("family", "modules", "mutants", "rejected", "survivors", "false rejections", "rate")
+        for name, row in report["families"].items():
+            rate = f"{row['rejection_rate']:.1%}" if row["rejection_rate"] is not None else "–"
+            table.add_row(name, str(row["modules"]), str(row["mutants"]), str(row["rejected"]),
+                          str(len(row["survivors"])), str(row["false_rejections"]), rate)
+        console.print(table)
+        for name, row in report["families"].items():
+            for survivor in row["survivors"]:
+                console.print(f"[yellow]survivor[/yellow] {name} {survivor['operator']} in {survivor['where']}")
+                console.print(survivor["diff"], markup=False, highlight=False)
+        rate = report["rejection_rate"]
+        console.print(f"{report['rejected']}/{report['mutants']} mutants rejected"
+                      + (f" ({rate:.1%})" if rate is not None else "") + f"; {report['false_rejections']} false rejections")
+    if report["false_rejections"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handles_errors
 def score(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
           trajectories: Path = typer.Option(..., "--trajectories", help="JSONL file: one list of {tool, arguments} per line"),
           db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:

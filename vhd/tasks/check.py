@@ -58,6 +58,13 @@ class Candidate:
                 "episode_seed": self.episode_seed, "turn_budget": self.turn_budget}
 
 
+def candidate_from(env: Any, model: ModelRecord, solution: SolutionRecord, output: SetterOutputRecord,
+                   narrative: str = "") -> Candidate:
+    """The candidate a stored environment was made from (to check it again, or its mutants)."""
+    return Candidate(env.env_id, model, solution, output, env.presentation, env.episode_seed, env.turn_budget,
+                     narrative, env.split)
+
+
 @dataclass(frozen=True)
 class References:
     """The family simulator's episodes on the candidate's seed, and exact expected values."""

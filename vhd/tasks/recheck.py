@@ -10,14 +10,14 @@ from typing import Any
 
 from vhd.mechanisms import Family
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
-from vhd.tasks.check import Candidate, check_batch
+from vhd.tasks.check import candidate_from, check_batch
 
 
 def recheck(env: EnvironmentRecord, model: ModelRecord, solution: SolutionRecord, output: SetterOutputRecord,
             family: Family, module: str | None = None) -> dict[str, Any]:
     if module is not None:
         output = output.model_copy(update={"module": module})
-    candidate = Candidate(env.env_id, model, solution, output, env.presentation, env.episode_seed, env.turn_budget)
+    candidate = candidate_from(env, model, solution, output)
     verdict = check_batch(family, output, [candidate])[0]
     return {
         "env_id": env.env_id,

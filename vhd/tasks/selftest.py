@@ -1,0 +1,255 @@
+"""Checker self-test: mutate admitted modules, run every gate on each mutant, count survivors.
+
+    >>> report = selftest({"inventory_dp": [(output, candidates)]}, seed=0)
+    >>> report["total"]["rejected"] / report["total"]["mutants"]
+    1.0
+
+A mutant is the module with one deliberate bug in its `World` class (found with `ast`, so a
+mutation never lands in a comment or the runtime):
+
+| operator | what it does |
+|---|---|
+| `flip_operator` | one `+`↔`-`, `*`→`+`, `<`↔`<=` or `>`↔`>=` in a method that moves the world (tools of role decision or clock, private helpers, `utility`, `run_out`), outside error messages and the observations a tool returns |
+| `scale_cost` | one read of a numeric θ field in such a method, doubled |
+| `drop_check` | one `raise AgentError(...)` in a decision or clock tool replaced by `pass` |
+| `shift_horizon` | every read of θ's horizon-like field (`horizon`, `n_periods`…) plus one |
+| `free_probe` | a probe's turn cost set to 0 in the module's tool table |
+| `leak_hidden` | a no-argument observation tool also returns one hidden θ field |
+| `constant_utility` | `utility()` returns π*'s utility on the first candidate's episode whatever happened |
+
+A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden` and
+`free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
+its operator, the method it changed and a unified diff. Every unmutated module is re-checked
+too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
+change cannot alter any outcome) count as survivors all the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import SetterOutputRecord
+from vhd.tasks.check import Candidate, check_batch
+
+SITES_PER_OPERATOR = 2
+HORIZON_FIELDS = ("horizon", "n_periods", "n_days", "days", "rounds")
+_FLIPS: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
+                            ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    operator: str
+    where: str
+    module: str
+
+
+def _world_span(module: str) -> tuple[int, int]:
+    start = module.index("\nclass World")
+    end = module.rindex("\nSKIN = json.loads(")
+    return start + 1, end
+
+
+def _outside_messages(method: ast.FunctionDef) -> Iterator[ast.AST]:
+    """The nodes of a tool method outside `raise` and `return` statements: an error message or
+    an observation is not dynamics (helpers and `utility` keep their returns: those are values)."""
+    kinds = (ast.Raise, ast.Return) if method.name.startswith("tool_") else (ast.Raise,)
+    skip = {id(node) for r in ast.walk(method) if isinstance(r, kinds) for node in ast.walk(r)}
+    return (node for node in ast.walk(method) if id(node) not in skip)
+
+
+def _dynamics_methods(family: Family, world: ast.ClassDef) -> list[ast.FunctionDef]:
+    moving = {"tool_" + t.name for t in family.tools if t.role in ("decision", "clock")}
+    return [node for node in world.body if isinstance(node, ast.FunctionDef)
+            and (node.name in moving or node.name in ("utility", "run_out")
+                 or (node.name.startswith("_") and not node.name.startswith("__")))]
+
+
+def _theta_reads(node: ast.AST, keys: set[str]) -> Iterator[ast.Subscript]:
+    """`p["k"]`, `self.p["k"]`, `params["k"]` reads of θ keys (outside error messages)."""
+    nodes = _outside_messages(node) if isinstance(node, ast.FunctionDef) else ast.walk(node)
+    for sub in nodes:
+        if (isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Load) and isinstance(sub.slice, ast.Constant)
+                and sub.slice.value in keys):
+            base = sub.value
+            if (isinstance(base, ast.Name) and base.id in ("p", "params", "theta")) or (
+                    isinstance(base, ast.Attribute) and base.attr in ("p", "params", "theta")):
+                yield sub
+
+
+def _splice(module: str, world: ast.AST) -> str:
+    start, end = _world_span(module)
+    return module[:start] + ast.unparse(ast.fix_missing_locations(world)) + "\n\n" + module[end:]
+
+
+def _parsed(module: str) -> ast.ClassDef:
+    start, end = _world_span(module)
+    tree = ast.parse(module[start:end])
+    return next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "World")
+
+
+class _Swap(ast.NodeTransformer):
+    """Replace one node (by identity) with `make(node)`."""
+
+    def __init__(self, target: ast.AST, make: Callable[[Any], ast.AST]):
+        self.target, self.make = target, make
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if node is self.target:
+            return self.make(node)
+        return super().visit(node)
+
+
+def _each_site(module: str, find: Callable[[ast.ClassDef], list], make: Callable[[Any], ast.AST], operator: str,
+               rng: np.random.Generator) -> list[Mutant]:
+    """Up to SITES_PER_OPERATOR mutants, each with one site (chosen by `rng`) replaced by `make`."""
+    sites = find(_parsed(module))
+    picks = sorted(rng.choice(len(sites), size=min(SITES_PER_OPERATOR, len(sites)), replace=False)) if sites else []
+    mutants = []
+    for index in picks:
+        world = _parsed(module)  # a fresh tree per mutant
+        method, node = find(world)[int(index)]
+        world = _Swap(node, make).visit(world)
+        mutants.append(Mutant(operator, method, _splice(module, world)))
+    return mutants
+
+
+def _read(sub: ast.Subscript) -> ast.Subscript:
+    return ast.Subscript(value=sub.value, slice=ast.Constant(sub.slice.value), ctx=ast.Load())
+
+
+def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u_constant: float,
+            rng: np.random.Generator) -> list[Mutant]:
+    """Every operator's mutants of one module (see the module docstring)."""
+    module = output.module
+    numeric = {k for k, v in theta.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    horizon = [k for k in HORIZON_FIELDS if k in theta]
+    moving = {"tool_" + t.name for t in family.tools if t.role in ("decision", "clock")}
+    found: list[Mutant] = []
+
+    def operators(world):
+        return [(m.name, node) for m in _dynamics_methods(family, world) for node in _outside_messages(m)
+                if (isinstance(node, ast.BinOp) and type(node.op) in _FLIPS)
+                or (isinstance(node, ast.Compare) and type(node.ops[0]) in _FLIPS)]
+
+    def flip(node):
+        if isinstance(node, ast.BinOp):
+            return ast.BinOp(node.left, _FLIPS[type(node.op)](), node.right)
+        return ast.Compare(node.left, [_FLIPS[type(node.ops[0])](), *node.ops[1:]], node.comparators)
+
+    found += _each_site(module, operators, flip, "flip_operator", rng)
+
+    def cost_reads(world):
+        zero_tests = {id(side) for m in _dynamics_methods(family, world) for c in ast.walk(m)
+                      if isinstance(c, ast.Compare) and any(isinstance(x, ast.Constant) and x.value == 0
+                                                            for x in [c.left, *c.comparators])
+                      for side in [c.left, *c.comparators]}  # 2·x == 0 iff x == 0: an equivalent mutant
+        return [(m.name, sub) for m in _dynamics_methods(family, world)
+                for sub in _theta_reads(m, numeric - set(horizon)) if id(sub) not in zero_tests]
+
+    found += _each_site(module, cost_reads, lambda sub: ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub)),
+                        "scale_cost", rng)
+
+    def checks(world):
+        return [(m.name, node) for m in world.body if isinstance(m, ast.FunctionDef) and m.name in moving
+                for node in ast.walk(m) if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+                and getattr(node.exc.func, "id", "") == "AgentError"]
+
+    found += _each_site(module, checks, lambda node: ast.Pass(), "drop_check", rng)
+
+    if horizon:
+        world = _parsed(module)
+        reads = list(_theta_reads(world, set(horizon)))
+        for sub in reads:
+            world = _Swap(sub, lambda s: ast.BinOp(_read(s), ast.Add(), ast.Constant(1))).visit(world)
+        if reads:
+            found.append(Mutant("shift_horizon", f"{len(reads)} reads of {horizon[0]}", _splice(module, world)))
+
+    skin_at = module.rindex("\nSKIN = json.loads(")
+    skin = json.loads(ast.literal_eval(module[skin_at + len("\nSKIN = json.loads("):].strip()[:-1]))
+    probes = [t for t in skin["tools"] if t["role"] == "probe"]
+    if probes:
+        free = dict(skin, tools=[dict(t, turn_cost=0) if t is probes[0] else t for t in skin["tools"]])
+        found.append(Mutant("free_probe", probes[0]["canonical"],
+                            module[:skin_at] + "\nSKIN = json.loads(" + repr(json.dumps(free, sort_keys=True)) + ")\n"))
+
+    hidden = [k for k in family.hidden if k in theta]
+    looks = [t.name for t in family.tools if t.role == "observe" and not t.input_schema.get("required")]
+    world = _parsed(module)
+    store = next((sub.value for sub in _theta_reads(world, set(theta)) if isinstance(sub.value, ast.Attribute)), None)
+    method = next((m for m in world.body if isinstance(m, ast.FunctionDef) and looks and m.name == "tool_" + looks[0]),
+                  None)
+    if hidden and method is not None and store is not None:
+        key = hidden[int(rng.integers(len(hidden)))]
+        for node in [n for n in ast.walk(method) if isinstance(n, ast.Return) and n.value is not None]:
+            leak = ast.Subscript(value=store, slice=ast.Constant(key), ctx=ast.Load())
+            node.value = ast.Call(ast.Name("dict", ast.Load()), [node.value], [ast.keyword("leaked", leak)])
+        found.append(Mutant("leak_hidden", f"{method.name} returns {key}", _splice(module, world)))
+
+    world = _parsed(module)
+    utility = next((m for m in world.body if isinstance(m, ast.FunctionDef) and m.name == "utility"), None)
+    if utility is not None:
+        utility.body = [ast.Return(ast.Constant(float(u_constant)))]
+        found.append(Mutant("constant_utility", "utility", _splice(module, world)))
+    return found
+
+
+A_ONLY = ("leak_hidden", "free_probe")  # bugs that only presentation A must not have
+
+
+def _diff(original: str, mutated: str) -> str:
+    """The change, on ast-normalised World source (or the whole module when the World is unchanged)."""
+    before, after = ast.unparse(_parsed(original)), ast.unparse(_parsed(mutated))
+    if before == after:
+        before, after = original, mutated
+    lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "admitted", "mutant", n=1, lineterm="")
+    return "\n".join(list(lines)[2:30])
+
+
+def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]], families: dict[str, Family],
+             seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`groups`: family → [(admitted module, the admitted candidates it serves)]."""
+    per: dict[str, dict[str, Any]] = {}
+    rng = np.random.default_rng(seed)
+    for name, modules in groups.items():
+        family = families[name]
+        row = {"modules": len(modules), "mutants": 0, "rejected": 0, "survivors": [], "false_rejections": 0,
+               "by_operator": {}}
+        for output, candidates in modules:
+            if not candidates:
+                continue
+            original = check_batch(family, output, candidates)
+            row["false_rejections"] += sum(not v.admitted for v in original)
+            constant = original[0].references.optimal.utility if original[0].references else 0.0
+            for mutant in mutants(family, output, candidates[0].model.theta, constant, rng):
+                judged = [c for c in candidates if c.presentation == "A"] if mutant.operator in A_ONLY else candidates
+                if not judged:
+                    continue
+                verdicts = check_batch(family, output.model_copy(update={"module": mutant.module}), judged)
+                rejected = not any(v.admitted for v in verdicts)
+                counts = row["by_operator"].setdefault(mutant.operator, {"mutants": 0, "rejected": 0})
+                counts["mutants"] += 1
+                counts["rejected"] += rejected
+                row["mutants"] += 1
+                row["rejected"] += rejected
+                if not rejected:
+                    row["survivors"].append({"operator": mutant.operator, "where": mutant.where,
+                                             "setter_output_id": output.setter_output_id,
+                                             "diff": _diff(output.module, mutant.module)})
+        per[name] = row
+        if progress:
+            progress(name)
+    total = {key: sum(row[key] for row in per.values()) for key in ("modules", "mutants", "rejected",
+                                                                     "false_rejections")}
+    total["survivors"] = sum(len(row["survivors"]) for row in per.values())
+    total["rejection_rate"] = total["rejected"] / total["mutants"] if total["mutants"] else None
+    for row in per.values():
+        row["rejection_rate"] = row["rejected"] / row["mutants"] if row["mutants"] else None
+    return {**total, "families": per}
