@@ -74,3 +74,14 @@ def quiet_native_stdout():
         finally:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def integer_mip_bound(res: object, value: float) -> tuple[float, float]:
+    """(gap, bound) of a HiGHS MILP that *minimised* −utility, for a utility known to be an
+    integer: the exactly re-scored `value` must satisfy ⌊bound⌋ ≤ value ≤ bound, where
+    bound = −mip_dual_bound, or it raises ValueError (certified() turns that into SolverError)."""
+    bound = -float(res.mip_dual_bound)  # utility ≤ bound
+    if value > bound + 1e-6 or math.floor(bound + 1e-6) > value:
+        raise ValueError(f"MIP value {value} disagrees with the dual bound {bound}")
+    gap = float(res.mip_gap) if res.mip_gap is not None else 0.0
+    return gap, bound

@@ -36,14 +36,13 @@ Episode end
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
-from vhd.mechanisms._solve import certified, quiet_native_stdout
+from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 
 MAX_ITEMS = 50  # Params/tool-schema bound (mknap1's largest problem); the sampler still draws 6…14 lots
 MAX_RESOURCES = 12
@@ -133,10 +132,7 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
     if np.abs(res.x - x).max() > 1e-6:
         raise ValueError(f"HiGHS returned a fractional plan {res.x.tolist()}")
     value = evaluate(theta, x)  # also re-checks feasibility in integers
-    bound = -float(res.mip_dual_bound)
-    if math.floor(bound + 1e-6) > value:  # integer values: the optimum is at most floor(bound)
-        raise ValueError(f"MIP value {value} is below the dual bound {bound}")
-    gap = float(res.mip_gap) if res.mip_gap is not None else 0.0
+    gap, bound = integer_mip_bound(res, value)
     return value, (x, gap, bound)
 
 

@@ -60,7 +60,6 @@ Episode end
 
 from __future__ import annotations
 
-import math
 import random
 
 import numpy as np
@@ -68,7 +67,7 @@ import scipy
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
-from vhd.mechanisms._solve import certified, quiet_native_stdout
+from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 
 # ruff: noqa: UP031  (printf-style formatting: the house style of every family's World, copied into modules)
 
@@ -237,10 +236,7 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
             if on.size:
                 plan[s, d] = int(on[0])
     value = evaluate(theta, plan)  # exact, in integers; also re-checks every rule
-    bound = -float(res.mip_dual_bound)  # utility ≤ bound
-    if value > bound + 1e-6 or math.floor(bound + 1e-6) > value:
-        raise ValueError(f"MIP value {value} disagrees with the dual bound {bound}")
-    gap = float(res.mip_gap) if res.mip_gap is not None else 0.0
+    gap, bound = integer_mip_bound(res, value)
     return value, (plan, gap, bound)
 
 
