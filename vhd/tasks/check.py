@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -333,11 +334,17 @@ def random_calls(family: Family, knobs: dict[str, Any], rng: np.random.Generator
 
 
 _REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
+_REFERENCE_LOCK = threading.Lock()  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
 
 
 def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
     """The family's own World rendered by the template setter and executed here: trusted code,
     the oracle the reference_agreement gate compares a candidate module with."""
+    with _REFERENCE_LOCK:
+        return _reference_module(family)
+
+
+def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
     if family.code_version not in _REFERENCE:
         import types
 

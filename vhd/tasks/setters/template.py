@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import threading
 from pathlib import Path
 
 from vhd.mechanisms import Family
@@ -27,6 +28,20 @@ _RUNTIME = Path(__file__).with_name("runtime.py")
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+_SOURCE_LOCK = threading.Lock()
+_WORLD_SOURCE: dict[str, str] = {}
+
+
+def world_source(family: Family) -> str:
+    """`inspect.getsource(family.world)`, once per family and under a lock: it runs `ast.parse`,
+    which CPython 3.11 does not make safe to call from several threads at once (Prefect runs
+    tasks in threads; the race shows up as "AST constructor recursion depth mismatch")."""
+    with _SOURCE_LOCK:
+        if family.code_version not in _WORLD_SOURCE:
+            _WORLD_SOURCE[family.code_version] = inspect.getsource(family.world)
+        return _WORLD_SOURCE[family.code_version]
 
 
 def narrative(passage: PassageRecord) -> str:
@@ -78,7 +93,7 @@ def render_module(family: Family, passage: PassageRecord) -> SetterOutputRecord:
         header
         + runtime
         + "\n\n"
-        + inspect.getsource(family.world)
+        + world_source(family)
         + "\n\nSKIN = json.loads("
         + repr(json.dumps(skin, sort_keys=True))
         + ")\n"
