@@ -108,8 +108,10 @@ def test_written_out_presentation_grades_plans(name):
 
     family = registry.get(name)
     assert family.plan_format.strip(), "a family must say what its plans look like (presentation F)"
-    passed_somewhere = False
+    passed = 0
     for seed in range(6):
+        if passed == 2:
+            break  # two admitted seeds are enough (ecommerce's plans are large to evaluate)
         _, theta = draw(family, seed)
         s = family.solve(theta)
         if s.u_star - s.u_default <= 1e-9 * max(1.0, abs(s.u_star)):
@@ -125,5 +127,5 @@ def test_written_out_presentation_grades_plans(name):
         gates = written.gates(family, theta, s.policy, s.u_star, s.u_default, s.u_idle, text, seed)
         failed = [(g, message) for g, ok, message, _ in gates if not ok]
         assert all(g == "default_band" for g, _ in failed), failed
-        passed_somewhere |= not failed
-    assert passed_somewhere, f"{name}: no F candidate admitted on six seeds"
+        passed += not failed
+    assert passed, f"{name}: no F candidate admitted on six seeds"
