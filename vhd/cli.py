@@ -140,8 +140,12 @@ def refresh(
 
     summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
                            presentations=chosen, preset=preset, scale=scale)
+    quality_failed = bool(summary.get("quality")) and not summary["quality"]["passed"]
     if as_json:
-        return _emit(summary)
+        _emit(summary)
+        if quality_failed:
+            raise typer.Exit(1)
+        return
     table = Table("family", "split", "admitted", "rejected", "rate", "rejected by", "already there",
                   title=f"refresh {summary['run_id']}")
     for name, row in summary["families"].items():
@@ -156,6 +160,11 @@ def refresh(
     console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
     if summary["nothing_to_do"]:
         console.print(f"nothing to do: batch {summary['batch']!r} was already complete")
+    quality = summary.get("quality")
+    if quality and not quality["passed"]:
+        failed = [f"{e['expectation']} on {e['column']} ({e['unexpected']} rows, e.g. {', '.join(e['rows'][:3])})"
+                  for e in quality["expectations"] if not e["passed"]]
+        _fail("the data-quality suite failed, so no corpus version was published: " + "; ".join(failed))
     version = summary["corpus_version"]
     console.print(f"corpus version {version}" + (" published" if summary["published"] else " (unchanged)") if version
                   else "no corpus version: nothing admitted yet")

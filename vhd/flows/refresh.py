@@ -29,6 +29,7 @@ from vhd.tasks import annotate as annotate_stage
 from vhd.tasks import check as check_stage
 from vhd.tasks import presets
 from vhd.tasks import publish as publish_stage
+from vhd.tasks import quality as quality_stage
 from vhd.tasks import sample as sample_stage
 from vhd.tasks import solve as solve_stage
 from vhd.tasks import synthesize as synthesize_stage
@@ -198,19 +199,29 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     return row
 
 
-def publish(wh: Warehouse, run_id: str) -> tuple[str | None, bool]:
-    """A new corpus version when the admitted set changed; (version, published?)."""
+@task(cache_policy=NO_CACHE)
+def quality_task(frame: Any, expected_splits: dict[str, int] | None) -> dict[str, Any]:
+    return quality_stage.validate(frame, registry, expected_splits)
+
+
+def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None = None
+            ) -> tuple[str | None, bool, dict[str, Any] | None]:
+    """A new corpus version when the admitted set changed and the data-quality suite passes;
+    (version, published?, quality report or None when nothing changed)."""
     manifest = publish_stage.build_manifest(wh.environments())
     versions = wh.versions()
     if versions and versions[-1].manifest["digest"] == manifest["digest"]:
-        return versions[-1].version, False
+        return versions[-1].version, False, None
     if not manifest["env_ids"]:
-        return None, False
+        return None, False, None
+    quality = quality_task(wh.quality_frame(), expected_splits)
+    if not quality["passed"]:
+        return (versions[-1].version if versions else None), False, quality
     version = publish_stage.next_version([v.version for v in versions])
     with wh.transaction():
         wh.insert([CorpusVersionRecord(version=version, created_at=_now(), run_id=run_id,
                                        admitted=len(manifest["env_ids"]), manifest=manifest)])
-    return version, True
+    return version, True, quality
 
 
 @flow(name="refresh", log_prints=True)
@@ -249,9 +260,15 @@ def refresh(
                 key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
                 per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
                                           plan.presentations, slot.split, slot.target)
-        version, published = publish(wh, run.run_id)
+        expected = None
+        if plan is not None:
+            expected = {}
+            for slot in plan.slots:
+                expected[slot.split] = expected.get(slot.split, 0) + slot.target
+        version, published, quality = publish(wh, run.run_id, expected)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         summary["preset"] = preset
+        summary["quality"] = quality
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
     create_markdown_artifact(key="refresh-summary", markdown=_markdown(summary), description="refresh summary")
@@ -284,6 +301,11 @@ def _markdown(summary: dict[str, Any]) -> str:
              f" corpus version `{summary['corpus_version']}`{' (new)' if summary['published'] else ''}", "",
              "| family | split | admitted | rejected | admission rate | rejected by | already there |",
              "|---|---|---|---|---|---|---|"]
+    quality = summary.get("quality")
+    if quality and not quality["passed"]:
+        lines[3:3] = ["**The data-quality suite failed: no corpus version was published.**", ""] + [
+            f"- `{e['expectation']}` on `{e['column']}`: {e['unexpected']} rows, e.g. {', '.join(e['rows'][:5])}"
+            for e in quality["expectations"] if not e["passed"]] + [""]
     for name, row in summary["families"].items():
         seen = row["admitted"] + row["rejected"]
         rate = f"{row['admitted'] / seen:.1%}" if seen else "–"

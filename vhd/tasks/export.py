@@ -13,10 +13,15 @@ from vhd.mechanisms import Family
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord
 
 
+def visible_params(presentation: str, theta: dict[str, Any], family: Family) -> dict[str, Any]:
+    """θ as the player may see it: whole in F and I, without the hidden fields in A."""
+    return theta if presentation in ("F", "I") else {k: v for k, v in theta.items() if k not in family.hidden}
+
+
 def player_config(env: EnvironmentRecord, theta: dict[str, Any], family: Family) -> dict[str, Any]:
     """What an agent may see of the config: θ without the hidden fields in presentation A."""
-    visible = theta if env.presentation in ("F", "I") else {k: v for k, v in theta.items() if k not in family.hidden}
-    return {"params": visible, "presentation": env.presentation, "turn_budget": env.turn_budget}
+    return {"params": visible_params(env.presentation, theta, family), "presentation": env.presentation,
+            "turn_budget": env.turn_budget}
 
 
 def export_row(env: EnvironmentRecord, model: ModelRecord, output: SetterOutputRecord, family: Family) -> dict[str, Any]:

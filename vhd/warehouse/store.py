@@ -196,5 +196,31 @@ class Warehouse:
     def runs(self) -> list[RunRecord]:
         return self._select(RunRecord, order="ORDER BY started_at")
 
+    def quality_frame(self) -> Any:
+        """One pandas row per admitted environment with what the data-quality suite checks: its
+        ids, the solution's values, the player-facing fields, and whether each link of its
+        lineage chain (model, solution, module, passage and the five edges) is stored."""
+        return self.con.execute("""
+            SELECT e.env_id, e.family, e.split, e.presentation, e.u_star, e.u_default, e.instruction,
+                   m.theta, s.u_star AS solution_u_star, s.u_default AS solution_u_default,
+                   (m.model_id IS NOT NULL AND s.solution_id IS NOT NULL AND o.setter_output_id IS NOT NULL
+                    AND p.passage_id IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM lineage_edges x WHERE x.child_id = e.env_id AND x.parent_id = e.model_id
+                                AND x.relation = 'instance_of')
+                    AND EXISTS (SELECT 1 FROM lineage_edges x WHERE x.child_id = e.env_id
+                                AND x.parent_id = e.solution_id AND x.relation = 'graded_by')
+                    AND EXISTS (SELECT 1 FROM lineage_edges x WHERE x.child_id = e.env_id
+                                AND x.parent_id = e.setter_output_id AND x.relation = 'rendered_by')
+                    AND EXISTS (SELECT 1 FROM lineage_edges x WHERE x.child_id = s.solution_id
+                                AND x.parent_id = m.model_id AND x.relation = 'solves')
+                    AND EXISTS (SELECT 1 FROM lineage_edges x WHERE x.child_id = o.setter_output_id
+                                AND x.parent_id = o.passage_id AND x.relation = 'skinned_by')) AS lineage_complete
+            FROM environments e
+            LEFT JOIN models m ON m.model_id = e.model_id
+            LEFT JOIN solutions s ON s.solution_id = e.solution_id
+            LEFT JOIN setter_outputs o ON o.setter_output_id = e.setter_output_id
+            LEFT JOIN passages p ON p.passage_id = o.passage_id
+            WHERE e.admitted ORDER BY e.env_id""").df()
+
     def counts(self) -> dict[str, int]:
         return {table: self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] for table, _ in TABLES.values()}

@@ -1,0 +1,64 @@
+"""The data-quality gate (Great Expectations over pandas) blocks a corpus version and names the rows."""
+
+import json
+import shutil
+
+import duckdb
+import pytest
+
+from conftest import run_vhd
+from vhd.mechanisms import registry
+from vhd.tasks.quality import validate
+from vhd.warehouse import Warehouse
+
+
+@pytest.fixture(scope="module")
+def frame(refreshed):
+    db, _ = refreshed
+    with Warehouse.open(db, read_only=True) as wh:
+        return wh.quality_frame()
+
+
+def _failed(report):
+    return {e["column"]: e["rows"] for e in report["expectations"] if not e["passed"]}
+
+
+def test_a_refreshed_corpus_passes(frame):
+    report = validate(frame, registry, {"train": len(frame)})
+    assert report["passed"] and report["rows"] == len(frame) > 0, _failed(report)
+
+
+def test_each_expectation_fails_on_the_row_that_breaks_it(frame):
+    bad = frame.copy()
+    first, second, third = bad["env_id"].iloc[0], bad["env_id"].iloc[1], bad["env_id"].iloc[2]
+    bad.loc[0, "lineage_complete"] = False
+    bad.loc[1, "u_default"] = bad.loc[1, "u_star"]            # no reward span: the reference cannot score 1
+    bad.loc[2, "solution_u_default"] = bad.loc[2, "solution_u_star"] + 5
+    a_rows = bad.index[bad["presentation"] == "A"]
+    leaked = bad.loc[a_rows[0], "env_id"]
+    theta = json.loads(bad.loc[a_rows[0], "theta"])
+    bad.loc[a_rows[0], "instruction"] += " demand weights: " + json.dumps(theta["demand_weights"])
+    failed = _failed(validate(bad, registry, {"train": len(bad) + 1}))
+    assert failed["lineage_complete"] == [first]
+    assert failed["reference_reward"] == [second] and "default_reward" not in failed  # r(u0) is 0 anyway
+    assert failed["solution_gap"] == [third]
+    assert failed["hides_theta"] == [leaked]
+    assert failed["admitted ≥ configured"] == ["train"]
+
+
+def test_refresh_does_not_publish_when_the_suite_fails(prefect_server, refreshed, tmp_path):
+    db, _ = refreshed
+    copy = tmp_path / "broken.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy))
+    victim = con.execute("SELECT env_id FROM environments WHERE admitted ORDER BY env_id LIMIT 1").fetchall()[0][0]
+    con.execute("DELETE FROM lineage_edges WHERE child_id = ? AND relation = 'graded_by'", [victim])
+    versions = con.execute("SELECT count(*) FROM corpus_versions").fetchall()[0][0]
+    con.close()
+    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp", "--per-family", "3", "--seed", "3",
+                     "--batch", "t-quality", "--db", copy)
+    assert result.returncode == 1
+    assert "data-quality suite failed" in result.stderr and victim in result.stderr
+    con = duckdb.connect(str(copy), read_only=True)
+    assert con.execute("SELECT count(*) FROM corpus_versions").fetchall()[0][0] == versions
+    assert con.execute("SELECT count(*) FROM models WHERE batch = 't-quality'").fetchall()[0][0] == 3  # work kept
