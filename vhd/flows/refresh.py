@@ -260,6 +260,9 @@ def refresh(
                 key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
                 per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
                                           plan.presentations, slot.split, slot.target)
+        with wh.transaction():
+            marked = wh.mark_superseded({f.name: f.version for f in registry.all()}, annotate_stage.CODE_VERSION,
+                                        run.run_id, _now())
         expected = None
         if plan is not None:
             expected = {}
@@ -269,6 +272,7 @@ def refresh(
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         summary["preset"] = preset
         summary["quality"] = quality
+        summary["superseded"] = marked
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
     create_markdown_artifact(key="refresh-summary", markdown=_markdown(summary), description="refresh summary")

@@ -17,6 +17,8 @@ from vhd.tasks.setters.template import narrative
 from vhd.tasks.solve import unpack_policy
 
 ANNOTATOR_VERSION = "1"
+# an environment's id covers the code that judged it: new gates (a CHECKER_VERSION bump) give new ids
+CODE_VERSION = f"{ANNOTATOR_VERSION}+checker{CHECKER_VERSION}"
 
 
 def make_candidates(
@@ -41,7 +43,7 @@ def make_candidates(
         for presentation in presentations:
             budget = written.TURN_BUDGET if presentation == "F" else family.turn_budget(model.theta)
             env_id = EnvironmentRecord.id_for(
-                ANNOTATOR_VERSION, family=family.name, presentation=presentation, model_id=model.model_id,
+                CODE_VERSION, family=family.name, presentation=presentation, model_id=model.model_id,
                 solution_id=solution.solution_id, setter_output_id=output.setter_output_id,
                 episode_seed=seed, turn_budget=budget,
             )
@@ -66,7 +68,7 @@ def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[
         episode_seed=c.episode_seed, turn_budget=c.turn_budget, knobs=c.model.knobs,
         u_star=u_star, u_default=u_default, reference_trajectory=reference, default_trajectory=default,
         instruction=verdict.instruction, tools=verdict.tools, admitted=verdict.admitted, reason=verdict.reason,
-        gate_seconds={g.name: round(g.seconds, 6) for g in verdict.gates}, annotator_version=ANNOTATOR_VERSION,
+        gate_seconds={g.name: round(g.seconds, 6) for g in verdict.gates}, annotator_version=CODE_VERSION,
     )
     checks = [
         CheckRecord.build(env_id=c.env_id, gate=g.name, passed=g.passed, message=g.message,

@@ -30,7 +30,7 @@ from vhd.tasks import written
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "1"
+CHECKER_VERSION = "2"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates
 RANDOM_TRAJECTORIES = 3
 RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60

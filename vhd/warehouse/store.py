@@ -28,7 +28,12 @@ from vhd.schemas.records import (
     CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
     SolutionRecord,
 )
-from vhd.warehouse.migrate import migrate
+from vhd.warehouse.migrate import available, migrate
+
+def _applied_max(con: duckdb.DuckDBPyConnection) -> int:
+    rows = con.execute("SELECT max(version) FROM schema_migrations").fetchall()
+    return rows[0][0] or 0
+
 
 TABLES: dict[type, tuple[str, str]] = {
     RunRecord: ("runs", "run_id"),
@@ -96,6 +101,12 @@ class Warehouse:
         elif not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'environments'").fetchall()[0][0]:
             con.close()
             raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
+        else:
+            pending = [v for v, _, _ in available() if v > _applied_max(con)]
+            if pending:
+                con.close()
+                raise WarehouseError(f"{path} needs migration {pending[0]:03d}; open it once for writing "
+                                     "(e.g. `vhd refresh`) to upgrade it")
         return cls(con, path, read_only)
 
     def close(self) -> None:
@@ -173,8 +184,50 @@ class Warehouse:
         found = self._select(SolutionRecord, "WHERE list_contains(?, model_id)", [ids]) if ids else []
         return {s.model_id: s for s in found}
 
-    def environments(self, family: str | None = None, admitted: bool | None = True) -> list[EnvironmentRecord]:
+    def mark_superseded(self, families: dict[str, str], env_version: str, run_id: str, at: str) -> dict[str, int]:
+        """Mark every row made by another version of its code: models, solutions and modules of a
+        family whose version is not `families[name]`, and environments whose model is superseded
+        or whose annotator/checker version is not `env_version`. Rows stay; returns new marks per kind."""
+        current = [{"family": name, "version": version} for name, version in families.items()]
+        if not current:
+            return {}
+        self.con.register("_vhd_current", pa.Table.from_pylist(current))
+        marked = {}
+        try:
+            for kind, table, key in (("model", "models", "model_id"), ("solution", "solutions", "solution_id"),
+                                     ("setter_output", "setter_outputs", "setter_output_id")):
+                before = self._superseded_count()
+                self.con.execute(f"""
+                    INSERT OR IGNORE INTO superseded
+                    SELECT t.{key}, ?, t.family || '@' || t.family_version, c.family || '@' || c.version, ?, ?
+                    FROM {table} t JOIN _vhd_current c ON c.family = t.family
+                    WHERE t.family_version <> c.version""", [kind, run_id, at])
+                marked[kind] = self._superseded_count() - before
+            before = self._superseded_count()
+            self.con.execute("""
+                INSERT OR IGNORE INTO superseded
+                SELECT e.env_id, 'environment', 'annotator@' || e.annotator_version,
+                       'annotator@' || ?, ?, ?
+                FROM environments e JOIN _vhd_current c ON c.family = e.family
+                WHERE e.annotator_version <> ? OR e.model_id IN (SELECT id FROM superseded WHERE kind = 'model')""",
+                             [env_version, run_id, at, env_version])
+            marked["environment"] = self._superseded_count() - before
+        finally:
+            self.con.unregister("_vhd_current")
+        return marked
+
+    def _superseded_count(self) -> int:
+        return self.con.execute("SELECT count(*) FROM superseded").fetchall()[0][0]
+
+    def superseded(self) -> dict[str, dict[str, str]]:
+        rows = self.con.execute("SELECT id, kind, code_version, current_version FROM superseded").fetchall()
+        return {i: {"kind": k, "code_version": c, "current_version": v} for i, k, c, v in rows}
+
+    def environments(self, family: str | None = None, admitted: bool | None = True,
+                     include_superseded: bool = False) -> list[EnvironmentRecord]:
         clauses, params = [], []
+        if not include_superseded:
+            clauses.append("env_id NOT IN (SELECT id FROM superseded)")
         if family is not None:
             clauses.append("family = ?")
             params.append(family)
@@ -220,7 +273,7 @@ class Warehouse:
             LEFT JOIN solutions s ON s.solution_id = e.solution_id
             LEFT JOIN setter_outputs o ON o.setter_output_id = e.setter_output_id
             LEFT JOIN passages p ON p.passage_id = o.passage_id
-            WHERE e.admitted ORDER BY e.env_id""").df()
+            WHERE e.admitted AND e.env_id NOT IN (SELECT id FROM superseded) ORDER BY e.env_id""").df()
 
     def counts(self) -> dict[str, int]:
         return {table: self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] for table, _ in TABLES.values()}
