@@ -12,7 +12,8 @@ import pytest
 
 ARGS = ("refresh", "--families", "inventory_dp,knapsack,lp", "--per-family", "3", "--seed", "5", "--batch", "crash")
 KEYS = {"models": "model_id", "solutions": "solution_id", "setter_outputs": "setter_output_id",
-        "environments": "env_id", "checks": "check_id", "lineage_edges": "child_id || ':' || parent_id || ':' || relation",
+        "environments": "env_id", "checks": "check_id",
+        "lineage_edges": "child_id || ':' || parent_id || ':' || relation",
         "corpus_versions": "version"}
 TABLES = tuple(KEYS)
 
@@ -28,7 +29,8 @@ def _rows(db):
     try:
         rows = {t: con.execute(f"SELECT {key} FROM {t}").fetchall() for t, key in KEYS.items()}
         orphans = con.execute("""SELECT count(*) FROM environments e WHERE NOT EXISTS
-                                 (SELECT 1 FROM lineage_edges x WHERE x.child_id = e.env_id AND x.relation = 'graded_by')
+                                 (SELECT 1 FROM lineage_edges x
+                                  WHERE x.child_id = e.env_id AND x.relation = 'graded_by')
                                  OR NOT EXISTS (SELECT 1 FROM checks c WHERE c.env_id = e.env_id)""").fetchall()[0][0]
     finally:
         con.close()

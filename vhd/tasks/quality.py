@@ -12,10 +12,11 @@ by `env_id`. A failed expectation blocks publication of a corpus version (flows/
 | expectation | column(s) |
 |---|---|
 | ids unique and non-null | `env_id` |
-| every environment has its whole lineage chain | `lineage_complete` (model, solution, module, passage and the five edges) |
-| the reference trajectory's reward is exactly 1.0, the default's exactly 0.0 | `reference_reward`, `default_reward` from `score.reward` on the stored u*, u₀ |
+| the whole lineage chain (model, solution, module, passage, five edges) | `lineage_complete` |
+| reference reward exactly 1.0, default exactly 0.0 (`score.reward` on u*, u₀) | `reference_reward`, `default_reward` |
 | u* ≥ u₀ in the solution | `solution_gap` ≥ −1e-9 |
-| no hidden θ in player-facing fields | `hides_theta`: in A, the player config has no hidden key and the instruction no hidden list or table verbatim |
+| no hidden θ in player-facing fields: in A, no hidden key in the player config and no hidden
+  list or table written out in the instruction | `hides_theta` |
 | split counts as configured (when a preset says) | per split, admitted ≥ configured |
 """
 
