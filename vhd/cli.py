@@ -432,6 +432,74 @@ def import_instances(
                   f" → {path}")
 
 
+passages_app = typer.Typer(help="The passage corpus: the built-in passages and those added with `vhd passages add` "
+                           "(added passages are stored but not yet used by `vhd refresh`).",
+                           add_completion=False)
+app.add_typer(passages_app, name="passages")
+
+
+@passages_app.callback(invoke_without_command=True)
+@handles_errors
+def passages(ctx: typer.Context, db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """List the built-in passages, then those stored in the warehouse (if it exists) that are not built in."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from vhd.tasks.passages import builtin_passages
+    from vhd.warehouse import default_path
+
+    rows, seen = [], set()
+    for p in builtin_passages():
+        seen.add(p.passage_id)
+        rows.append({"passage_id": p.passage_id, "domain": p.domain, "source": p.source, "origin": "builtin"})
+    if (db or default_path()).exists():
+        with _reader(db) as wh:
+            for p in wh.passages():
+                if p.passage_id not in seen:
+                    seen.add(p.passage_id)
+                    rows.append({"passage_id": p.passage_id, "domain": p.domain, "source": p.source,
+                                 "origin": "warehouse"})
+    if as_json:
+        return _emit(rows)
+    table = Table("passage_id", "domain", "source", "origin")
+    for r in rows:
+        table.add_row(r["passage_id"][:16], r["domain"], r["source"], r["origin"])
+    console.print(table)
+    console.print(f"{len(rows)} passages in {len({r['domain'] for r in rows})} domains")
+
+
+@passages_app.command("add")
+@handles_errors
+def passages_add(file: Path = typer.Argument(..., help="a passage file: .jsonl (one object a line) or .parquet"),
+                 db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """Validate a passage file (JSONL or Parquet) and store its valid rows in the warehouse.
+
+    One transaction; rows already stored are kept; rejected rows go to stderr with row number and reason.
+
+    Added passages are listed by `vhd passages` but not yet used by `vhd refresh` (built-in passages only).
+    """
+    from vhd.schemas.records import PassageRecord
+    from vhd.tasks.passages import load_passages
+    from vhd.warehouse import Warehouse, default_path
+
+    records, errors = load_passages(file)
+    for error in errors:
+        typer.echo(f"rejected {error}", err=True)
+    if not records:
+        _fail(f"{file}: no passage could be loaded ({len(errors)} rejected); nothing written")
+    path = db or default_path()
+    with Warehouse.open(path) as wh:
+        known = wh.present(PassageRecord, [r.passage_id for r in records])
+        with wh.transaction():
+            wh.insert(records)
+    summary = {"file": str(file), "db": str(path), "loaded": len(records),
+               "new": sum(r.passage_id not in known for r in records), "rejected": errors,
+               "passages": [{"passage_id": r.passage_id, "domain": r.domain, "source": r.source,
+                             "stored_before": r.passage_id in known} for r in records]}
+    if as_json:
+        return _emit(summary)
+    console.print(f"{summary['loaded']} passages loaded ({summary['new']} new), {len(errors)} rejected → {path}")
+
+
 @app.command()
 @handles_errors
 def versions(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:

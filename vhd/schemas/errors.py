@@ -50,3 +50,7 @@ class TrajectoryFormatError(VhdError):
 
 class UnknownCorpusVersion(VhdError):
     """A corpus version that has not been published."""
+
+
+class PassageFormatError(VhdError):
+    """A passage file that cannot be read at all (not JSONL or Parquet, missing, corrupt)."""

@@ -243,6 +243,10 @@ class Warehouse:
     def parents(self, child_id: str) -> list[LineageEdge]:
         return self._select(LineageEdge, "WHERE child_id = ?", [child_id], "ORDER BY relation, parent_id")
 
+    def passages(self) -> list[PassageRecord]:
+        """The stored passages (built-in and user-added), ordered by domain, passage_id."""
+        return self._select(PassageRecord, order="ORDER BY domain, passage_id")
+
     def versions(self) -> list[CorpusVersionRecord]:
         return self._select(CorpusVersionRecord, order="ORDER BY created_at, version")
 
