@@ -177,3 +177,20 @@ def test_check_reruns_the_gates_and_rejects_a_broken_replacement(refreshed, tmp_
     assert not [g for g in report["gates"] if g["name"] == "replay_agreement"][0]["passed"]
     missing = vhd("check", env_id, "--code", tmp_path / "absent.py", "--db", db)
     assert missing.exit_code == 1 and "cannot read module" in missing.stderr
+
+
+def test_refresh_reports_its_distinct_worlds(refreshed):
+    """`worlds` counts (family, passage domain) pairs of the admitted environments, read here
+    independently through each environment's setter output and its passage."""
+    db, summary = refreshed
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        passage_of = dict(con.execute("SELECT setter_output_id, passage_id FROM setter_outputs").fetchall())
+        domain_of = dict(con.execute("SELECT passage_id, domain FROM passages").fetchall())
+        envs = con.execute("SELECT family, setter_output_id FROM environments WHERE admitted").fetchall()
+    finally:
+        con.close()
+    pairs = {(family, domain_of[passage_of[output]]) for family, output in envs}
+    assert summary["worlds"]["worlds"] == len(pairs) > 1
+    assert summary["worlds"]["domains"] == len({d for _, d in pairs})
+    assert sum(summary["worlds"]["families"].values()) == len(pairs)

@@ -160,6 +160,9 @@ def refresh(
     console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
     if summary["nothing_to_do"]:
         console.print(f"nothing to do: batch {summary['batch']!r} was already complete")
+    worlds = summary.get("worlds")
+    if worlds and worlds["worlds"]:
+        console.print(f"{worlds['worlds']} distinct (family, domain) worlds over {worlds['domains']} passage domains")
     quality = summary.get("quality")
     if quality and not quality["passed"]:
         failed = [f"{e['expectation']} on {e['column']} ({e['unexpected']} rows, e.g. {', '.join(e['rows'][:3])})"

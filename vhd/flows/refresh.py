@@ -273,6 +273,7 @@ def refresh(
         summary["preset"] = preset
         summary["quality"] = quality
         summary["superseded"] = marked
+        summary["worlds"] = wh.worlds()
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
     create_markdown_artifact(key="refresh-summary", markdown=_markdown(summary), description="refresh summary")

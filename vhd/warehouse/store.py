@@ -247,6 +247,20 @@ class Warehouse:
         """The stored passages (built-in and user-added), ordered by domain, passage_id."""
         return self._select(PassageRecord, order="ORDER BY domain, passage_id")
 
+    def worlds(self) -> dict[str, Any]:
+        """The distinct (family, passage domain) worlds among the admitted, current environments:
+        {"worlds": n, "domains": n, "families": {family: n domains}}."""
+        rows = self.con.execute("""
+            SELECT DISTINCT e.family, p.domain FROM environments e
+            JOIN setter_outputs s ON s.setter_output_id = e.setter_output_id
+            JOIN passages p ON p.passage_id = s.passage_id
+            WHERE e.admitted AND e.env_id NOT IN (SELECT id FROM superseded)""").fetchall()
+        families: dict[str, int] = {}
+        for family, _ in rows:
+            families[family] = families.get(family, 0) + 1
+        return {"worlds": len(rows), "domains": len({domain for _, domain in rows}),
+                "families": dict(sorted(families.items()))}
+
     def versions(self) -> list[CorpusVersionRecord]:
         return self._select(CorpusVersionRecord, order="ORDER BY created_at, version")
 
