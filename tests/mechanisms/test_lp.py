@@ -338,7 +338,7 @@ def env_for(k, theta, presentation="I", budget=None):
 def test_generated_module_replays_every_reference_plan(k):
     out, _ = generated(k)
     rng = np.random.default_rng(k)
-    for theta in (SAMPLED[k], SAMPLED[k + 8], HAND[k % len(HAND)]):
+    for theta in (SAMPLED[k % len(SAMPLED)], SAMPLED[(k + 8) % len(SAMPLED)], HAND[k % len(HAND)]):
         for name, plan in _plans(theta, rng).items():
             env = env_for(k, theta)
             for call in FAM.simulate(theta, plan, k).calls:
