@@ -113,6 +113,9 @@ def refresh(
                                          "(2,200 train / 300 held-out / 800 unseen-family environments, "
                                          "presentation A) or 'diagnostic' (five families in F, I and A)"),
     scale: float = typer.Option(1.0, help="multiply a preset's targets, e.g. 0.01 for a quick look at its mix"),
+    setter: str = typer.Option("template", help="who writes the modules: 'template' (offline, deterministic) or "
+                               "'anthropic' (a Claude model; settings from ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, "
+                               "VHD_LLM_*; see docs/SETTERS.md; without a key the template setter is used)"),
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -129,6 +132,8 @@ def refresh(
         _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
     if batch is not None and (batch.startswith("import:") or not batch.strip()):
         _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    if setter not in ("template", "anthropic"):
+        _fail(f"--setter must be 'template' or 'anthropic', got {setter!r}")
     if preset is not None:
         if families:
             _fail("--preset chooses the families itself; drop --families")
@@ -139,7 +144,7 @@ def refresh(
     from vhd.flows.refresh import refresh as refresh_flow
 
     summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
-                           presentations=chosen, preset=preset, scale=scale)
+                           presentations=chosen, preset=preset, scale=scale, setter=setter)
     quality_failed = bool(summary.get("quality")) and not summary["quality"]["passed"]
     if as_json:
         _emit(summary)
@@ -157,6 +162,9 @@ def refresh(
     short = {name: row["short"] for name, row in summary["families"].items() if row.get("short")}
     if short:
         console.print(f"[yellow]short of the preset's targets: {short}[/yellow]")
+    console.print(f"setter: {summary.get('setter', 'template')}")
+    for name, why in (summary.get("failed") or {}).items():
+        console.print(f"[red]{name}: the LLM setter failed, nothing of its last round was stored: {why}[/red]")
     console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
     if summary["nothing_to_do"]:
         console.print(f"nothing to do: batch {summary['batch']!r} was already complete")
@@ -559,6 +567,32 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
                                                           "player", "grader")}).write_parquet(partial)
     partial.replace(target)  # never a half-written export
     console.print(f"{len(rows)} environments → {target}")
+
+
+# --- issue 5, LLM setter: vhd yield ----------------------------------------------------------
+
+
+@app.command(name="yield")
+@handles_errors
+def yield_(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """How well the LLM setter writes modules, per setter and model, from the warehouse:
+    first-try admission rate, mean attempts, rate of rewritten tool interfaces, and dollars
+    per admitted environment (see docs/SETTERS.md). Does not start Prefect."""
+    with _reader(db) as wh:
+        rows = wh.setter_yield()
+    if as_json:
+        _emit(rows)
+        return
+    if not rows:
+        console.print("no LLM setter outputs yet: run `vhd refresh --setter anthropic`")
+        return
+    table = Table("setter", "model", "runs", "modules", "admitted envs", "first try", "mean attempts", "rewritten",
+                  "$ / admitted", title="setter yield")
+    for r in rows:
+        cost = f"{r['cost_per_admitted_usd']:.4f}" if r["cost_per_admitted_usd"] is not None else "–"
+        table.add_row(r["setter"], r["model"], str(r["runs"]), str(r["outputs"]), str(r["admitted"]),
+                      f"{r['first_try_rate']:.1%}", f"{r['mean_attempts']:.2f}", f"{r['rewrite_rate']:.1%}", cost)
+    console.print(table)
 
 
 def main() -> None:  # pragma: no cover

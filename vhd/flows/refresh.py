@@ -21,7 +21,7 @@ from prefect.runtime import flow_run
 
 from vhd import __version__
 from vhd.mechanisms import registry
-from vhd.schemas.errors import SandboxError
+from vhd.schemas.errors import SandboxError, SetterUnavailable
 from vhd.schemas.records import (
     CorpusVersionRecord, ModelRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
@@ -57,6 +57,16 @@ def synthesize_task(family: str, models: list[ModelRecord], passages) -> tuple[l
     return synthesize_stage.synthesize(registry.get(family), models, passages)
 
 
+@task(cache_policy=NO_CACHE)
+def llm_synthesize_task(family: str, models: list[ModelRecord], solutions: dict, passages, exemplars: list,
+                        presentations: tuple[str, ...], run_id: str) -> tuple[list, dict, list]:
+    # settings are read here, not passed: the API key stays out of Prefect's task parameters
+    from vhd.tasks.setters.anthropic import AnthropicSetter
+    from vhd.tasks.setters.settings import LLMSettings
+    return AnthropicSetter(LLMSettings.from_env()).synthesize(registry.get(family), models, solutions, passages, exemplars,
+                                                presentations, run_id)
+
+
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def check_task(family: str, output: SetterOutputRecord, candidates: list) -> list:
     return check_stage.check_batch(registry.get(family), output, candidates)
@@ -81,7 +91,7 @@ MAX_ROUNDS = 40
 
 
 def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, presentations: tuple[str, ...],
-           split: str | None, wanted: int | None) -> dict[str, Any]:
+           split: str | None, wanted: int | None, llm: Any = None, run_id: str = "") -> dict[str, Any]:
     """sample → solve → synthesize → check → annotate for `models`, nothing written yet.
 
     With `wanted`, only the candidates up to the `wanted`-th admitted one (in model order) are
@@ -91,7 +101,15 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     had_models = wh.present(ModelRecord, [m.model_id for m in models])
     known = wh.solutions_for(m.model_id for m in models)
     fresh = solve_task(name, [m for m in models if m.model_id not in known])
-    outputs, assignment = synthesize_task(name, models, passages)
+    attempts: list = []
+    if llm is None:
+        outputs, assignment = synthesize_task(name, models, passages)
+    else:  # the LLM setter checks its own replies (repair loop); models without a module are dropped
+        outputs, assignment, attempts = llm_synthesize_task(
+            name, models, {**known, **{s.model_id: s for s in fresh}}, passages,
+            wh.exemplars(name, llm.exemplars), presentations, run_id)
+        models = [m for m in models if m.model_id in assignment]
+        fresh = [s for s in fresh if s.model_id in assignment]
     had_outputs = wh.present(SetterOutputRecord, [o.setter_output_id for o in outputs])
     candidates = annotate_stage.make_candidates(
         family, models, {**known, **{s.model_id: s for s in fresh}}, {o.setter_output_id: o for o in outputs},
@@ -115,6 +133,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "solutions": [s for s in fresh if s.model_id in kept_models],
         "outputs": [o for o in outputs if o.setter_output_id in kept_outputs],
         "rows": rows,
+        "attempts": [a for a in attempts if a.setter_output_id in kept_outputs or not a.setter_output_id],
         "admitted": sum(verdicts[env_id] for env_id in kept_ids),
         "kept": len(kept), "seen": len(verdicts),
         "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
@@ -150,11 +169,12 @@ def _write(wh: Warehouse, run_id: str, out: dict[str, Any]) -> None:
         wh.insert(_stamped([c for _, checks, _ in rows for c in checks], run_id))
         edges = [e for _, _, row_edges in rows for e in row_edges]
         wh.insert(annotate_stage.upstream_edges(out["solutions"], out["outputs"]) + edges)
+        wh.insert(_stamped(out.get("attempts", []), run_id))
 
 
 def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None, seed: int, batch: str,
                    passages: list, presentations: tuple[str, ...], split: str | None = None,
-                   target: int | None = None) -> dict[str, Any]:
+                   target: int | None = None, llm: Any = None) -> dict[str, Any]:
     """One family (one split of it) through every stage; only what the warehouse lacks is computed.
 
     Either `per_family` models (every candidate is stored), or models in seed order until
@@ -166,6 +186,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     new_admitted = new_rejected = 0
     reasons: dict[str, int] = {}
     cursor, rounds = 0, 0
+    failed = None
     while True:
         if target is None:
             count = per_family
@@ -175,7 +196,12 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
             rate = filled / seen if seen else FIRST_GUESS
             count = math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1
         models = sample_task(name, count, seed, batch, cursor)
-        out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled)
+        try:
+            out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled,
+                         llm, run_id)
+        except SetterUnavailable as exc:  # nothing of this round is written
+            failed = str(exc)
+            break
         _write(wh, run_id, out)
         for kind in ("computed", "found"):
             for stage in STAGES:
@@ -194,6 +220,8 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
             break  # reported as a shortfall below, never padded
     row = {"split": split or family.split, "admitted": new_admitted, "rejected": new_rejected,
            "reused": totals["found"]["check"], "reasons": reasons, **totals}
+    if failed:
+        row["failed"] = failed
     if target is not None:
         row.update(target=target, filled=filled, short=max(0, target - filled))
     return row
@@ -234,6 +262,7 @@ def refresh(
     presentations: tuple[str, ...] = ("I", "A"),
     preset: str | None = None,
     scale: float = 1.0,
+    setter: str = "template",
 ) -> dict[str, Any]:
     """Add a batch per family (default batch: today's date), recompute what is missing, publish.
 
@@ -245,21 +274,30 @@ def refresh(
     plan = presets.preset(preset, registry.all(), scale) if preset else None
     run = RunRecord(run_id=str(flow_run.id or "local"), flow="refresh", started_at=_now(), code_version=__version__,
                     parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch,
-                                "preset": preset, "scale": scale})
+                                "preset": preset, "scale": scale, "setter": setter})
     passages = builtin_passages()
+    llm, setter_note = None, "template"
+    if setter == "anthropic":
+        from vhd.tasks.setters.settings import LLMSettings
+        llm = LLMSettings.from_env()
+        if llm.api_key:
+            setter_note = f"anthropic ({llm.model})"
+        else:
+            llm, setter_note = None, "template (no ANTHROPIC_API_KEY: the LLM setter was not used)"
     with Warehouse.open(db_path) as wh:
         with wh.transaction():
             wh.upsert_run(run)
             wh.insert(passages)
         if plan is None:
-            per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations)
+            per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations,
+                                        llm=llm)
                    for name in families}
         else:
             per = {}
             for slot in plan.slots:
                 key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
                 per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
-                                          plan.presentations, slot.split, slot.target)
+                                          plan.presentations, slot.split, slot.target, llm=llm)
         with wh.transaction():
             marked = wh.mark_superseded({f.name: f.version for f in registry.all()}, annotate_stage.CODE_VERSION,
                                         run.run_id, _now())
@@ -271,6 +309,8 @@ def refresh(
         version, published, quality = publish(wh, run.run_id, expected)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         summary["preset"] = preset
+        summary["setter"] = setter_note
+        summary["failed"] = {name: row["failed"] for name, row in per.items() if row.get("failed")}
         summary["quality"] = quality
         summary["superseded"] = marked
         summary["worlds"] = wh.worlds()

@@ -54,3 +54,7 @@ class UnknownCorpusVersion(VhdError):
 
 class PassageFormatError(VhdError):
     """A passage file that cannot be read at all (not JSONL or Parquet, missing, corrupt)."""
+
+
+class SetterUnavailable(SetterError):
+    """The LLM API could not be reached or kept failing (after its retries): nothing is stored."""

@@ -280,3 +280,24 @@ class CorpusVersionRecord(BaseModel):
     run_id: str
     admitted: int = Field(ge=0)
     manifest: dict[str, Any] = Field(description="env_ids, counts per family/split/presentation, digest")
+
+
+class SetterAttemptRecord(BaseModel):
+    """How an LLM setter obtained one module: attempts, tokens, cost (table setter_attempts)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    attempt_id: str
+    setter_output_id: str
+    family: str
+    passage_id: str
+    setter: str
+    llm_model: str
+    attempts: int
+    first_try: bool
+    passed: bool
+    rewritten: bool
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    reasons: list[str] = []
+    run_id: str = ""

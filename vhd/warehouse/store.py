@@ -25,7 +25,8 @@ import pyarrow as pa
 from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
 from vhd.schemas.hashing import canonical_json
 from vhd.schemas.records import (
-    CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
+    CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterAttemptRecord,
+    SetterOutputRecord,
     SolutionRecord,
 )
 from vhd.warehouse.migrate import available, migrate
@@ -45,6 +46,7 @@ TABLES: dict[type, tuple[str, str]] = {
     EnvironmentRecord: ("environments", "env_id"),
     LineageEdge: ("lineage_edges", ""),
     CorpusVersionRecord: ("corpus_versions", "version"),
+    SetterAttemptRecord: ("setter_attempts", "attempt_id"),
 }
 
 
@@ -292,6 +294,28 @@ class Warehouse:
             LEFT JOIN setter_outputs o ON o.setter_output_id = e.setter_output_id
             LEFT JOIN passages p ON p.passage_id = o.passage_id
             WHERE e.admitted AND e.env_id NOT IN (SELECT id FROM superseded) ORDER BY e.env_id""").df()
+
+    def exemplars(self, family: str, k: int = 3) -> list[SetterOutputRecord]:
+        """Up to `k` modules of `family` behind admitted, current environments, in id order
+        (deterministic: the same warehouse gives the same exemplars)."""
+        rows = self.con.execute(
+            "SELECT DISTINCT e.setter_output_id FROM environments e WHERE e.family = ? AND e.admitted "
+            "AND e.env_id NOT IN (SELECT id FROM superseded) ORDER BY 1 LIMIT ?", [family, k]).fetchall()
+        return [self.get(SetterOutputRecord, r[0]) for r in rows]
+
+    def setter_yield(self) -> list[dict[str, Any]]:
+        """Per (setter, LLM model): first-try rate, mean attempts, rewrite rate, cost per admitted env."""
+        rows = self.con.execute("""
+            SELECT a.setter, a.llm_model, count(*), avg(a.first_try::INT), avg(a.attempts), avg(a.rewritten::INT),
+                   sum(a.cost_usd), count(DISTINCT a.run_id),
+                   (SELECT count(*) FROM environments e WHERE e.admitted AND e.setter_output_id IN
+                        (SELECT b.setter_output_id FROM setter_attempts b
+                         WHERE b.setter = a.setter AND b.llm_model = a.llm_model))
+            FROM setter_attempts a GROUP BY a.setter, a.llm_model ORDER BY 1, 2""").fetchall()
+        return [{"setter": s, "model": m, "outputs": n, "runs": runs, "admitted": adm,
+                 "first_try_rate": round(ft, 4), "mean_attempts": round(att, 4), "rewrite_rate": round(rw, 4),
+                 "cost_usd": round(cost, 6), "cost_per_admitted_usd": round(cost / adm, 6) if adm else None}
+                for s, m, n, ft, att, rw, cost, runs, adm in rows]
 
     def counts(self) -> dict[str, int]:
         return {table: self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] for table, _ in TABLES.values()}

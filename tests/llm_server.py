@@ -1,0 +1,78 @@
+"""A loopback HTTP server speaking the Messages API (POST /v1/messages), for the LLM setter tests.
+
+Each request takes the next scripted step: ("text", reply, stop_reason) or ("status", code).
+When the script runs out, the last step repeats. Requests are recorded for assertions.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class MessagesServer:
+    def __init__(self, script):
+        self.script, self.requests, self._lock = list(script), [], threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                with outer._lock:
+                    outer.requests.append(body)
+                    step = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
+                if self.path.rstrip("/") != "/v1/messages":
+                    return self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+                if step[0] == "status":
+                    kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(step[1], "api_error")
+                    return self._send(step[1], {"type": "error", "error": {"type": kind, "message": "scripted"}},
+                                      {"retry-after": "0"})
+                _, text, stop = step
+                prompt = sum(len(json.dumps(m["content"])) for m in body["messages"]) // 4
+                self._send(200, {"id": f"msg_{len(outer.requests)}", "type": "message", "role": "assistant",
+                                 "model": body["model"], "content": [{"type": "text", "text": text}],
+                                 "stop_reason": stop, "stop_sequence": None,
+                                 "usage": {"input_tokens": prompt, "output_tokens": len(text) // 4}})
+
+            def _send(self, code, payload, headers=None):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def reply_for(output, rename: dict | None = None, module: str | None = None) -> str:
+    """A Messages reply carrying `output`'s module and interface (tools renamed by `rename`)."""
+    rename = rename or {}
+    text = module if module is not None else output.module
+    for old, new in rename.items():
+        text = text.replace(f'"name": "{old}"', f'"name": "{new}"')
+    interface = [{"canonical": b.canonical, "name": rename.get(b.name, b.name)} for b in output.interface]
+    return f"Here is the module.\n\n```python\n{text}\n```\n\n```json\n{json.dumps(interface)}\n```\n"
+
+
+LEAK = '''
+
+_create_inner = create
+
+
+def create(config):
+    env = _create_inner(config)
+    if config["presentation"] == "A":
+        env.instruction += " (data: %s)" % json.dumps(config["params"], sort_keys=True)
+    return env
+'''

@@ -1,0 +1,220 @@
+"""The LLM setter: a module written by a Claude model through the official `anthropic` SDK.
+
+    >>> setter = AnthropicSetter(LLMSettings.from_env())
+    >>> outputs, assignment, attempts = setter.synthesize(family, models, solutions, passages, exemplars)
+
+Per (family, passage) in use: one prompt (θ's structure, the family's decision process and
+tool roles, the passage, two or three admitted exemplar modules), a reply parsed into a module
+(a ```python block) and its interface (a ```json block mapping canonical tools to names). The
+module is never imported here: it is checked in the sandbox by the same gates as every module,
+on the first model it serves. A failed gate gets one repair turn carrying the gate's message,
+up to `max_attempts` replies; a module that still fails is kept and rejected with its reason.
+Transport faults (429, 5xx, timeouts) are retried by the SDK with backoff; when they persist,
+`SetterUnavailable` is raised and the caller writes nothing for that family.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+import anthropic
+
+from vhd.mechanisms import Family
+from vhd.schemas.errors import SetterError, SetterUnavailable
+from vhd.schemas.records import (
+    ModelRecord, PassageRecord, SetterAttemptRecord, SetterOutputRecord, SolutionRecord, ToolBinding,
+)
+from vhd.tasks.setters.settings import LLMSettings
+from vhd.tasks.setters.template import render_module
+
+SETTER = "anthropic"
+SETTER_VERSION = "1"
+_CODE = re.compile(r"```(python|json)[^\n]*\n(.*?)```", re.S)
+
+SYSTEM = (
+    "You write reinforcement-learning environments as one self-contained Python module (standard library "
+    "only; sqlite3 in memory for the relational world). The module defines ENV_API = 1, create(config) and an "
+    "Env with instruction, tools, call(name, arguments), done and outcome(), exactly like the exemplars. "
+    "Every tool call must be all-or-nothing and never raise for a player's mistake. In presentation 'A' no "
+    "observation may reveal the hidden parameters, the optimum or the optimal policy; probes cost turns. "
+    "Reply with one ```python block (the whole module) and one ```json block: a list of "
+    '{"canonical": <family tool>, "name": <your tool name>} for every family tool.'
+)
+
+
+def theta_structure(theta: dict) -> dict:
+    """Keys and shapes of θ (types, lengths), not its values."""
+    def shape(v):
+        if isinstance(v, list):
+            return [shape(v[0])] + [f"len {len(v)}"] if v else []
+        if isinstance(v, dict):
+            return {k: shape(x) for k, x in v.items()}
+        return type(v).__name__
+    return {k: shape(v) for k, v in theta.items()}
+
+
+def build_prompt(family: Family, model: ModelRecord, passage: PassageRecord,
+                 exemplars: list[SetterOutputRecord]) -> str:
+    tools = [{"canonical": t.name, "role": t.role, "turn_cost": t.turn_cost, "reveals": list(t.reveals),
+              "description": t.description, "input_schema": t.input_schema} for t in family.tools]
+    parts = [
+        f"# Family `{family.name}` ({family.model_class}, solved by {family.solver})", family.doc.strip(),
+        "## θ structure (config['params'])", json.dumps(theta_structure(model.theta), indent=1),
+        f"Hidden in presentation A: {', '.join(family.hidden)}",
+        "## Tools of the decision process (roles: probe, decision, clock, observe)", json.dumps(tools, indent=1),
+        f"## Passage ({passage.domain}): ground names, units and narrative in it", passage.text,
+    ]
+    for k, ex in enumerate(exemplars):
+        parts += [f"## Exemplar {k + 1} (admitted)", "```python\n" + ex.module + "\n```", "```json\n" + json.dumps(
+            [{"canonical": b.canonical, "name": b.name} for b in ex.interface]) + "\n```"]
+    parts.append("Write the module for this passage's world.")
+    return "\n\n".join(parts)
+
+
+def parse_reply(family: Family, text: str) -> tuple[str, tuple[ToolBinding, ...]]:
+    """(module, interface) from a reply, or SetterError naming what is missing or wrong."""
+    blocks: dict[str, str] = {}
+    for kind, body in _CODE.findall(text):
+        blocks.setdefault(kind, body)
+    if "python" not in blocks:
+        raise SetterError("the reply has no ```python block with the module")
+    if "json" not in blocks:
+        raise SetterError("the reply has no ```json block with the tool interface")
+    try:
+        mapping = json.loads(blocks["json"])
+        names = {row["canonical"]: row["name"] for row in mapping}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SetterError(f"the interface block is not a list of {{canonical, name}}: {exc}") from None
+    missing = [t.name for t in family.tools if t.name not in names]
+    if missing:
+        raise SetterError(f"the interface block lacks the family tools {missing}")
+    interface = tuple(ToolBinding(canonical=t.name, name=str(names[t.name]), role=t.role, turn_cost=t.turn_cost,
+                                  reveals=t.reveals) for t in family.tools)
+    return blocks["python"], interface
+
+
+def rewritten(family: Family, passage: PassageRecord, output: SetterOutputRecord, tools: list[dict]) -> bool:
+    """Tool names or argument schemas (properties, required) unlike the template's for this passage."""
+    template = render_module(family, passage)
+    if [b.name for b in output.interface] != [b.name for b in template.interface]:
+        return True
+    by_name = {t.get("name"): t.get("input_schema", {}) for t in tools}
+    for spec, binding in zip(family.tools, output.interface):
+        got = by_name.get(binding.name)
+        if got is None:
+            continue  # not reported (the module did not run): names decide
+        if sorted(got.get("properties", {})) != sorted(spec.input_schema.get("properties", {})) or \
+                sorted(got.get("required", [])) != sorted(spec.input_schema.get("required", [])):
+            return True
+    return False
+
+
+@dataclass
+class Outcome:
+    output: SetterOutputRecord | None
+    attempts: int = 0
+    first_try: bool = False
+    passed: bool = False
+    tools: list = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+
+class AnthropicSetter:
+    def __init__(self, settings: LLMSettings):
+        if not settings.api_key:
+            raise SetterError("no ANTHROPIC_API_KEY: the LLM setter cannot run")
+        self.settings = settings
+        self.client = anthropic.Anthropic(api_key=settings.api_key, base_url=settings.base_url,
+                                          timeout=settings.timeout_seconds, max_retries=settings.max_retries)
+
+    def _ask(self, messages: list[dict]) -> tuple[str, str, int, int, float]:
+        try:
+            reply = self.client.messages.create(model=self.settings.model, max_tokens=self.settings.max_tokens,
+                                                system=SYSTEM, messages=messages)
+        except (anthropic.APIConnectionError, anthropic.APITimeoutError, anthropic.RateLimitError,
+                anthropic.InternalServerError, anthropic.APIStatusError) as exc:
+            raise SetterUnavailable(f"the Messages API failed after {self.settings.max_retries} retries: "
+                                    f"{type(exc).__name__}: {exc}") from None
+        text = "".join(block.text for block in reply.content if getattr(block, "type", "") == "text")
+        i, o = reply.usage.input_tokens, reply.usage.output_tokens
+        return text, reply.stop_reason or "", i, o, self.settings.cost(self.settings.model, i, o)
+
+    def write(self, family: Family, passage: PassageRecord, probe, prompt: str) -> Outcome:
+        """Up to max_attempts replies; `probe(output)` runs the gates and returns (passed, reason, tools)."""
+        messages = [{"role": "user", "content": prompt}]
+        result = Outcome(None)
+        for attempt in range(1, self.settings.max_attempts + 1):
+            text, stop, i, o, cost = self._ask(messages)
+            result.attempts, result.input_tokens, result.output_tokens = attempt, result.input_tokens + i, \
+                result.output_tokens + o
+            result.cost = round(result.cost + cost, 6)
+            if stop == "max_tokens":
+                reason = "reply truncated (stop_reason max_tokens): no complete module"
+            else:
+                try:
+                    module, interface = parse_reply(family, text)
+                except SetterError as exc:
+                    reason = str(exc)
+                else:
+                    output = SetterOutputRecord.build(
+                        family=family.name, family_version=family.version, setter=SETTER,
+                        setter_version=f"{SETTER_VERSION}:{self.settings.model}", passage_id=passage.passage_id,
+                        module=module, interface=interface)
+                    passed, reason, tools = probe(output)
+                    result.output, result.tools = output, tools
+                    if passed:
+                        result.passed, result.first_try = True, attempt == 1
+                        return result
+            result.reasons.append(reason)
+            messages += [{"role": "assistant", "content": text or "(empty)"},
+                         {"role": "user", "content": f"The module was rejected: {reason}\nFix it and reply with the "
+                                                     "whole module and interface again."}]
+        return result
+
+    def synthesize(self, family: Family, models: list[ModelRecord], solutions: dict[str, SolutionRecord],
+                   passages: list[PassageRecord], exemplars: list[SetterOutputRecord], presentations, run_id: str = ""):
+        """(outputs, assignment, attempt records); models whose passage got no module are left unassigned."""
+        from vhd.tasks.annotate import make_candidates
+        from vhd.tasks.check import check_batch
+        from vhd.tasks.synthesize import passage_for
+
+        outputs: dict[str, SetterOutputRecord | None] = {}
+        assignment: dict[str, str] = {}
+        records: list[SetterAttemptRecord] = []
+        played = tuple(p for p in presentations if p != "F") or ("A",)
+        for model in models:
+            passage = passage_for(model, passages)
+            if passage.passage_id not in outputs:
+                shots = exemplars or [render_module(family, passage)]
+
+                def probe(output, model=model, passage=passage):
+                    cands = make_candidates(family, [model], {model.model_id: solutions[model.model_id]},
+                                            {output.setter_output_id: output}, {model.model_id: output.setter_output_id},
+                                            played, {passage.passage_id: passage})
+                    verdicts = check_batch(family, output, cands)
+                    bad = [v for v in verdicts if not v.admitted]
+                    tools = next((v.tools for v in verdicts if v.tools), [])
+                    return (not bad, f"{bad[0].candidate.presentation}: {bad[0].reason}" if bad else "", tools)
+
+                res = self.write(family, passage, probe,
+                                 build_prompt(family, model, passage, shots[: self.settings.exemplars or 0]))
+                outputs[passage.passage_id] = res.output
+                oid = res.output.setter_output_id if res.output else ""
+                records.append(SetterAttemptRecord(
+                    attempt_id=hashlib.sha256(f"{family.name}|{passage.passage_id}|{self.settings.model}|{oid}|"
+                                              f"{run_id}".encode()).hexdigest(),
+                    setter_output_id=oid, family=family.name, passage_id=passage.passage_id, setter=SETTER,
+                    llm_model=self.settings.model, attempts=res.attempts, first_try=res.first_try, passed=res.passed,
+                    rewritten=bool(res.output) and rewritten(family, passage, res.output, res.tools),
+                    input_tokens=res.input_tokens, output_tokens=res.output_tokens, cost_usd=res.cost,
+                    reasons=res.reasons, run_id=run_id))
+            out = outputs[passage.passage_id]
+            if out is not None:
+                assignment[model.model_id] = out.setter_output_id
+        return [o for o in outputs.values() if o is not None], assignment, records
