@@ -29,6 +29,8 @@ class MessagesServer:
                     kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(step[1], "api_error")
                     return self._send(step[1], {"type": "error", "error": {"type": kind, "message": "scripted"}},
                                       {"retry-after": "0"})
+                if callable(step):
+                    step = step(body)
                 _, text, stop = step
                 prompt = sum(len(json.dumps(m["content"])) for m in body["messages"]) // 4
                 self._send(200, {"id": f"msg_{len(outer.requests)}", "type": "message", "role": "assistant",
@@ -76,3 +78,38 @@ def create(config):
         env.instruction += " (data: %s)" % json.dumps(config["params"], sort_keys=True)
     return env
 '''
+
+
+def demo_responder(family_name: str):
+    """For measuring `vhd refresh --setter anthropic` locally: answers each new conversation with the
+    template rendering for the passage in the prompt; every third first reply has broken code (so
+    the repair turn runs), every fourth renames two tools (a rewrite). Not a model: a pipeline check."""
+    from vhd.mechanisms import registry
+    from vhd.tasks.passages import builtin_passages
+    from vhd.tasks.setters.template import render_module
+
+    family, passages, count = registry.get(family_name), builtin_passages(), [0]
+
+    def respond(body):
+        prompt = body["messages"][0]["content"]
+        passage = next(p for p in passages if p.text in prompt)
+        good = render_module(family, passage)
+        if len(body["messages"]) > 1:
+            return ("text", reply_for(good), "end_turn")
+        count[0] += 1
+        if count[0] % 3 == 1:
+            return ("text", reply_for(good, module=good.module.replace("def create(config):", "def create(config:")),
+                    "end_turn")
+        rename = {good.interface[0].name: "examine_item", good.interface[-1].name: "finish"} if count[0] % 4 == 0 else {}
+        return ("text", reply_for(good, rename), "end_turn")
+    return respond
+
+
+if __name__ == "__main__":  # python tests/llm_server.py knapsack  → prints its URL
+    import sys
+    import time
+
+    server = MessagesServer([demo_responder(sys.argv[1])])
+    print(server.url, flush=True)
+    while True:
+        time.sleep(3600)
