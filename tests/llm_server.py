@@ -25,12 +25,12 @@ class MessagesServer:
                     step = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
                 if self.path.rstrip("/") != "/v1/messages":
                     return self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+                if callable(step):
+                    step = step(body)
                 if step[0] == "status":
                     kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(step[1], "api_error")
                     return self._send(step[1], {"type": "error", "error": {"type": kind, "message": "scripted"}},
                                       {"retry-after": "0"})
-                if callable(step):
-                    step = step(body)
                 _, text, stop = step
                 prompt = sum(len(json.dumps(m["content"])) for m in body["messages"]) // 4
                 self._send(200, {"id": f"msg_{len(outer.requests)}", "type": "message", "role": "assistant",

@@ -336,7 +336,7 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
         "run_id": run_id, "batch": batch, "admitted": total("admitted"), "rejected": total("rejected"),
         "reused": total("reused"), "computed": computed, "splits": splits, "reasons": reasons,
         "found": {s: sum(row["found"][s] for row in per.values()) for s in STAGES},
-        "nothing_to_do": not any(computed.values()), "corpus_version": version, "published": published,
+        "nothing_to_do": not any(computed.values()) and not any(row.get("failed") for row in per.values()), "corpus_version": version, "published": published,
         "families": per, "seconds": round(seconds, 3),
     }
 

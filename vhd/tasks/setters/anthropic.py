@@ -32,6 +32,7 @@ from vhd.tasks.setters.template import render_module
 
 SETTER = "anthropic"
 SETTER_VERSION = "1"
+THETA_GATES = ("default_band",)
 _CODE = re.compile(r"```(python|json)[^\n]*\n(.*?)```", re.S)
 
 SYSTEM = (
@@ -198,9 +199,11 @@ class AnthropicSetter:
                                             {output.setter_output_id: output}, {model.model_id: output.setter_output_id},
                                             played, {passage.passage_id: passage})
                     verdicts = check_batch(family, output, cands)
-                    bad = [v for v in verdicts if not v.admitted]
+                    # default_band judges θ (is u₀ in the family's band), not the module: no repair for it
+                    bad = [(v.candidate.presentation, g) for v in verdicts for g in v.gates
+                           if not g.passed and g.name not in THETA_GATES]
                     tools = next((v.tools for v in verdicts if v.tools), [])
-                    return (not bad, f"{bad[0].candidate.presentation}: {bad[0].reason}" if bad else "", tools)
+                    return (not bad, f"{bad[0][0]}: {bad[0][1].name}: {bad[0][1].message}" if bad else "", tools)
 
                 res = self.write(family, passage, probe,
                                  build_prompt(family, model, passage, shots[: self.settings.exemplars or 0]))
