@@ -24,6 +24,7 @@ def make_server(env: TextToolEnv, host: str = "127.0.0.1", port: int = 0) -> Thr
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes; without this each step waits ~40 ms for a delayed ACK
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass
