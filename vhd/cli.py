@@ -595,6 +595,49 @@ def yield_(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
     console.print(table)
 
 
+# --- issue 7 (adapters): vhd serve-env, vhd play -------------------------------------------------
+
+
+def _adapter_env(env_id: str, db: Optional[Path]):
+    from vhd.adapters.gym import TextToolEnv
+
+    with _reader(db) as wh:
+        full = _resolve(wh, env_id)
+    return TextToolEnv.from_warehouse(full, db)
+
+
+@app.command("serve-env")
+@handles_errors
+def serve_env(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
+              port: int = typer.Option(8765, "--port", help="TCP port (0 = any free port)"),
+              host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback by default)"),
+              db: Optional[Path] = DbOption) -> None:
+    """Serve one environment over HTTP: POST /reset, POST /step {"action": ...}, GET /state (JSON).
+
+    The generated module runs inside this server process (see docs/TRAINING.md, trust model)."""
+    from vhd.adapters.http import make_server
+
+    server = make_server(_adapter_env(env_id, db), host, port)
+    console.print(f"serving {env_id} on http://{server.server_address[0]}:{server.server_address[1]}", highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:  # pragma: no cover
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command()
+@handles_errors
+def play(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
+         db: Optional[Path] = DbOption) -> None:
+    """Play an environment in the terminal: type `TOOL {json arguments}`, `tools`, `help` or `quit`;
+    the reward is shown when the episode ends."""
+    from vhd.adapters.play import play as play_loop
+
+    play_loop(_adapter_env(env_id, db), sys.stdin, lambda text: print(text, flush=True))
+
+
 def main() -> None:  # pragma: no cover
     app()
 
