@@ -11,6 +11,7 @@ ALLOWED = {  # package -> vhd packages it may import
     "mechanisms": {"schemas", "mechanisms"},
     "tasks": {"schemas", "mechanisms", "tasks"},
     "warehouse": {"schemas", "warehouse"},
+    "agents": {"schemas", "mechanisms", "tasks", "agents"},
     "flows": {"schemas", "mechanisms", "tasks", "warehouse", "flows"},
 }
 
