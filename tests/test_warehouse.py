@@ -16,7 +16,7 @@ def test_migrations_apply_once(tmp_path):
     with Warehouse.open(tmp_path / "w.duckdb") as wh:
         assert migrate(wh.con) == []  # already applied by open()
         versions = wh.con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
-    assert versions == [(1,), (2,)] == [(v,) for v, _, _ in available()]
+    assert versions == [(v,) for v, _, _ in available()] and versions[:2] == [(1,), (2,)] and (4,) in versions
 
 
 def test_a_reader_refuses_a_warehouse_that_needs_a_migration(tmp_path):

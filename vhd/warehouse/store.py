@@ -30,9 +30,8 @@ from vhd.schemas.records import (
 )
 from vhd.warehouse.migrate import available, migrate
 
-def _applied_max(con: duckdb.DuckDBPyConnection) -> int:
-    rows = con.execute("SELECT max(version) FROM schema_migrations").fetchall()
-    return rows[0][0] or 0
+def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:
+    return {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
 
 
 TABLES: dict[type, tuple[str, str]] = {
@@ -103,7 +102,7 @@ class Warehouse:
             con.close()
             raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
         else:
-            pending = [v for v, _, _ in available() if v > _applied_max(con)]
+            pending = [v for v, _, _ in available() if v not in _applied(con)]  # numbers may have gaps
             if pending:
                 con.close()
                 raise WarehouseError(f"{path} needs migration {pending[0]:03d}; open it once for writing "
