@@ -114,3 +114,43 @@ def test_openai_agent_replays_the_oracle_through_chat_completions(table):
 def test_bad_agent_names_are_refused(name):
     with pytest.raises(InvalidParams, match="expected anthropic:MODEL or openai:BASE_URL:MODEL"):
         parse_agent(name)
+
+
+def test_openai_agent_through_vhd_eval_on_presentation_f(tmp_path):
+    """`vhd eval --agent openai:...` on an F environment: the scripted server submits π*'s plan."""
+    from typer.testing import CliRunner
+
+    from vhd.cli import app
+
+    family = registry.get("knapsack")
+    run = check_models(family, count=1, seed=14, presentations=("F",))
+    verdict = run.verdicts[0]
+    env, checks, edges = annotate(family, verdict)
+    db = tmp_path / "f.duckdb"
+    with Warehouse.open(db) as wh, wh.transaction():
+        wh.insert(run.models)
+        wh.insert([verdict.candidate.solution])
+        wh.insert(run.outputs)
+        wh.insert([env])
+    plan = env.reference_trajectory[0]
+
+    def respond(path, body, n):
+        message = ({"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": plan["tool"], "arguments": json.dumps(plan["arguments"])}}]} if n == 1
+            else {"role": "assistant", "content": "submitted"})
+        return {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
+
+    server, requests = _serve(respond)
+    try:
+        result = CliRunner().invoke(app, ["eval", "--db", str(db), "--json", "--presentations", "F", "--agent",
+                                          f"openai:http://127.0.0.1:{server.server_port}/v1:qwen-test"])
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["families"] == {"knapsack": {"F": 1.0}}
+    assert len(requests) == 1  # the episode ended with the one submission
+    with Warehouse.open(db, read_only=True) as wh:
+        (episode,) = wh.episodes()
+    assert episode.tokens == {"input": 7, "output": 3} and episode.messages[0]["role"] == "user"

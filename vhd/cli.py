@@ -567,8 +567,9 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
 @app.command("eval")
 @handles_errors
 def eval_(
-    agent: str = typer.Option(..., "--agent", help="scripted agent: oracle (π*'s calls), default, idle, random "
-                              "(seeded valid random policy), greedy (a myopic heuristic per family)"),
+    agent: str = typer.Option(..., "--agent", help="scripted: oracle (π*'s calls), default, idle, random (seeded "
+                              "valid random policy), greedy (a myopic heuristic per family); or an LLM: "
+                              "anthropic:MODEL (Messages tool use) or openai:BASE_URL:MODEL (chat completions)"),
     preset_name: str = typer.Option("diagnostic", "--preset", help="which families to evaluate (diagnostic: "
                                     "inventory_dp, knapsack, lp, qp, routing)"),
     presentations: Optional[str] = typer.Option(None, "--presentations", help="comma list among F, I, A "
@@ -590,7 +591,12 @@ def eval_(
     from vhd.tasks.presets import preset
     from vhd.warehouse import Warehouse
 
-    check_agent(agent)
+    if ":" in agent:
+        from vhd.agents.live import parse_agent
+
+        parse_agent(agent)
+    else:
+        check_agent(agent)
     plan = preset(preset_name, registry.all())
     families = sorted({slot.family for slot in plan.slots})
     chosen = tuple(_csv(presentations)) if presentations is not None else plan.presentations

@@ -27,7 +27,12 @@ Z95 = 1.959963984540054
 
 
 def play(tables: list[Table], agent: str, episodes: int = 1, corpus_version: str = "") -> list[EpisodeRecord]:
-    """K episodes of `agent` on every table; scripted agents only (no messages, zero tokens)."""
+    """K episodes of `agent` on every table: scripted (no messages, zero tokens) or an LLM agent
+    (`anthropic:MODEL`, `openai:BASE_URL:MODEL`, played turn by turn by vhd/agents/live.py)."""
+    if ":" in agent:
+        from vhd.agents.live import play_llm
+
+        return [play_llm(t, agent, k, corpus_version) for t in tables for k in range(episodes)]
     now = datetime.now(timezone.utc).isoformat()
     out = []
     for t in tables:

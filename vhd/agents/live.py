@@ -79,6 +79,27 @@ class Session:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+class WrittenSession:
+    """Presentation F in process: no generated module, one `submit_plan` call that ends the episode
+    (graded afterwards by the family's evaluator through tasks/score.py)."""
+
+    def __init__(self, t: Table):
+        from vhd.tasks import written
+
+        self.instruction, self.tools, self.done, self.submit = t.env.instruction, written.tools(t.family), False, written.SUBMIT
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.done:
+            return {"ok": False, "error": "the plan was already submitted; the episode is over"}
+        if tool != self.submit:
+            return {"ok": False, "error": f"unknown tool {tool!r}; the only tool is {self.submit}"}
+        self.done = True
+        return {"ok": True, "submitted": True, "note": "the plan is scored after the episode"}
+
+    def close(self) -> None:
+        pass
+
+
 def parse_agent(name: str) -> tuple[str, str, str]:
     """("anthropic", "", MODEL) or ("openai", BASE_URL, MODEL); InvalidParams otherwise."""
     if name.startswith("anthropic:") and len(name) > len("anthropic:"):
@@ -95,7 +116,7 @@ def _prompt(t: Table, instruction: str) -> str:
             + f"\nYou have {t.env.turn_budget} turns. Call the tools; stop when the episode is over.")
 
 
-def _anthropic_loop(t: Table, model: str, session: Session, prompt: str, messages: list[dict[str, Any]],
+def _anthropic_loop(t: Table, model: str, session: Any, prompt: str, messages: list[dict[str, Any]],
                     calls: list[dict[str, Any]], tokens: dict[str, int], token_budget: int) -> None:
     import anthropic
 
@@ -121,7 +142,7 @@ def _anthropic_loop(t: Table, model: str, session: Session, prompt: str, message
         messages.append({"role": "user", "content": results})
 
 
-def _openai_loop(t: Table, base_url: str, model: str, session: Session, prompt: str, messages: list[dict[str, Any]],
+def _openai_loop(t: Table, base_url: str, model: str, session: Any, prompt: str, messages: list[dict[str, Any]],
                  calls: list[dict[str, Any]], tokens: dict[str, int], token_budget: int) -> None:
     import openai
 
@@ -153,14 +174,13 @@ def _openai_loop(t: Table, base_url: str, model: str, session: Session, prompt: 
 
 def play_llm(t: Table, agent: str, episode: int = 0, corpus_version: str = "",
              token_budget: int = TOKEN_BUDGET) -> EpisodeRecord:
-    """One LLM episode on an I/A environment, scored by sandbox replay of the calls it made."""
+    """One LLM episode, scored by tasks/score.py: sandbox replay of the calls it made (I, A), the
+    family's evaluator on its one submit_plan call (F)."""
     provider, base_url, model = parse_agent(agent)
-    if t.env.presentation == "F":
-        raise InvalidParams("LLM agents play presentations I and A; F (one submit_plan) is not wired to them yet")
     messages: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     tokens = {"input": 0, "output": 0}
-    session = Session(t)
+    session = WrittenSession(t) if t.env.presentation == "F" else Session(t)
     try:
         prompt = _prompt(t, session.instruction)
         if provider == "anthropic":
