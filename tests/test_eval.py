@@ -102,3 +102,27 @@ def test_episodes_are_stored_with_lineage_and_rerun_adds_no_rows(diagnostic_db):
 def test_bad_input_is_one_line_and_exit_1(diagnostic_db, args, message):
     result = CliRunner().invoke(app, ["eval", "--db", str(diagnostic_db), *args])
     assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+
+
+def test_report_writes_the_stored_episodes_tables_and_plots(diagnostic_db, tmp_path):
+    """Runs after the eval tests of this module, so oracle/default/random/greedy episodes are stored."""
+    from vhd.agents.evaluate import summary
+
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", "--db", str(diagnostic_db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    names = {"tables.json", "fia_bars.png", "reward_by_family.png", "score_vs_size.png", "score_vs_horizon.png",
+             "index.html"}
+    assert names <= {p.name for p in out.iterdir()}
+    assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names if n.endswith(".png"))
+    tables = json.loads((out / "tables.json").read_text())
+    with Warehouse.open(diagnostic_db, read_only=True) as wh:
+        stored = wh.episodes()
+    assert set(tables) == {e.agent for e in stored} >= {"oracle", "default", "random", "greedy"}
+    for agent, table in tables.items():
+        expected = json.loads(json.dumps(summary([e for e in stored if e.agent == agent])))
+        assert table == expected
+    page = (out / "index.html").read_text()
+    assert all(f"agent {a}" in page for a in tables) and "fia_bars.png" in page
+    bad = CliRunner().invoke(app, ["report", "--db", str(diagnostic_db), "--out", str(out), "--agent", "nobody"])
+    assert bad.exit_code == 1 and "no stored episodes of agent(s) ['nobody']" in bad.output

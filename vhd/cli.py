@@ -650,6 +650,35 @@ def eval_(
     console.print(f"{len(played)} episodes stored{'; ' + gaps if gaps else ''}")
 
 
+
+@app.command("report")
+@handles_errors
+def report(
+    out: Path = typer.Option(..., "--out", help="directory for tables.json, the PNG plots and index.html"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="comma list of agents to include (default: every "
+                                        "agent with stored episodes)"),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Write the eval tables (F/I/A per family, as `vhd eval` prints them) and plots (F/I/A bars,
+    reward per family, reward vs size and vs horizon) of the stored episodes as PNG + one HTML page."""
+    from vhd.agents.report import write_report
+    from vhd.schemas.errors import InvalidParams
+
+    with _reader(db) as wh:
+        episodes = wh.episodes()
+        envs = {e.env_id: e for e in wh.environments(admitted=None, include_superseded=True)}
+    if agent is not None:
+        wanted = set(_csv(agent))
+        missing = sorted(wanted - {e.agent for e in episodes})
+        if missing:
+            raise InvalidParams(f"no stored episodes of agent(s) {missing}; run `vhd eval --agent A` first")
+        episodes = [e for e in episodes if e.agent in wanted]
+    if not episodes:
+        raise InvalidParams("no stored episodes; run `vhd eval --agent A` first")
+    files = write_report(episodes, envs, out)
+    console.print(f"{len(episodes)} episodes → {', '.join(str(f) for f in files)}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 
