@@ -11,6 +11,7 @@ ALLOWED = {  # package -> vhd packages it may import
     "mechanisms": {"schemas", "mechanisms"},
     "tasks": {"schemas", "mechanisms", "tasks"},
     "warehouse": {"schemas", "warehouse"},
+    "agents": {"schemas", "mechanisms", "tasks", "agents"},
     "flows": {"schemas", "mechanisms", "tasks", "warehouse", "flows"},
 }
 
@@ -57,6 +58,7 @@ def test_the_walk_sees_imports():
 def test_sandbox_runner_and_env_runtime_use_the_standard_library_only():
     import sys
 
-    for path in (ROOT / "tasks" / "sandbox" / "runner.py", ROOT / "tasks" / "setters" / "runtime.py"):
+    for path in (ROOT / "tasks" / "sandbox" / "runner.py", ROOT / "tasks" / "sandbox" / "session.py",
+                 ROOT / "tasks" / "setters" / "runtime.py"):
         roots = {name.split(".")[0] for name in _imports(path)}
         assert roots <= set(sys.stdlib_module_names), (path, roots - set(sys.stdlib_module_names))

@@ -638,6 +638,124 @@ def play(env_id: str = typer.Argument(..., help="environment id (or a unique pre
     play_loop(_adapter_env(env_id, db), sys.stdin, lambda text: print(text, flush=True))
 
 
+# --- issue 7 (agents/eval): vhd eval -------------------------------------------------------------
+
+
+@app.command("eval")
+@handles_errors
+def eval_(
+    agent: str = typer.Option(..., "--agent", help="scripted: oracle (π*'s calls), default, idle, random (seeded "
+                              "valid random policy), greedy (a myopic heuristic per family); or an LLM: "
+                              "anthropic:MODEL (Messages tool use) or openai:BASE_URL:MODEL (chat completions)"),
+    preset_name: str = typer.Option("diagnostic", "--preset", help="which families to evaluate (diagnostic: "
+                                    "inventory_dp, knapsack, lp, qp, routing)"),
+    presentations: Optional[str] = typer.Option(None, "--presentations", help="comma list among F, I, A "
+                                                "(default: the preset's, F,I,A for diagnostic)"),
+    episodes: int = typer.Option(1, "--episodes", help="episodes per environment (K); only random varies across them"),
+    per_cell: int = typer.Option(0, "--per-cell", help="at most this many environments per family × presentation "
+                                 "(the first by env id); 0 = all"),
+    corpus_version: Optional[str] = typer.Option(None, "--corpus-version", help="evaluate this published version "
+                                                 "(default: the latest; all admitted environments if none)"),
+    db: Optional[Path] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Play an agent on the admitted environments of a preset, store every episode, print mean
+    reward per family × presentation with a 95 % interval, the family mean and the F→I, I→A gaps."""
+    from vhd.agents import Table as AgentTable, check_agent
+    from vhd.agents.evaluate import PRESENTATIONS, as_json as to_json, play, summary
+    from vhd.mechanisms import registry
+    from vhd.schemas.errors import InvalidParams
+    from vhd.tasks.presets import preset
+    from vhd.warehouse import Warehouse
+
+    if ":" in agent:
+        from vhd.agents.live import parse_agent
+
+        parse_agent(agent)
+    else:
+        check_agent(agent)
+    plan = preset(preset_name, registry.all())
+    families = sorted({slot.family for slot in plan.slots})
+    chosen = tuple(_csv(presentations)) if presentations is not None else plan.presentations
+    bad = [p for p in chosen if p not in PRESENTATIONS]
+    if bad or not chosen:
+        raise InvalidParams(f"unknown presentations {bad or chosen!r}; expected a comma list among F, I, A")
+    if episodes < 1 or per_cell < 0:
+        raise InvalidParams(f"--episodes must be ≥ 1 and --per-cell ≥ 0, got {episodes} and {per_cell}")
+    path = Path(db) if db is not None else None
+    from vhd.warehouse.store import default_path
+    from vhd.schemas.errors import WarehouseMissing
+
+    if not (path or default_path()).exists():
+        raise WarehouseMissing(f"no warehouse at {path or default_path()}; run `vhd refresh --preset diagnostic` first")
+    with Warehouse.open(path) as wh:
+        versions = wh.versions()
+        if corpus_version is not None and corpus_version not in {v.version for v in versions}:
+            raise InvalidParams(f"no corpus version {corpus_version!r}; published: "
+                                f"{', '.join(v.version for v in versions) or 'none yet'}")
+        version = next((v for v in versions if v.version == corpus_version), versions[-1] if versions else None)
+        envs = [e for e in wh.environments() if e.family in families and e.presentation in chosen]
+        if version is not None:
+            members = set(version.manifest["env_ids"])
+            envs = [e for e in envs if e.env_id in members]
+        if per_cell:
+            kept, seen = [], {}
+            for e in envs:
+                key = (e.family, e.presentation)
+                if seen.get(key, 0) < per_cell:
+                    kept.append(e)
+                    seen[key] = seen.get(key, 0) + 1
+            envs = kept
+        if not envs:
+            raise InvalidParams(f"no admitted environments of {families} in presentations {list(chosen)}; "
+                                f"run `vhd refresh --preset {preset_name}` first")
+        inputs = wh.eval_inputs([e.env_id for e in envs])
+    tables = [AgentTable(e, *inputs[e.env_id][:2], inputs[e.env_id][2], registry.get(e.family)) for e in envs]
+    played = play(tables, agent, episodes, version.version if version else "")
+    with Warehouse.open(path) as wh, wh.transaction():
+        wh.insert(played)
+    result = summary(played)
+    if as_json:
+        return _emit({**to_json(agent, result), "corpus_version": version.version if version else ""})
+    table = Table("family", *[f"{p} (95 % CI)" for p in chosen], "family mean", title=f"agent {agent}: mean reward")
+    for family, row in result["families"].items():
+        table.add_row(family, *[f"{row[p]['mean']:.3f} ± {row[p]['ci95']:.3f} (n={row[p]['n']})" if p in row else "—"
+                                for p in chosen], f"{row['mean']:.3f}")
+    table.add_row("mean", *[f"{result['mean'][p]:.3f}" if p in result["mean"] else "—" for p in chosen], "")
+    console.print(table)
+    gaps = ", ".join(f"{k} gap {v:+.3f}" for k, v in result["gaps"].items())
+    console.print(f"{len(played)} episodes stored{'; ' + gaps if gaps else ''}")
+
+
+
+@app.command("report")
+@handles_errors
+def report(
+    out: Path = typer.Option(..., "--out", help="directory for tables.json, the PNG plots and index.html"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="comma list of agents to include (default: every "
+                                        "agent with stored episodes)"),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Write the eval tables (F/I/A per family, as `vhd eval` prints them) and plots (F/I/A bars,
+    reward per family, reward vs size and vs horizon) of the stored episodes as PNG + one HTML page."""
+    from vhd.agents.report import write_report
+    from vhd.schemas.errors import InvalidParams
+
+    with _reader(db) as wh:
+        episodes = wh.episodes()
+        envs = {e.env_id: e for e in wh.environments(admitted=None, include_superseded=True)}
+    if agent is not None:
+        wanted = set(_csv(agent))
+        missing = sorted(wanted - {e.agent for e in episodes})
+        if missing:
+            raise InvalidParams(f"no stored episodes of agent(s) {missing}; run `vhd eval --agent A` first")
+        episodes = [e for e in episodes if e.agent in wanted]
+    if not episodes:
+        raise InvalidParams("no stored episodes; run `vhd eval --agent A` first")
+    files = write_report(episodes, envs, out)
+    console.print(f"{len(episodes)} episodes → {', '.join(str(f) for f in files)}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

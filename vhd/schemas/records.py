@@ -301,3 +301,37 @@ class SetterAttemptRecord(BaseModel):
     cost_usd: float
     reasons: list[str] = []
     run_id: str = ""
+
+
+class EpisodeRecord(Record):
+    """One agent episode on one environment: the calls, what came back, tokens, reward.
+
+    The id hashes (env, corpus version, agent, presentation, episode seed, episode index) and
+    what was played, so re-running a scripted evaluation rewrites the same rows (a no-op)."""
+
+    kind = "episode"
+    id_field = "episode_id"
+    episode_id: str
+    env_id: str
+    corpus_version: str = Field(description="the corpus version evaluated, '' when none is published")
+    agent: str
+    presentation: Presentation
+    family: str
+    episode_seed: int = Field(description="the environment's episode seed (its random path)")
+    episode_index: int = Field(ge=0, description="which of the K episodes; seeds the agent's own randomness")
+    messages: list[Any] = Field(default_factory=list, description="the LLM conversation; empty for scripted agents")
+    tool_calls: list[Any] = Field(default_factory=list, description='[{"tool", "arguments"}]')
+    observations: dict[str, Any] = Field(default_factory=dict,
+                                         description="the sandbox replay's report: rejected calls, observation digest, error")
+    tokens: dict[str, Any] = Field(default_factory=dict, description='{"input", "output"}; zeros for scripted agents')
+    utility: float | None = None
+    reward: float
+    created_at: str = ""
+
+    def content(self):
+        return {"env_id": self.env_id, "corpus_version": self.corpus_version, "agent": self.agent,
+                "presentation": self.presentation, "episode_seed": self.episode_seed,
+                "episode_index": self.episode_index, "tool_calls": self.tool_calls, "messages": self.messages}
+
+    def version(self):
+        return "episode@1"

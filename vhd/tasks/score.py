@@ -68,5 +68,7 @@ def score(env: EnvironmentRecord, setter_output: SetterOutputRecord, theta: dict
             continue
         utility = played["utility"]
         rows.append({"utility": utility, "reward": reward(utility, env.u_star, env.u_default),
-                     "error": None, "terminal": played["terminal"], "rejected_calls": played["errors"]})
+                     "error": None, "terminal": played["terminal"], "rejected_calls": played["errors"],
+                     "first_error": played.get("first_error"), "obs_digest": played.get("obs_digest"),
+                     "turns_used": played.get("turns_used")})
     return rows

@@ -25,15 +25,14 @@ import pyarrow as pa
 from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
 from vhd.schemas.hashing import canonical_json
 from vhd.schemas.records import (
-    CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord, SetterAttemptRecord,
-    SetterOutputRecord,
+    CheckRecord, CorpusVersionRecord, EnvironmentRecord, EpisodeRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord,
+    SetterAttemptRecord, SetterOutputRecord,
     SolutionRecord,
 )
 from vhd.warehouse.migrate import available, migrate
 
-def _applied_max(con: duckdb.DuckDBPyConnection) -> int:
-    rows = con.execute("SELECT max(version) FROM schema_migrations").fetchall()
-    return rows[0][0] or 0
+def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:
+    return {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
 
 
 TABLES: dict[type, tuple[str, str]] = {
@@ -47,6 +46,7 @@ TABLES: dict[type, tuple[str, str]] = {
     LineageEdge: ("lineage_edges", ""),
     CorpusVersionRecord: ("corpus_versions", "version"),
     SetterAttemptRecord: ("setter_attempts", "attempt_id"),
+    EpisodeRecord: ("episodes", "episode_id"),
 }
 
 
@@ -104,7 +104,7 @@ class Warehouse:
             con.close()
             raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
         else:
-            pending = [v for v, _, _ in available() if v > _applied_max(con)]
+            pending = [v for v, _, _ in available() if v not in _applied(con)]  # numbers may have gaps
             if pending:
                 con.close()
                 raise WarehouseError(f"{path} needs migration {pending[0]:03d}; open it once for writing "
@@ -265,6 +265,22 @@ class Warehouse:
 
     def versions(self) -> list[CorpusVersionRecord]:
         return self._select(CorpusVersionRecord, order="ORDER BY created_at, version")
+
+    def episodes(self, agent: str | None = None) -> list[EpisodeRecord]:
+        """Stored agent episodes (migration 004), optionally of one agent."""
+        where, params = ("WHERE agent = ?", [agent]) if agent is not None else ("", [])
+        return self._select(EpisodeRecord, where, params, "ORDER BY family, presentation, env_id, episode_index")
+
+    def eval_inputs(self, env_ids: list[str]) -> dict[str, tuple[Any, Any, Any]]:
+        """env_id -> (model, solution, setter output) of the given environments."""
+        envs = {e.env_id: e for e in self._select(EnvironmentRecord, "WHERE list_contains(?, env_id)", [env_ids])}
+        models = {m.model_id: m for m in self._select(ModelRecord, "WHERE list_contains(?, model_id)",
+                                                      [[e.model_id for e in envs.values()]])}
+        solutions = {s.solution_id: s for s in self._select(SolutionRecord, "WHERE list_contains(?, solution_id)",
+                                                            [[e.solution_id for e in envs.values()]])}
+        outputs = {o.setter_output_id: o for o in self._select(
+            SetterOutputRecord, "WHERE list_contains(?, setter_output_id)", [[e.setter_output_id for e in envs.values()]])}
+        return {i: (models[e.model_id], solutions[e.solution_id], outputs[e.setter_output_id]) for i, e in envs.items()}
 
     def runs(self) -> list[RunRecord]:
         return self._select(RunRecord, order="ORDER BY started_at")

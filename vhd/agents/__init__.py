@@ -1,0 +1,91 @@
+"""Scripted agents: each turns one admitted environment into a trajectory of tool calls.
+
+    >>> calls = trajectory("greedy", Table(env, model, solution, setter_output, family), episode=0)
+    >>> calls[0]
+    {'tool': 'order_stock', 'arguments': {'quantity': 3}}
+
+| agent | what it plays |
+|---|---|
+| `oracle` | the stored reference trajectory: π*'s calls on the environment's episode seed |
+| `default` | the stored default trajectory (the family's naive default policy) |
+| `idle` | the family's idle policy (do nothing: order nothing, take nothing, stay home) |
+| `random` | a valid random policy of the family (`Family.random_policy`, seeded by (episode seed, episode index)), cut at the turn budget |
+| `greedy` | a myopic heuristic per family (`vhd/agents/greedy.py`); in A it first pays for every no-argument probe |
+
+A policy (π*, default, idle, random, greedy) is a feedback rule over the world's state (an
+order per (day, stock) for inventory, a plan for the one-shot families). It is turned into
+calls by the family's reference simulator on the environment's episode seed: the calls the
+rule makes when it observes the states the world goes through. The `dynamics_agreement` gate
+proved that the generated module goes through the same states for the same calls, so this
+equals playing the rule turn by turn against the module. The calls are then *scored by
+replaying them in the sandbox* (`tasks/score.py`), never by the simulator.
+
+In presentation F the trajectory is the one `submit_plan` call with the policy as its plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vhd.mechanisms import Family
+from vhd.schemas.errors import InvalidParams
+from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+
+SCRIPTED = ("oracle", "default", "idle", "random", "greedy")
+
+
+@dataclass(frozen=True)
+class Table:
+    """Everything an agent and the scorer need about one environment."""
+
+    env: EnvironmentRecord
+    model: ModelRecord
+    solution: SolutionRecord
+    setter_output: SetterOutputRecord
+    family: Family
+
+
+def check_agent(name: str) -> str:
+    if name not in SCRIPTED:
+        raise InvalidParams(f"unknown agent {name!r}; expected one of: {', '.join(SCRIPTED)}")
+    return name
+
+
+def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
+    theta = t.model.theta
+    if agent == "idle":
+        return t.family.idle_policy(theta)
+    if agent == "random":
+        return t.family.random_policy(theta, np.random.default_rng([t.env.episode_seed, episode, 0xA6E7]))
+    from vhd.agents.greedy import greedy_policy
+
+    return greedy_policy(t.family, theta)
+
+
+def _probes(t: Table) -> list[dict[str, Any]]:
+    """Every no-argument probe once, in the module's names: what A's greedy player pays to read θ."""
+    return [{"tool": t.setter_output.tool_name(spec.name), "arguments": {}}
+            for spec in t.family.tools_with_role("probe") if not spec.input_schema.get("required")]
+
+
+def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
+    """The calls `agent` makes on `t.env` in episode number `episode` (only `random` depends on it)."""
+    check_agent(agent)
+    if agent == "oracle":
+        return list(t.env.reference_trajectory)
+    if agent == "default":
+        return list(t.env.default_trajectory)
+    policy = _policy(agent, t, episode)
+    if t.env.presentation == "F":
+        from vhd.tasks import written
+
+        return written.calls_for(policy)
+    from vhd.tasks.check import to_calls
+
+    calls = to_calls(t.setter_output, t.family.simulate(t.model.theta, policy, t.env.episode_seed).calls)
+    if agent == "greedy" and t.env.presentation == "A":
+        calls = _probes(t) + calls
+    return calls[: t.env.turn_budget]

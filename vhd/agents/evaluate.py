@@ -1,0 +1,94 @@
+"""Play an agent on admitted environments, score each episode, summarise per family × presentation.
+
+    >>> episodes = play(tables, "random", episodes=3, corpus_version="v1")
+    >>> summary(episodes)["families"]["knapsack"]["I"]["mean"]
+    0.41...
+
+Where the generated module runs: every trajectory is scored by `tasks/score.score`, which
+replays it in a fresh sandboxed child process (`tasks/sandbox`: rlimits, no network, scratch
+dir, dropped uid where possible), one process per environment for all K episodes of an agent.
+The agent process never imports or executes a generated module. Presentation F has no module:
+its one `submit_plan` call is graded in process by the family's exact evaluator.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from statistics import mean, stdev
+from typing import Any
+
+from vhd.agents import Table, trajectory
+from vhd.schemas.records import EpisodeRecord
+from vhd.tasks.score import score
+
+PRESENTATIONS = ("F", "I", "A")
+Z95 = 1.959963984540054
+
+
+def play(tables: list[Table], agent: str, episodes: int = 1, corpus_version: str = "") -> list[EpisodeRecord]:
+    """K episodes of `agent` on every table: scripted (no messages, zero tokens) or an LLM agent
+    (`anthropic:MODEL`, `openai:BASE_URL:MODEL`, played turn by turn by vhd/agents/live.py)."""
+    if ":" in agent:
+        from vhd.agents.live import play_llm
+
+        return [play_llm(t, agent, k, corpus_version) for t in tables for k in range(episodes)]
+    now = datetime.now(timezone.utc).isoformat()
+    out = []
+    for t in tables:
+        calls = [trajectory(agent, t, k) for k in range(episodes)]
+        rows = score(t.env, t.setter_output, t.model.theta, t.family, calls)
+        for k, (played, row) in enumerate(zip(calls, rows)):
+            observations = {key: row.get(key) for key in ("error", "terminal", "rejected_calls", "first_error",
+                                                         "obs_digest", "turns_used") if key in row}
+            out.append(EpisodeRecord.build(
+                env_id=t.env.env_id, corpus_version=corpus_version, agent=agent, presentation=t.env.presentation,
+                family=t.env.family, episode_seed=t.env.episode_seed, episode_index=k, messages=[],
+                tool_calls=played, observations=observations, tokens={"input": 0, "output": 0},
+                utility=row["utility"], reward=row["reward"], created_at=now))
+    return out
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the normal 95 % interval); half-width 0 for fewer than two values."""
+    m = mean(values)
+    return m, (Z95 * stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
+
+
+def summary(episodes: list[EpisodeRecord]) -> dict[str, Any]:
+    """Per family and presentation: mean reward, 95 % CI half-width, n; the family mean over
+    presentations; per presentation the mean over families; the F→I and I→A gaps
+    (mean(F) − mean(I), mean(I) − mean(A): positive means the reward drops)."""
+    cells: dict[str, dict[str, list[float]]] = {}
+    for e in episodes:
+        cells.setdefault(e.family, {}).setdefault(e.presentation, []).append(e.reward)
+    families = {}
+    for family in sorted(cells):
+        row = {}
+        for p in PRESENTATIONS:
+            if p in cells[family]:
+                m, half = interval(cells[family][p])
+                row[p] = {"mean": m, "ci95": half, "n": len(cells[family][p])}
+        row["mean"] = mean(v["mean"] for v in row.values())
+        families[family] = row
+    overall = {p: mean(r[p]["mean"] for r in families.values() if p in r)
+               for p in PRESENTATIONS if any(p in r for r in families.values())}
+    gaps = {}
+    if "F" in overall and "I" in overall:
+        gaps["F-I"] = overall["F"] - overall["I"]
+    if "I" in overall and "A" in overall:
+        gaps["I-A"] = overall["I"] - overall["A"]
+    return {"families": families, "mean": overall, "gaps": gaps, "episodes": len(episodes)}
+
+
+def as_json(agent: str, summary_: dict[str, Any]) -> dict[str, Any]:
+    """The issue's shape: {"agent", "families": {NAME: {"F": mean, ...}}, "mean": {...}}, plus detail."""
+    return {
+        "agent": agent,
+        "families": {f: {p: row[p]["mean"] for p in PRESENTATIONS if p in row} for f, row in summary_["families"].items()},
+        "mean": summary_["mean"],
+        "gaps": summary_["gaps"],
+        "ci95": {f: {p: row[p]["ci95"] for p in PRESENTATIONS if p in row} for f, row in summary_["families"].items()},
+        "n": {f: {p: row[p]["n"] for p in PRESENTATIONS if p in row} for f, row in summary_["families"].items()},
+        "episodes": summary_["episodes"],
+    }
