@@ -140,6 +140,11 @@ def refresh(
 
     summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
                            presentations=chosen, preset=preset, scale=scale)
+    _report(summary, path, as_json)
+
+
+def _report(summary: dict, path: Path, as_json: bool) -> None:
+    """Print a refresh/backfill summary (a table, or JSON); exit 1 when the quality gate failed."""
     quality_failed = bool(summary.get("quality")) and not summary["quality"]["passed"]
     if as_json:
         _emit(summary)
@@ -559,6 +564,40 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
                                                           "player", "grader")}).write_parquet(partial)
     partial.replace(target)  # never a half-written export
     console.print(f"{len(rows)} environments → {target}")
+
+
+# --- issue 6 (refresh6b): backfill, serve ---------------------------------------------------
+
+
+@app.command()
+@handles_errors
+def backfill(
+    family: str = typer.Argument(..., help="the family to fill, e.g. a newly added one"),
+    per_family: int = typer.Option(20, min=1, help="θ draws; each yields one environment per presentation"),
+    seed: int = typer.Option(0, min=0, help="run seed"),
+    batch: Optional[str] = typer.Option(None, help="batch key (default: 'backfill', so a rerun finds its work done)"),
+    presentations: str = typer.Option("I,A", help="presentations to build, among F, I and A"),
+    db: Optional[Path] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Give one family its environments without touching any other family (runs the backfill flow)."""
+    from vhd.mechanisms import registry
+    from vhd.warehouse import Warehouse, default_path
+
+    registry.get(family)
+    chosen = tuple(_csv(presentations))
+    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
+        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
+    if batch is not None and (batch.startswith("import:") or not batch.strip()):
+        _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    path = db or default_path()
+    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from vhd.flows.backfill import backfill as backfill_flow
+
+    summary = backfill_flow(family=family, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+                            presentations=chosen)
+    _report(summary, path, as_json)
 
 
 def main() -> None:  # pragma: no cover

@@ -240,10 +240,20 @@ def refresh(
     With `preset` (see `vhd.tasks.presets`), its slots replace `families` and `per_family`:
     each slot is filled to its target of admitted environments in the preset's presentations.
     """
+    return run_batch("refresh", families, per_family, seed, batch or date.today().isoformat(), db_path,
+                     presentations, preset, scale)
+
+
+def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, batch: str, db_path: str,
+              presentations: tuple[str, ...], preset: str | None = None, scale: float = 1.0,
+              only: list[str] | None = None) -> dict[str, Any]:
+    """The body of `refresh` and `backfill` (call it inside a flow): one run row, every family
+    through `refresh_family`, superseded marks, the quality gate, a corpus version, a summary
+    artifact. With `only`, superseded marks are limited to those families (a backfill touches
+    no other family's rows)."""
     started = time.perf_counter()
-    batch = batch or date.today().isoformat()
     plan = presets.preset(preset, registry.all(), scale) if preset else None
-    run = RunRecord(run_id=str(flow_run.id or "local"), flow="refresh", started_at=_now(), code_version=__version__,
+    run = RunRecord(run_id=str(flow_run.id or "local"), flow=flow_name, started_at=_now(), code_version=__version__,
                     parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch,
                                 "preset": preset, "scale": scale})
     passages = builtin_passages()
@@ -260,9 +270,9 @@ def refresh(
                 key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
                 per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
                                           plan.presentations, slot.split, slot.target)
+        current = {f.name: f.version for f in registry.all() if only is None or f.name in only}
         with wh.transaction():
-            marked = wh.mark_superseded({f.name: f.version for f in registry.all()}, annotate_stage.CODE_VERSION,
-                                        run.run_id, _now())
+            marked = wh.mark_superseded(current, annotate_stage.CODE_VERSION, run.run_id, _now())
         expected = None
         if plan is not None:
             expected = {}
@@ -270,13 +280,14 @@ def refresh(
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
         version, published, quality = publish(wh, run.run_id, expected)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
+        summary["flow"] = flow_name
         summary["preset"] = preset
         summary["quality"] = quality
         summary["superseded"] = marked
         summary["worlds"] = wh.worlds()
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
-    create_markdown_artifact(key="refresh-summary", markdown=_markdown(summary), description="refresh summary")
+    create_markdown_artifact(key=f"{flow_name}-summary", markdown=_markdown(summary), description=f"{flow_name} summary")
     return summary
 
 
@@ -302,7 +313,7 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
 
 
 def _markdown(summary: dict[str, Any]) -> str:
-    lines = ["# Refresh summary", "", f"run `{summary['run_id']}`, batch `{summary['batch']}`, {summary['seconds']} s;"
+    lines = [f"# {summary.get('flow', 'refresh').capitalize()} summary", "", f"run `{summary['run_id']}`, batch `{summary['batch']}`, {summary['seconds']} s;"
              f" corpus version `{summary['corpus_version']}`{' (new)' if summary['published'] else ''}", "",
              "| family | split | admitted | rejected | admission rate | rejected by | already there |",
              "|---|---|---|---|---|---|---|"]
