@@ -600,6 +600,33 @@ def backfill(
     _report(summary, path, as_json)
 
 
+@app.command()
+@handles_errors
+def serve(
+    cron: str = typer.Option("0 3 * * *", help="when the refresh runs, a 5-field cron expression"),
+    timezone: str = typer.Option("UTC", help="time zone the cron is read in, e.g. Europe/Berlin"),
+    per_family: int = typer.Option(20, min=1, help="θ draws per family in each nightly batch"),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Serve the nightly refresh deployment against the Prefect API (PREFECT_API_URL); blocks until Ctrl-C.
+
+    Each scheduled run is `vhd refresh` over every registered family with today's date as the batch.
+    See docs/OPERATIONS.md for running against a Prefect server and watching runs in the UI."""
+    from vhd.warehouse import Warehouse, default_path
+
+    path = (db or default_path()).resolve()
+    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from vhd.flows.serve import nightly, serve as serve_deployment
+
+    try:
+        deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone)
+    except ValueError as exc:
+        _fail(f"--cron {cron!r} / --timezone {timezone!r}: {str(exc).splitlines()[0]}; expected e.g. '0 3 * * *'")
+    console.print(f"serving deployment refresh/{deployment.name} on {cron!r} ({timezone}) → {path}")
+    serve_deployment(deployment)
+
+
 def main() -> None:  # pragma: no cover
     app()
 
