@@ -29,6 +29,8 @@ console = Console()
 DB_HELP = "warehouse file (default: $VHD_DB or data/vhd.duckdb)"
 DbOption = typer.Option(None, "--db", help=DB_HELP, envvar="VHD_DB")
 JsonOption = typer.Option(False, "--json", help="print machine-readable JSON instead of tables")
+WorkersOption = typer.Option(None, "--workers", min=1, help="run the check stage on a local Dask cluster of N worker "
+                             "processes (default: threads in this process); this process stays the only writer")
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -113,6 +115,7 @@ def refresh(
                                          "(2,200 train / 300 held-out / 800 unseen-family environments, "
                                          "presentation A) or 'diagnostic' (five families in F, I and A)"),
     scale: float = typer.Option(1.0, help="multiply a preset's targets, e.g. 0.01 for a quick look at its mix"),
+    workers: Optional[int] = WorkersOption,
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -137,8 +140,9 @@ def refresh(
     Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.refresh import refresh as refresh_flow
+    from vhd.flows.refresh import with_workers
 
-    summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+    summary = with_workers(refresh_flow, workers)(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
                            presentations=chosen, preset=preset, scale=scale)
     _report(summary, path, as_json)
 
@@ -577,6 +581,7 @@ def backfill(
     seed: int = typer.Option(0, min=0, help="run seed"),
     batch: Optional[str] = typer.Option(None, help="batch key (default: 'backfill', so a rerun finds its work done)"),
     presentations: str = typer.Option("I,A", help="presentations to build, among F, I and A"),
+    workers: Optional[int] = WorkersOption,
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -594,8 +599,9 @@ def backfill(
     Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.backfill import backfill as backfill_flow
+    from vhd.flows.refresh import with_workers
 
-    summary = backfill_flow(family=family, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+    summary = with_workers(backfill_flow, workers)(family=family, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
                             presentations=chosen)
     _report(summary, path, as_json)
 

@@ -244,6 +244,18 @@ def refresh(
                      presentations, preset, scale)
 
 
+def with_workers(flow_: Any, workers: int | None) -> Any:
+    """`flow_` with its submitted tasks (the check stage, one future per module) on a local Dask
+    cluster of `workers` single-threaded worker processes; unchanged for None. The flow process
+    stays the warehouse's only writer: workers return records, nothing else."""
+    if workers is None:
+        return flow_
+    from prefect_dask import DaskTaskRunner
+
+    return flow_.with_options(task_runner=DaskTaskRunner(cluster_kwargs={
+        "n_workers": workers, "threads_per_worker": 1, "processes": True, "dashboard_address": None}))
+
+
 def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, batch: str, db_path: str,
               presentations: tuple[str, ...], preset: str | None = None, scale: float = 1.0,
               only: list[str] | None = None) -> dict[str, Any]:
