@@ -76,6 +76,7 @@ def _stamped(records: list, run_id: str) -> list:
 
 
 STAGES = ("sample", "solve", "synthesize", "check", "annotate")
+TIMED = STAGES + ("write",)    # wall seconds per stage in the flow process (check: until every future resolved)
 FIRST_GUESS = 0.85     # admission rate assumed before a slot has any verdict
 MAX_ROUNDS = 40
 
@@ -88,10 +89,14 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     kept; pending candidates are checked only if the stored ones do not already get there.
     """
     family = registry.get(name)
+    clock = time.perf_counter
     had_models = wh.present(ModelRecord, [m.model_id for m in models])
     known = wh.solutions_for(m.model_id for m in models)
+    t0 = clock()
     fresh = solve_task(name, [m for m in models if m.model_id not in known])
+    t1 = clock()
     outputs, assignment = synthesize_task(name, models, passages)
+    t2 = clock()
     had_outputs = wh.present(SetterOutputRecord, [o.setter_output_id for o in outputs])
     candidates = annotate_stage.make_candidates(
         family, models, {**known, **{s.model_id: s for s in fresh}}, {o.setter_output_id: o for o in outputs},
@@ -100,9 +105,12 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     pending = [c for c in candidates if c.env_id not in stored]
     if wanted is not None and pending and _walk(candidates, stored, wanted)[1]:
         pending = []  # the stored candidates already fill the slot
+    t3 = clock()
     futures = [check_task.submit(name, output, group) for output, group in annotate_stage.by_module(outputs, pending)]
-    annotated = {env.env_id: (env, checks, edges)
-                 for env, checks, edges in annotate_task(name, [v for f in futures for v in f.result()])}
+    checked = [v for f in futures for v in f.result()]
+    t4 = clock()
+    annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, checked)}
+    t5 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
     kept, _ = _walk(candidates, verdicts, wanted)
     kept_ids = {c.env_id for c in kept}
@@ -119,6 +127,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "kept": len(kept), "seen": len(verdicts),
         "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
                      "synthesize": len(kept_outputs - had_outputs), "annotate": len(rows)},
+        "stage_seconds": {"solve": t1 - t0, "synthesize": t2 - t1, "check": t4 - t3, "annotate": t5 - t4},
         "found": {"sample": len(kept_models & had_models), "solve": len(known), "check": len(kept_ids & set(stored)),
                   "synthesize": len(kept_outputs & had_outputs), "annotate": len(kept_ids & set(stored))},
     }
@@ -162,6 +171,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     """
     family = registry.get(name)
     totals = {"computed": dict.fromkeys(STAGES, 0), "found": dict.fromkeys(STAGES, 0)}
+    seconds = dict.fromkeys(TIMED, 0.0)
     filled = seen = 0                     # admitted in the slot so far (stored or new), verdicts seen
     new_admitted = new_rejected = 0
     reasons: dict[str, int] = {}
@@ -174,9 +184,15 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         else:
             rate = filled / seen if seen else FIRST_GUESS
             count = math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1
+        started = time.perf_counter()
         models = sample_task(name, count, seed, batch, cursor)
+        seconds["sample"] += time.perf_counter() - started
         out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled)
+        started = time.perf_counter()
         _write(wh, run_id, out)
+        seconds["write"] += time.perf_counter() - started
+        for stage, spent in out["stage_seconds"].items():
+            seconds[stage] += spent
         for kind in ("computed", "found"):
             for stage in STAGES:
                 totals[kind][stage] += out[kind][stage]
@@ -193,7 +209,8 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         if rounds >= MAX_ROUNDS or (seen >= 4 * target and filled == 0):
             break  # reported as a shortfall below, never padded
     row = {"split": split or family.split, "admitted": new_admitted, "rejected": new_rejected,
-           "reused": totals["found"]["check"], "reasons": reasons, **totals}
+           "reused": totals["found"]["check"], "reasons": reasons, **totals,
+           "stage_seconds": {stage: round(spent, 3) for stage, spent in seconds.items()}}
     if target is not None:
         row.update(target=target, filled=filled, short=max(0, target - filled))
     return row
@@ -319,6 +336,7 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
         "run_id": run_id, "batch": batch, "admitted": total("admitted"), "rejected": total("rejected"),
         "reused": total("reused"), "computed": computed, "splits": splits, "reasons": reasons,
         "found": {s: sum(row["found"][s] for row in per.values()) for s in STAGES},
+        "stage_seconds": {s: round(sum(row["stage_seconds"][s] for row in per.values()), 3) for s in TIMED},
         "nothing_to_do": not any(computed.values()), "corpus_version": version, "published": published,
         "families": per, "seconds": round(seconds, 3),
     }
