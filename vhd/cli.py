@@ -29,6 +29,8 @@ console = Console()
 DB_HELP = "warehouse file (default: $VHD_DB or data/vhd.duckdb)"
 DbOption = typer.Option(None, "--db", help=DB_HELP, envvar="VHD_DB")
 JsonOption = typer.Option(False, "--json", help="print machine-readable JSON instead of tables")
+WorkersOption = typer.Option(None, "--workers", min=1, help="run the check stage on a local Dask cluster of N worker "
+                             "processes (default: threads in this process); this process stays the only writer")
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -116,6 +118,7 @@ def refresh(
     setter: str = typer.Option("template", help="who writes the modules: 'template' (offline, deterministic) or "
                                "'anthropic' (a Claude model; settings from ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, "
                                "VHD_LLM_*; see docs/SETTERS.md; without a key the template setter is used)"),
+    workers: Optional[int] = WorkersOption,
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
@@ -142,9 +145,16 @@ def refresh(
     Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.refresh import refresh as refresh_flow
+    from vhd.flows.refresh import with_workers
 
-    summary = refresh_flow(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
-                           presentations=chosen, preset=preset, scale=scale, setter=setter)
+    summary = with_workers(refresh_flow, workers)(
+        families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path), presentations=chosen,
+        preset=preset, scale=scale, setter=setter)
+    _report(summary, path, as_json)
+
+
+def _report(summary: dict, path: Path, as_json: bool) -> None:
+    """Print a refresh/backfill summary (a table, or JSON); exit 1 when the quality gate failed."""
     quality_failed = bool(summary.get("quality")) and not summary["quality"]["passed"]
     if as_json:
         _emit(summary)
@@ -754,6 +764,69 @@ def report(
         raise InvalidParams("no stored episodes; run `vhd eval --agent A` first")
     files = write_report(episodes, envs, out)
     console.print(f"{len(episodes)} episodes → {', '.join(str(f) for f in files)}")
+
+
+# --- issue 6: backfill, serve ------------------------------------------------------------------
+
+
+@app.command()
+@handles_errors
+def backfill(
+    family: str = typer.Argument(..., help="the family to fill, e.g. a newly added one"),
+    per_family: int = typer.Option(20, min=1, help="θ draws; each yields one environment per presentation"),
+    seed: int = typer.Option(0, min=0, help="run seed"),
+    batch: Optional[str] = typer.Option(None, help="batch key (default: 'backfill', so a rerun finds its work done)"),
+    presentations: str = typer.Option("I,A", help="presentations to build, among F, I and A"),
+    workers: Optional[int] = WorkersOption,
+    db: Optional[Path] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Give one family its environments without touching any other family (runs the backfill flow)."""
+    from vhd.mechanisms import registry
+    from vhd.warehouse import Warehouse, default_path
+
+    registry.get(family)
+    chosen = tuple(_csv(presentations))
+    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
+        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
+    if batch is not None and (batch.startswith("import:") or not batch.strip()):
+        _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    path = db or default_path()
+    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from vhd.flows.backfill import backfill as backfill_flow
+    from vhd.flows.refresh import with_workers
+
+    summary = with_workers(backfill_flow, workers)(family=family, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+                            presentations=chosen)
+    _report(summary, path, as_json)
+
+
+@app.command()
+@handles_errors
+def serve(
+    cron: str = typer.Option("0 3 * * *", help="when the refresh runs, a 5-field cron expression"),
+    timezone: str = typer.Option("UTC", help="time zone the cron is read in, e.g. Europe/Berlin"),
+    per_family: int = typer.Option(20, min=1, help="θ draws per family in each nightly batch"),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Serve the nightly refresh deployment against the Prefect API (PREFECT_API_URL); blocks until Ctrl-C.
+
+    Each scheduled run is `vhd refresh` over every registered family with today's date as the batch.
+    See docs/OPERATIONS.md for running against a Prefect server and watching runs in the UI."""
+    from vhd.warehouse import Warehouse, default_path
+
+    path = (db or default_path()).resolve()
+    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from vhd.flows.serve import nightly, serve as serve_deployment
+
+    try:
+        deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone)
+    except ValueError as exc:
+        _fail(f"--cron {cron!r} / --timezone {timezone!r}: {str(exc).splitlines()[0]}; expected e.g. '0 3 * * *'")
+    console.print(f"serving deployment refresh/{deployment.name} on {cron!r} ({timezone}) → {path}")
+    serve_deployment(deployment)
 
 
 def main() -> None:  # pragma: no cover

@@ -86,6 +86,7 @@ def _stamped(records: list, run_id: str) -> list:
 
 
 STAGES = ("sample", "solve", "synthesize", "check", "annotate")
+TIMED = STAGES + ("write",)    # wall seconds per stage in the flow process (check: until every future resolved)
 FIRST_GUESS = 0.85     # admission rate assumed before a slot has any verdict
 MAX_ROUNDS = 40
 
@@ -98,9 +99,12 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     kept; pending candidates are checked only if the stored ones do not already get there.
     """
     family = registry.get(name)
+    clock = time.perf_counter
     had_models = wh.present(ModelRecord, [m.model_id for m in models])
     known = wh.solutions_for(m.model_id for m in models)
+    t0 = clock()
     fresh = solve_task(name, [m for m in models if m.model_id not in known])
+    t1 = clock()
     attempts: list = []
     if llm is None:
         outputs, assignment = synthesize_task(name, models, passages)
@@ -110,6 +114,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
             wh.exemplars(name, llm.exemplars), presentations, run_id)
         models = [m for m in models if m.model_id in assignment]
         fresh = [s for s in fresh if s.model_id in assignment]
+    t2 = clock()
     had_outputs = wh.present(SetterOutputRecord, [o.setter_output_id for o in outputs])
     candidates = annotate_stage.make_candidates(
         family, models, {**known, **{s.model_id: s for s in fresh}}, {o.setter_output_id: o for o in outputs},
@@ -118,9 +123,12 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     pending = [c for c in candidates if c.env_id not in stored]
     if wanted is not None and pending and _walk(candidates, stored, wanted)[1]:
         pending = []  # the stored candidates already fill the slot
+    t3 = clock()
     futures = [check_task.submit(name, output, group) for output, group in annotate_stage.by_module(outputs, pending)]
-    annotated = {env.env_id: (env, checks, edges)
-                 for env, checks, edges in annotate_task(name, [v for f in futures for v in f.result()])}
+    checked = [v for f in futures for v in f.result()]
+    t4 = clock()
+    annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, checked)}
+    t5 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
     kept, _ = _walk(candidates, verdicts, wanted)
     kept_ids = {c.env_id for c in kept}
@@ -138,6 +146,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "kept": len(kept), "seen": len(verdicts),
         "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
                      "synthesize": len(kept_outputs - had_outputs), "annotate": len(rows)},
+        "stage_seconds": {"solve": t1 - t0, "synthesize": t2 - t1, "check": t4 - t3, "annotate": t5 - t4},
         "found": {"sample": len(kept_models & had_models), "solve": len(known), "check": len(kept_ids & set(stored)),
                   "synthesize": len(kept_outputs & had_outputs), "annotate": len(kept_ids & set(stored))},
     }
@@ -182,6 +191,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     """
     family = registry.get(name)
     totals = {"computed": dict.fromkeys(STAGES, 0), "found": dict.fromkeys(STAGES, 0)}
+    seconds = dict.fromkeys(TIMED, 0.0)
     filled = seen = 0                     # admitted in the slot so far (stored or new), verdicts seen
     new_admitted = new_rejected = 0
     reasons: dict[str, int] = {}
@@ -195,14 +205,20 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         else:
             rate = filled / seen if seen else FIRST_GUESS
             count = math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1
+        started = time.perf_counter()
         models = sample_task(name, count, seed, batch, cursor)
+        seconds["sample"] += time.perf_counter() - started
         try:
             out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled,
                          llm, run_id)
         except SetterUnavailable as exc:  # nothing of this round is written
             failed = str(exc)
             break
+        started = time.perf_counter()
         _write(wh, run_id, out)
+        seconds["write"] += time.perf_counter() - started
+        for stage, spent in out["stage_seconds"].items():
+            seconds[stage] += spent
         for kind in ("computed", "found"):
             for stage in STAGES:
                 totals[kind][stage] += out[kind][stage]
@@ -219,7 +235,8 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         if rounds >= MAX_ROUNDS or (seen >= 4 * target and filled == 0):
             break  # reported as a shortfall below, never padded
     row = {"split": split or family.split, "admitted": new_admitted, "rejected": new_rejected,
-           "reused": totals["found"]["check"], "reasons": reasons, **totals}
+           "reused": totals["found"]["check"], "reasons": reasons, **totals,
+           "stage_seconds": {stage: round(spent, 3) for stage, spent in seconds.items()}}
     if failed:
         row["failed"] = failed
     if target is not None:
@@ -269,10 +286,32 @@ def refresh(
     With `preset` (see `vhd.tasks.presets`), its slots replace `families` and `per_family`:
     each slot is filled to its target of admitted environments in the preset's presentations.
     """
+    return run_batch("refresh", families, per_family, seed, batch or date.today().isoformat(), db_path,
+                     presentations, preset, scale, setter=setter)
+
+
+def with_workers(flow_: Any, workers: int | None) -> Any:
+    """`flow_` with its submitted tasks (the check stage, one future per module) on a local Dask
+    cluster of `workers` single-threaded worker processes; unchanged for None. The flow process
+    stays the warehouse's only writer: workers return records, nothing else."""
+    if workers is None:
+        return flow_
+    from prefect_dask import DaskTaskRunner
+
+    return flow_.with_options(task_runner=DaskTaskRunner(cluster_kwargs={
+        "n_workers": workers, "threads_per_worker": 1, "processes": True, "dashboard_address": None}))
+
+
+def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, batch: str, db_path: str,
+              presentations: tuple[str, ...], preset: str | None = None, scale: float = 1.0,
+              only: list[str] | None = None, setter: str = "template") -> dict[str, Any]:
+    """The body of `refresh` and `backfill` (call it inside a flow): one run row, every family
+    through `refresh_family`, superseded marks, the quality gate, a corpus version, a summary
+    artifact. With `only`, superseded marks are limited to those families (a backfill touches
+    no other family's rows)."""
     started = time.perf_counter()
-    batch = batch or date.today().isoformat()
     plan = presets.preset(preset, registry.all(), scale) if preset else None
-    run = RunRecord(run_id=str(flow_run.id or "local"), flow="refresh", started_at=_now(), code_version=__version__,
+    run = RunRecord(run_id=str(flow_run.id or "local"), flow=flow_name, started_at=_now(), code_version=__version__,
                     parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch,
                                 "preset": preset, "scale": scale, "setter": setter})
     passages = builtin_passages()
@@ -298,9 +337,9 @@ def refresh(
                 key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
                 per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
                                           plan.presentations, slot.split, slot.target, llm=llm)
+        current = {f.name: f.version for f in registry.all() if only is None or f.name in only}
         with wh.transaction():
-            marked = wh.mark_superseded({f.name: f.version for f in registry.all()}, annotate_stage.CODE_VERSION,
-                                        run.run_id, _now())
+            marked = wh.mark_superseded(current, annotate_stage.CODE_VERSION, run.run_id, _now())
         expected = None
         if plan is not None:
             expected = {}
@@ -308,6 +347,7 @@ def refresh(
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
         version, published, quality = publish(wh, run.run_id, expected)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
+        summary["flow"] = flow_name
         summary["preset"] = preset
         summary["setter"] = setter_note
         summary["failed"] = {name: row["failed"] for name, row in per.items() if row.get("failed")}
@@ -316,7 +356,7 @@ def refresh(
         summary["worlds"] = wh.worlds()
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
-    create_markdown_artifact(key="refresh-summary", markdown=_markdown(summary), description="refresh summary")
+    create_markdown_artifact(key=f"{flow_name}-summary", markdown=_markdown(summary), description=f"{flow_name} summary")
     return summary
 
 
@@ -336,13 +376,15 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
         "run_id": run_id, "batch": batch, "admitted": total("admitted"), "rejected": total("rejected"),
         "reused": total("reused"), "computed": computed, "splits": splits, "reasons": reasons,
         "found": {s: sum(row["found"][s] for row in per.values()) for s in STAGES},
-        "nothing_to_do": not any(computed.values()) and not any(row.get("failed") for row in per.values()), "corpus_version": version, "published": published,
+        "stage_seconds": {s: round(sum(row["stage_seconds"][s] for row in per.values()), 3) for s in TIMED},
+        "nothing_to_do": not any(computed.values()) and not any(row.get("failed") for row in per.values()),
+        "corpus_version": version, "published": published,
         "families": per, "seconds": round(seconds, 3),
     }
 
 
 def _markdown(summary: dict[str, Any]) -> str:
-    lines = ["# Refresh summary", "", f"run `{summary['run_id']}`, batch `{summary['batch']}`, {summary['seconds']} s;"
+    lines = [f"# {summary.get('flow', 'refresh').capitalize()} summary", "", f"run `{summary['run_id']}`, batch `{summary['batch']}`, {summary['seconds']} s;"
              f" corpus version `{summary['corpus_version']}`{' (new)' if summary['published'] else ''}", "",
              "| family | split | admitted | rejected | admission rate | rejected by | already there |",
              "|---|---|---|---|---|---|---|"]

@@ -1,0 +1,42 @@
+"""A deployment of the `refresh` flow with a nightly cron, and the long-running process that serves it.
+
+    >>> deployment = nightly(cron="0 3 * * *", db_path="/srv/vhd/vhd.duckdb")
+    >>> serve(deployment)          # blocks: polls the Prefect API and runs each scheduled refresh
+
+`nightly` only builds the deployment object (no API call); `serve` registers it with the
+Prefect server named by `PREFECT_API_URL` and runs its scheduled flow runs in subprocesses.
+The deployment's entrypoint is the module path `vhd.flows.refresh:refresh`, so it does not
+depend on the directory the server was started from. `prefect.yaml` at the repository root
+declares the same deployment for `prefect deploy` with a worker.
+"""
+
+from __future__ import annotations
+
+import prefect
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+from prefect.schedules import Cron
+
+from vhd.flows.refresh import refresh
+from vhd.mechanisms import registry
+
+DEPLOYMENT = "nightly"
+DEFAULT_CRON = "0 3 * * *"
+
+
+def nightly(cron: str = DEFAULT_CRON, db_path: str = "data/vhd.duckdb", per_family: int = 20,
+            timezone: str = "UTC", families: list[str] | None = None) -> RunnerDeployment:
+    """The nightly refresh deployment: every registered family (at build time), today's date as
+    the batch (the flow's default), `per_family` θ per family. A bad cron raises ValueError."""
+    return refresh.to_deployment(
+        name=DEPLOYMENT,
+        schedules=[Cron(cron, timezone=timezone)],
+        parameters={"families": families or registry.names(), "per_family": per_family, "db_path": db_path},
+        description="Nightly corpus refresh: a new batch per family, stale work recomputed, quality gate, "
+                    "a new corpus version.",
+        tags=["vhd", "refresh"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+def serve(deployment: RunnerDeployment) -> None:  # pragma: no cover - blocks until interrupted
+    prefect.serve(deployment, pause_on_shutdown=False)
