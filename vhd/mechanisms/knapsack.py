@@ -186,6 +186,9 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
+BOUNDARY_ORDERS = 12
+
+
 def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary decisions for the reference_agreement gate: for each resource, a selection
     that fills it exactly to capacity (subset sum over the lots in a random order) while fitting
@@ -196,15 +199,19 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     n = theta["n_items"]
     sequences = []
     for r in range(len(capacities)):
-        cap = int(capacities[r])
-        reach: dict[int, list[int]] = {0: []}
-        for i in rng.permutation(n):
-            w = int(weights[r, i])
-            for total, chosen in list(reach.items()):
-                if total + w <= cap and total + w not in reach and (weights[:, chosen + [i]].sum(axis=1)
-                                                                     <= capacities).all():
-                    reach[total + w] = chosen + [int(i)]
-        chosen = reach[max(reach)]
+        cap, best = int(capacities[r]), (-1, [])
+        for _ in range(BOUNDARY_ORDERS):  # lot orders tried: each keeps one subset per sum
+            reach: dict[int, list[int]] = {0: []}
+            for i in rng.permutation(n):
+                w = int(weights[r, i])
+                for total, chosen in list(reach.items()):
+                    if total + w <= cap and total + w not in reach and (weights[:, chosen + [i]].sum(axis=1)
+                                                                         <= capacities).all():
+                        reach[total + w] = chosen + [int(i)]
+            best = max(best, (max(reach), reach[max(reach)]))
+            if best[0] == cap:
+                break
+        chosen = best[1]
         rest = [int(i) for i in rng.permutation(n) if int(i) not in chosen]
         calls = [{"tool": "add_item", "arguments": {"item": i}} for i in chosen + rest]
         sequences.append(calls + [{"tool": "submit_selection", "arguments": {}}])

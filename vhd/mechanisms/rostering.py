@@ -312,9 +312,9 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
 def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary decisions for the reference_agreement gate. First sequence: for a few staff
     members, a night shift then the early shift of the next day (refused by the rest rule), and
-    the other order on another pair of days. Second: a few staff members each assigned one
-    available shift a day, in random day order, until one past their shift limit (the last one
-    refused)."""
+    the other order on another pair of days. Second: a few staff members who are available on
+    more days than their shift limit, each assigned one available shift a day (keeping the rest
+    rule), in random day order, until one past their limit (the last one refused)."""
     n, days, k, free = theta["n_staff"], theta["horizon"], theta["n_shifts"], theta["availability"]
 
     def assign(s, d, j):
@@ -328,13 +328,15 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
                 (assign(s, d + 1, 0), assign(s, d, k - 1))
             rest += [first, second]
     limit: list[dict] = []
-    for s in rng.permutation(n)[:3]:
-        placed = 0
+    room = [s for s in rng.permutation(n) if sum(any(day) for day in free[s]) > theta["max_shifts"][s]]
+    for s in room[:3]:  # staff who can be offered one shift past their limit
+        placed: dict[int, int] = {}
         for d in rng.permutation(days):
-            shifts = [j for j in range(k) if free[s][d][j]]
-            if shifts and placed <= theta["max_shifts"][s]:
-                limit.append(assign(s, d, shifts[int(rng.integers(len(shifts)))]))
-                placed += 1
+            shifts = [j for j in range(k) if free[s][d][j]
+                      and not (j == 0 and placed.get(d - 1) == k - 1) and not (j == k - 1 and placed.get(d + 1) == 0)]
+            if shifts and len(placed) <= theta["max_shifts"][s]:
+                placed[int(d)] = shifts[int(rng.integers(len(shifts)))]
+                limit.append(assign(s, d, placed[int(d)]))
     return [calls + [{"tool": "publish_roster", "arguments": {}}] for calls in (rest, limit)]
 
 
