@@ -9,7 +9,7 @@ mutation never lands in a comment or the runtime):
 
 | operator | what it does |
 |---|---|
-| `flip_operator` | one `+`↔`-`, `*`→`+`, `<`↔`<=` or `>`↔`>=` in a method that moves the world (tools of role decision or clock, private helpers, `utility`, `run_out`), outside error messages and the observations a tool returns |
+| `flip_operator` | one `+`↔`-`, `*`→`+`, `<`↔`<=` or `>`↔`>=` in a method that moves the world (tools of role decision or clock, private helpers, `utility`, `run_out`), outside error messages and the observations a tool returns (its `return` and the dict it builds into the returned name) |
 | `scale_cost` | one read of a numeric θ field in such a method, doubled |
 | `drop_check` | one `raise AgentError(...)` in a decision or clock tool replaced by `pass` |
 | `shift_horizon` | every read of θ's horizon-like field (`horizon`, `n_periods`…) plus one |
@@ -58,10 +58,18 @@ def _world_span(module: str) -> tuple[int, int]:
 
 
 def _outside_messages(method: ast.FunctionDef) -> Iterator[ast.AST]:
-    """The nodes of a tool method outside `raise` and `return` statements: an error message or
-    an observation is not dynamics (helpers and `utility` keep their returns: those are values)."""
+    """The nodes of a tool method outside `raise` and `return` statements and outside the dict
+    literal a tool builds into the name it returns: an error message or an observation is not
+    dynamics (helpers and `utility` keep their returns: those are values)."""
     kinds = (ast.Raise, ast.Return) if method.name.startswith("tool_") else (ast.Raise,)
     skip = {id(node) for r in ast.walk(method) if isinstance(r, kinds) for node in ast.walk(r)}
+    if method.name.startswith("tool_"):  # `out = {...}; out.update({...}); return out`: an observation too
+        returned = {r.value.id for r in ast.walk(method) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
+        built = [a.value for a in ast.walk(method) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Dict)
+                 and any(isinstance(t, ast.Name) and t.id in returned for t in a.targets)]
+        built += [c for c in ast.walk(method) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                  and c.func.attr == "update" and isinstance(c.func.value, ast.Name) and c.func.value.id in returned]
+        skip |= {id(node) for b in built for node in ast.walk(b)}
     return (node for node in ast.walk(method) if id(node) not in skip)
 
 
