@@ -101,3 +101,24 @@ def test_scale_cost_skips_fields_that_are_zero_in_a_judged_theta(knapsack):
     assert any(field in e for e in equivalent)
     assert not any(m.operator == "scale_cost" and (f"2 * self.p['{field}']" in m.module
                                                    or f'2 * self.p["{field}"]' in m.module) for m in made)
+
+
+def test_pandora_without_opening_cap_is_rejected():
+    """Self-test survivor: the `max_open` check dropped; the boundary sequence opens every box."""
+    family, output, candidates = _admitted("pandora")
+    # where max_open = n_boxes the check can never fire (the mutant is equivalent there)
+    capped = [c for c in candidates if c.model.theta["max_open"] < c.model.theta["n_boxes"]]
+    assert capped
+    old = next(line.strip() for line in output.module.splitlines()
+               if "if used >= self.p[" in line and "max_open" in line)
+    _rejected_by_reference_agreement(family, output, capped, old, "if False:")
+
+
+def test_flip_operator_leaves_the_returned_observation_dict_alone():
+    from vhd.tasks.selftest import _outside_messages
+    import ast
+
+    method = ast.parse("def tool_end(self):\n    day = self.day + 1\n    out = {'left': self.h - day}\n"
+                       "    out.update({'next': day + 1})\n    return out\n").body[0]
+    flips = [n for n in _outside_messages(method) if isinstance(n, ast.BinOp)]
+    assert [ast.unparse(n) for n in flips] == ["self.day + 1"]
