@@ -21,7 +21,10 @@ A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden
 `free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
 its operator, the method it changed and a unified diff. Every unmutated module is re-checked
 too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
-change cannot alter any outcome) count as survivors all the same.
+change cannot alter any outcome) count as survivors all the same. The one exception is made
+before mutating: a `scale_cost` site whose θ field is 0 in a judged candidate is not mutated.
+It is reported as `equivalent_skipped` (and listed under `equivalent`), and is neither a
+mutant nor a survivor.
 """
 
 from __future__ import annotations
