@@ -348,7 +348,8 @@ def selftest(families: str = typer.Option("", help="comma-separated families (de
                 console.print(survivor["diff"], markup=False, highlight=False)
         rate = report["rejection_rate"]
         console.print(f"{report['rejected']}/{report['mutants']} mutants rejected"
-                      + (f" ({rate:.1%})" if rate is not None else "") + f"; {report['false_rejections']} false rejections")
+                      + (f" ({rate:.1%})" if rate is not None else "") + f"; {report['false_rejections']} false rejections"
+                      + f"; {report['equivalent_skipped']} equivalent sites not mutated (listed under --json)")
     if report["false_rejections"]:
         raise typer.Exit(1)
 

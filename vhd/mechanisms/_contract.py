@@ -120,6 +120,9 @@ class Family:
     plan_format: str = ""
     tables: tuple[str, ...] = ()
     vocabulary: tuple[str, ...] = ("site", "currency")
+    # near-boundary decisions for the reference_agreement gate: θ, rng → canonical call sequences
+    # that land exactly on a domain check (a capacity filled to the unit, a forbidden pair)
+    boundary_calls: Callable[[dict[str, Any], np.random.Generator], list[list[dict[str, Any]]]] | None = None
 
     @property
     def split(self) -> str:

@@ -237,6 +237,23 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return np.where(rng.random(shape) < 0.5, 0, trade).astype(np.int16)
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate: charge at the power limit hour
+    after hour, trying one unit more each hour (refused at the power limit) and one charge past
+    the capacity once the battery is full; then discharge the same way."""
+    power, capacity = theta["power"], theta["capacity"]
+
+    def call(tool, units=None):
+        return {"tool": tool, "arguments": {} if units is None else {"units": int(units)}}
+
+    calls: list[dict] = []
+    hours = min(theta["horizon"] - 1, capacity // max(1, power) + 2)
+    for kind in ("charge", "discharge"):
+        for _ in range(hours // 2):
+            calls += [call(kind, power + 1), call(kind, power), call(kind, 1), call("end_hour")]
+    return [calls]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play a plan on the episode's regime path; the canonical calls that play it."""
     plan = _check_plan(theta, policy)
@@ -597,6 +614,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=HIDDEN,

@@ -186,6 +186,38 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
+BOUNDARY_ORDERS = 12
+
+
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate: for each resource, a selection
+    that fills it exactly to capacity (subset sum over the lots in a random order) while fitting
+    the others, added lot by lot, then every other lot tried once (each refused), then submit.
+    When no subset fills a resource exactly, the fullest one is used (the tries then miss by a
+    few units)."""
+    _, weights, capacities = _arrays(theta)
+    n = theta["n_items"]
+    sequences = []
+    for r in range(len(capacities)):
+        cap, best = int(capacities[r]), (-1, [])
+        for _ in range(BOUNDARY_ORDERS):  # lot orders tried: each keeps one subset per sum
+            reach: dict[int, list[int]] = {0: []}
+            for i in rng.permutation(n):
+                w = int(weights[r, i])
+                for total, chosen in list(reach.items()):
+                    if total + w <= cap and total + w not in reach and (weights[:, chosen + [i]].sum(axis=1)
+                                                                         <= capacities).all():
+                        reach[total + w] = chosen + [int(i)]
+            best = max(best, (max(reach), reach[max(reach)]))
+            if best[0] == cap:
+                break
+        chosen = best[1]
+        rest = [int(i) for i in rng.permutation(n) if int(i) not in chosen]
+        calls = [{"tool": "add_item", "arguments": {"item": i}} for i in chosen + rest]
+        sequences.append(calls + [{"tool": "submit_selection", "arguments": {}}])
+    return sequences
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play a selection: add its lots in index order, then submit. Deterministic (the episode
     seed is accepted and ignored)."""
@@ -470,6 +502,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=HIDDEN,

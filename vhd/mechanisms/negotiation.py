@@ -193,6 +193,15 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(PASS, theta["max_price"] + 1, size=shape).astype(np.int16)
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate: offers one above the price
+    range (refused), at its top and one below, then walk away (and once more: refused)."""
+    top = theta["max_price"]
+    offers = [{"tool": "make_offer", "arguments": {"price": int(p)}} for p in (top + 1, top, top - 1)]
+    walk = {"tool": "walk_away", "arguments": {}}
+    return [offers + [walk, walk]]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play a policy table against the episode's buyer; the canonical calls that play it."""
     table = _check(theta, policy)
@@ -471,6 +480,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=HIDDEN,

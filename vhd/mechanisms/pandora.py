@@ -288,6 +288,13 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return table
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate: open every box in a random
+    order (the openings past `max_open` are refused), then stop."""
+    boxes = [{"tool": "open_box", "arguments": {"box": int(b)}} for b in rng.permutation(theta["n_boxes"])]
+    return [boxes + [{"tool": "stop_and_take", "arguments": {}}]]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play a policy table on the episode's prizes (World.draw): open boxes as the table says,
     then stop and take the best."""
@@ -574,6 +581,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=HIDDEN,

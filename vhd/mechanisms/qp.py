@@ -253,6 +253,24 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return x * (budget / x.sum()) * float(rng.random())
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate: each project at exactly its cap
+    (and a hair above: refused), in a random order, until the budget is spent to the unit; then
+    the last project's amount raised by one (refused: over budget)."""
+    left, calls = float(theta["budget"]), []
+    order = [int(a) for a in rng.permutation(theta["assets"])]
+    for asset in order:
+        cap = float(theta["caps"][asset])
+        calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": cap + 1e-6}})
+        amount = min(cap, left)
+        calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": amount}})
+        left -= amount
+        if left <= 0:
+            calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": amount + 1}})
+            break
+    return [calls + [{"tool": "commit_allocation", "arguments": {}}]]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Allocate every positive amount (asset ids are 1-based), then commit; the seed is ignored."""
     x = [float(v) for v in np.asarray(policy, dtype=float)]
@@ -533,6 +551,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=("returns", "caps", "exposures", "ridge", "risk_aversion"),

@@ -309,6 +309,37 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return plan
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate. First sequence: for a few staff
+    members, a night shift then the early shift of the next day (refused by the rest rule), and
+    the other order on another pair of days. Second: a few staff members who are available on
+    more days than their shift limit, each assigned one available shift a day (keeping the rest
+    rule), in random day order, until one past their limit (the last one refused)."""
+    n, days, k, free = theta["n_staff"], theta["horizon"], theta["n_shifts"], theta["availability"]
+
+    def assign(s, d, j):
+        return {"tool": "assign_shift", "arguments": {"staff": int(s), "day": int(d), "shift": int(j)}}
+
+    rest: list[dict] = []
+    for s in rng.permutation(n)[:4]:
+        pairs = [d for d in range(days - 1) if free[s][d][k - 1] and free[s][d + 1][0]]
+        for n_pair, d in enumerate(rng.permutation(pairs)[:2] if pairs else []):
+            first, second = (assign(s, d, k - 1), assign(s, d + 1, 0)) if n_pair == 0 else \
+                (assign(s, d + 1, 0), assign(s, d, k - 1))
+            rest += [first, second]
+    limit: list[dict] = []
+    room = [s for s in rng.permutation(n) if sum(any(day) for day in free[s]) > theta["max_shifts"][s]]
+    for s in room[:3]:  # staff who can be offered one shift past their limit
+        placed: dict[int, int] = {}
+        for d in rng.permutation(days):
+            shifts = [j for j in range(k) if free[s][d][j]
+                      and not (j == 0 and placed.get(d - 1) == k - 1) and not (j == k - 1 and placed.get(d + 1) == 0)]
+            if shifts and len(placed) <= theta["max_shifts"][s]:
+                placed[int(d)] = shifts[int(rng.integers(len(shifts)))]
+                limit.append(assign(s, d, placed[int(d)]))
+    return [calls + [{"tool": "publish_roster", "arguments": {}}] for calls in (rest, limit)]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play a roster: assign its shifts day by day (staff in number order within a day), then
     publish. Deterministic (the episode seed is accepted and ignored)."""
@@ -791,6 +822,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=HIDDEN,

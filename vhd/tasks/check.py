@@ -378,7 +378,8 @@ def call_sequences(family: Family, candidate: Candidate, refs: References) -> li
     """Random call sequences, each then played to the end by the clock (as many clock calls as
     the turn budget: the calls past the end must be refused on both sides): RANDOM_CALL_SEQUENCES
     from the role profiles, and π*'s and the default's paths with INSERTED_DECISIONS random
-    decisions slipped in at random points (the boundary cases: a full knapsack, a spent budget)."""
+    decisions slipped in at random points (the boundary cases: a full knapsack, a spent budget),
+    and the family's own near-boundary sequences when it has them (`Family.boundary_calls`)."""
     rng = np.random.default_rng([candidate.episode_seed, 0xCA11])
     clock = [{"tool": family.tools_with_role("clock")[0].name, "arguments": {}}] * candidate.turn_budget
     sequences = [random_calls(family, candidate.model.knobs, rng, weights=CALL_PROFILES[k % len(CALL_PROFILES)])
@@ -389,6 +390,8 @@ def call_sequences(family: Family, candidate: Candidate, refs: References) -> li
         for extra in random_calls(family, candidate.model.knobs, rng, INSERTED_DECISIONS, decisions_only):
             path.insert(int(rng.integers(len(path) + 1)), extra)
         sequences.append(path)
+    if family.boundary_calls is not None:
+        sequences += family.boundary_calls(candidate.model.theta, rng)
     return [calls + clock for calls in sequences]
 
 

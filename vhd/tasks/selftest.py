@@ -9,7 +9,7 @@ mutation never lands in a comment or the runtime):
 
 | operator | what it does |
 |---|---|
-| `flip_operator` | one `+`↔`-`, `*`→`+`, `<`↔`<=` or `>`↔`>=` in a method that moves the world (tools of role decision or clock, private helpers, `utility`, `run_out`), outside error messages and the observations a tool returns |
+| `flip_operator` | one `+`↔`-`, `*`→`+`, `<`↔`<=` or `>`↔`>=` in a method that moves the world (tools of role decision or clock, private helpers, `utility`, `run_out`), outside error messages and the observations a tool returns (its `return` and the dict it builds into the returned name) |
 | `scale_cost` | one read of a numeric θ field in such a method, doubled |
 | `drop_check` | one `raise AgentError(...)` in a decision or clock tool replaced by `pass` |
 | `shift_horizon` | every read of θ's horizon-like field (`horizon`, `n_periods`…) plus one |
@@ -21,7 +21,10 @@ A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden
 `free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
 its operator, the method it changed and a unified diff. Every unmutated module is re-checked
 too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
-change cannot alter any outcome) count as survivors all the same.
+change cannot alter any outcome) count as survivors all the same. The one exception is made
+before mutating: a `scale_cost` site whose θ field is 0 in a judged candidate is not mutated.
+It is reported as `equivalent_skipped` (and listed under `equivalent`), and is neither a
+mutant nor a survivor.
 """
 
 from __future__ import annotations
@@ -58,10 +61,18 @@ def _world_span(module: str) -> tuple[int, int]:
 
 
 def _outside_messages(method: ast.FunctionDef) -> Iterator[ast.AST]:
-    """The nodes of a tool method outside `raise` and `return` statements: an error message or
-    an observation is not dynamics (helpers and `utility` keep their returns: those are values)."""
+    """The nodes of a tool method outside `raise` and `return` statements and outside the dict
+    literal a tool builds into the name it returns: an error message or an observation is not
+    dynamics (helpers and `utility` keep their returns: those are values)."""
     kinds = (ast.Raise, ast.Return) if method.name.startswith("tool_") else (ast.Raise,)
     skip = {id(node) for r in ast.walk(method) if isinstance(r, kinds) for node in ast.walk(r)}
+    if method.name.startswith("tool_"):  # `out = {...}; out.update({...}); return out`: an observation too
+        returned = {r.value.id for r in ast.walk(method) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
+        built = [a.value for a in ast.walk(method) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Dict)
+                 and any(isinstance(t, ast.Name) and t.id in returned for t in a.targets)]
+        built += [c for c in ast.walk(method) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                  and c.func.attr == "update" and isinstance(c.func.value, ast.Name) and c.func.value.id in returned]
+        skip |= {id(node) for b in built for node in ast.walk(b)}
     return (node for node in ast.walk(method) if id(node) not in skip)
 
 
@@ -126,10 +137,16 @@ def _read(sub: ast.Subscript) -> ast.Subscript:
 
 
 def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u_constant: float,
-            rng: np.random.Generator) -> list[Mutant]:
-    """Every operator's mutants of one module (see the module docstring)."""
+            rng: np.random.Generator, thetas: list[dict[str, Any]] | None = None,
+            equivalent: list[str] | None = None) -> list[Mutant]:
+    """Every operator's mutants of one module (see the module docstring). `thetas`: the θ of
+    every candidate the mutants will be judged on; a `scale_cost` site whose field is 0 in one of
+    them is not mutated (2·0 = 0: on that candidate the mutant is the module itself, so it can
+    never be rejected), and is appended to `equivalent` instead."""
     module = output.module
     numeric = {k for k, v in theta.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    zero = {k for k in numeric if any(t.get(k) == 0 for t in (thetas or [theta]))}
+
     horizon = [k for k in HORIZON_FIELDS if k in theta]
     moving = {"tool_" + t.name for t in family.tools if t.role in ("decision", "clock")}
     found: list[Mutant] = []
@@ -152,8 +169,12 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
                                                             for x in [c.left, *c.comparators])
                       for side in [c.left, *c.comparators]}  # 2·x == 0 iff x == 0: an equivalent mutant
         return [(m.name, sub) for m in _dynamics_methods(family, world)
-                for sub in _theta_reads(m, numeric - set(horizon)) if id(sub) not in zero_tests]
+                for sub in _theta_reads(m, numeric - set(horizon) - zero) if id(sub) not in zero_tests]
 
+    if equivalent is not None:
+        equivalent += [f"scale_cost: {m.name} reads {sub.slice.value}, which is 0 in a judged θ"
+                       for m in _dynamics_methods(family, _parsed(module))
+                       for sub in _theta_reads(m, zero - set(horizon))]
     found += _each_site(module, cost_reads, lambda sub: ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub)),
                         "scale_cost", rng)
 
@@ -221,14 +242,19 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
     for name, modules in groups.items():
         family = families[name]
         row = {"modules": len(modules), "mutants": 0, "rejected": 0, "survivors": [], "false_rejections": 0,
-               "by_operator": {}}
+               "by_operator": {}, "equivalent_skipped": 0, "equivalent": []}
         for output, candidates in modules:
             if not candidates:
                 continue
             original = check_batch(family, output, candidates)
             row["false_rejections"] += sum(not v.admitted for v in original)
             constant = original[0].references.optimal.utility if original[0].references else 0.0
-            for mutant in mutants(family, output, candidates[0].model.theta, constant, rng):
+            equivalent: list[str] = []
+            made = mutants(family, output, candidates[0].model.theta, constant, rng,
+                           [c.model.theta for c in candidates], equivalent)
+            row["equivalent_skipped"] += len(equivalent)
+            row["equivalent"] += [{"setter_output_id": output.setter_output_id, "site": e} for e in equivalent]
+            for mutant in made:
                 judged = [c for c in candidates if c.presentation == "A"] if mutant.operator in A_ONLY else candidates
                 if not judged:
                     continue
@@ -247,7 +273,7 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
         if progress:
             progress(name)
     total = {key: sum(row[key] for row in per.values()) for key in ("modules", "mutants", "rejected",
-                                                                     "false_rejections")}
+                                                                     "false_rejections", "equivalent_skipped")}
     total["survivors"] = sum(len(row["survivors"]) for row in per.values())
     total["rejection_rate"] = total["rejected"] / total["mutants"] if total["mutants"] else None
     for row in per.values():

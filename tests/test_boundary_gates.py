@@ -1,0 +1,124 @@
+"""Regression tests for self-test survivors closed by the families' near-boundary call sequences
+(`Family.boundary_calls`, played by the reference_agreement gate) and by the equivalent-site rule."""
+
+import numpy as np
+import pytest
+
+from vhd.mechanisms import registry
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import sample_models
+from vhd.tasks.selftest import mutants
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+
+def _admitted(name, n=3):
+    family = registry.get(name)
+    models = sample_models(family, n, seed=2, batch="boundary")
+    solutions = {s.model_id: s for s in solve_models(family, models)}
+    outputs, assignment = synthesize(family, models, builtin_passages()[:1])
+    candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs}, assignment,
+                                 ("I",))
+    output = outputs[0]
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    admitted = [v.candidate for v in check_batch(family, output, mine) if v.admitted]
+    assert admitted, "no admitted candidate to mutate"
+    return family, output, admitted
+
+
+def _rejected_by_reference_agreement(family, output, candidates, old, new):
+    assert old in output.module, old
+    wrong = output.model_copy(update={"module": output.module.replace(old, new, 1)})
+    verdicts = check_batch(family, wrong, candidates)
+    assert not any(v.admitted for v in verdicts)
+    assert all(not g.passed for v in verdicts for g in v.gates if g.name == "reference_agreement")
+
+
+@pytest.fixture(scope="module")
+def knapsack():
+    return _admitted("knapsack")
+
+
+@pytest.fixture(scope="module")
+def rostering():
+    return _admitted("rostering")
+
+
+def _exact_fills(theta, seed=0):
+    """How many of the boundary sequences fill their resource to the unit (the correct World's adds)."""
+    weights, caps = np.array(theta["weights"]), np.array(theta["capacities"])
+    exact = 0
+    for r, calls in enumerate(registry.get("knapsack").boundary_calls(theta, np.random.default_rng(seed))):
+        load = np.zeros(len(caps), dtype=int)
+        for call in calls[:-1]:
+            item = call["arguments"]["item"]
+            if (load + weights[:, item] <= caps).all():
+                load += weights[:, item]
+        assert (load <= caps).all()
+        exact += int(load[r] == caps[r])
+    return exact
+
+
+def _fills_exactly(theta):
+    return _exact_fills(theta) > 0
+
+
+def test_knapsack_boundary_sequence_fills_a_resource_exactly():
+    models = sample_models(registry.get("knapsack"), 3, seed=2, batch="boundary")
+    assert sum(_exact_fills(m.theta) for m in models) > 0
+
+
+def test_knapsack_exact_fit_refused_is_rejected(knapsack):
+    """Self-test survivor: `>` → `>=` in add_item's capacity test refuses only a lot that fills a
+    resource to the unit, which random calls almost never build. (On a θ where no subset of lots
+    fills any resource exactly the mutant is equivalent: nothing can observe it.)"""
+    family, output, candidates = knapsack
+    exact = [c for c in candidates if _fills_exactly(c.model.theta)]
+    assert exact
+    _rejected_by_reference_agreement(family, output, exact, "if used[r] + loads[r] > caps[r]:",
+                                     "if used[r] + loads[r] >= caps[r]:")
+
+
+def test_rostering_without_rest_rule_is_rejected(rostering):
+    """Self-test survivor: the night-then-early rest rule dropped (both directions)."""
+    _rejected_by_reference_agreement(*rostering, "if shift == 0 and day > 0 and self._shift_of(staff, day - 1) == k - 1:",
+                                     "if False:")
+
+
+def test_rostering_shift_limit_off_by_one_is_rejected(rostering):
+    _rejected_by_reference_agreement(*rostering, "if self._worked(staff) >= limit:", "if self._worked(staff) > limit:")
+
+
+def test_scale_cost_skips_fields_that_are_zero_in_a_judged_theta(knapsack):
+    family, output, candidates = knapsack
+    theta = dict(candidates[0].model.theta)
+    field = next(k for k in ("n_resources", "n_items") if k in theta)
+    zeroed = dict(theta, **{field: 0})
+    equivalent: list[str] = []
+    made = mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta, zeroed], equivalent)
+    assert any(field in e for e in equivalent)
+    assert not any(m.operator == "scale_cost" and (f"2 * self.p['{field}']" in m.module
+                                                   or f'2 * self.p["{field}"]' in m.module) for m in made)
+
+
+def test_pandora_without_opening_cap_is_rejected():
+    """Self-test survivor: the `max_open` check dropped; the boundary sequence opens every box."""
+    family, output, candidates = _admitted("pandora")
+    # where max_open = n_boxes the check can never fire (the mutant is equivalent there)
+    capped = [c for c in candidates if c.model.theta["max_open"] < c.model.theta["n_boxes"]]
+    assert capped
+    old = next(line.strip() for line in output.module.splitlines()
+               if "if used >= self.p[" in line and "max_open" in line)
+    _rejected_by_reference_agreement(family, output, capped, old, "if False:")
+
+
+def test_flip_operator_leaves_the_returned_observation_dict_alone():
+    from vhd.tasks.selftest import _outside_messages
+    import ast
+
+    method = ast.parse("def tool_end(self):\n    day = self.day + 1\n    out = {'left': self.h - day}\n"
+                       "    out.update({'next': day + 1})\n    return out\n").body[0]
+    flips = [n for n in _outside_messages(method) if isinstance(n, ast.BinOp)]
+    assert [ast.unparse(n) for n in flips] == ["self.day + 1"]
