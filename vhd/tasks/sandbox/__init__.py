@@ -286,10 +286,34 @@ def marked_processes(marker: str) -> list[int]:
 
 def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, how: Plan,
              marker: str) -> tuple[bytes, bytes, str]:
-    chunks, size = [], 0
+    chunks: list[bytes] = []
     err_fd, stderr = proc.stderr.fileno(), bytearray()
     open_fds, status = {fd, err_fd}, "done"
     deadline, exited = started + limits.wall_seconds, False
+    size = 0
+
+    def take(ready_fd: int) -> str:
+        """Read one chunk from `ready_fd`: 'data', 'eof', 'empty' (nothing there yet, once the fd
+        is non-blocking) or 'oversize' (the result channel went over its cap)."""
+        nonlocal size
+        try:
+            chunk = os.read(ready_fd, 1 << 16)
+        except BlockingIOError:
+            return "empty"
+        if not chunk:
+            open_fds.discard(ready_fd)
+            return "eof"
+        if ready_fd == err_fd:
+            stderr.extend(chunk)
+            if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
+                del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
+            return "data"
+        size += len(chunk)
+        if size > limits.result_bytes:
+            return "oversize"
+        chunks.append(chunk)
+        return "data"
+
     while open_fds:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
@@ -298,24 +322,25 @@ def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, ho
             break
         ready, _, _ = select.select(list(open_fds), [], [], min(remaining, 0.25))
         for ready_fd in ready:
-            chunk = os.read(ready_fd, 1 << 16)
-            if not chunk:
-                open_fds.discard(ready_fd)
-            elif ready_fd == err_fd:
-                stderr += chunk
-                if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
-                    del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
-            else:
-                size += len(chunk)
-                if size > limits.result_bytes:
-                    _kill(proc, how, marker)
-                    _drain(open_fds)
-                    return b"".join(chunks), bytes(stderr), "oversize"
-                chunks.append(chunk)
+            if take(ready_fd) == "oversize":
+                _kill(proc, how, marker)
+                _drain(open_fds)
+                return b"".join(chunks), bytes(stderr), "oversize"
         if not exited and proc.poll() is not None:
-            # the runner is gone: nothing it forked may outlive the check; drain what is left briefly
+            # the runner is gone: nothing it forked may outlive the check
             exited = True
             _kill(proc, how, marker)
+            # Everything the runner wrote is in the pipes now. Read it whatever the clock says: on a
+            # loaded machine this thread may not run again within the grace period below, and a
+            # report cut short there would read as forged.
+            for open_fd in list(open_fds):
+                os.set_blocking(open_fd, False)
+                got = "data"
+                while got == "data":
+                    got = take(open_fd)  # 'empty': still held open (a namespace being torn down), wait below
+                if got == "oversize":
+                    _drain(open_fds)
+                    return b"".join(chunks), bytes(stderr), "oversize"
             deadline = min(deadline, time.perf_counter() + 1.0)
     _kill(proc, how, marker)
     _drain(open_fds)
