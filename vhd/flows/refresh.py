@@ -23,13 +23,14 @@ from vhd import __version__
 from vhd.mechanisms import registry
 from vhd.schemas.errors import SandboxError, SetterUnavailable
 from vhd.schemas.records import (
-    CorpusVersionRecord, ModelRecord, RunRecord, SetterOutputRecord, SolutionRecord,
+    CorpusVersionRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
 from vhd.tasks import annotate as annotate_stage
 from vhd.tasks import check as check_stage
 from vhd.tasks import presets
 from vhd.tasks import publish as publish_stage
 from vhd.tasks import quality as quality_stage
+from vhd.tasks import resume as resume_stage
 from vhd.tasks import sample as sample_stage
 from vhd.tasks import solve as solve_stage
 from vhd.tasks import synthesize as synthesize_stage
@@ -190,6 +191,14 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     `target` candidates are admitted (a preset's slot; the stored prefix is reused as is).
     """
     family = registry.get(name)
+    if llm is None:  # a finished batch: its summary row from the warehouse's counts, no task started
+        state = wh.slot_state(name, family.version, batch, [p.passage_id for p in passages])
+        row = resume_stage.stored_slot(family, state, per_family=per_family, target=target,
+                                       presentations=presentations, split=split or family.split,
+                                       env_version=annotate_stage.CODE_VERSION, passages=passages,
+                                       stages=STAGES, timed=TIMED)
+        if row is not None:
+            return row
     totals = {"computed": dict.fromkeys(STAGES, 0), "found": dict.fromkeys(STAGES, 0)}
     seconds = dict.fromkeys(TIMED, 0.0)
     filled = seen = 0                     # admitted in the slot so far (stored or new), verdicts seen
@@ -253,7 +262,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
             ) -> tuple[str | None, bool, dict[str, Any] | None]:
     """A new corpus version when the admitted set changed and the data-quality suite passes;
     (version, published?, quality report or None when nothing changed)."""
-    manifest = publish_stage.build_manifest(wh.environments())
+    manifest = publish_stage.build_manifest(wh.environment_keys())
     versions = wh.versions()
     if versions and versions[-1].manifest["digest"] == manifest["digest"]:
         return versions[-1].version, False, None
@@ -326,7 +335,8 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
     with Warehouse.open(db_path) as wh:
         with wh.transaction():
             wh.upsert_run(run)
-            wh.insert(passages)
+            stored = wh.present(PassageRecord, [p.passage_id for p in passages])
+            wh.insert([p for p in passages if p.passage_id not in stored])
         if plan is None:
             per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations,
                                         llm=llm)

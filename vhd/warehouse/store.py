@@ -239,6 +239,58 @@ class Warehouse:
         where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         return self._select(EnvironmentRecord, where, params, "ORDER BY family, env_id")
 
+    def environment_keys(self) -> list[dict[str, str]]:
+        """env_id, family, split and presentation of the admitted, current environments, in id
+        order: what a corpus manifest needs, without loading whole records."""
+        rows = self.con.execute("""
+            SELECT env_id, family, split, presentation FROM environments
+            WHERE admitted AND env_id NOT IN (SELECT id FROM superseded) ORDER BY env_id""").fetchall()
+        return [dict(zip(("env_id", "family", "split", "presentation"), row)) for row in rows]
+
+    def slot_state(self, family: str, family_version: str, batch: str, passage_ids: list[str]) -> dict[str, Any]:
+        """What one batch of a family holds: enough to tell, without a task, that rerunning it
+        would compute nothing (see `vhd.tasks.resume`).
+
+        `models`: the batch's current models of `family_version`; `env_models`, `solutions`,
+        `modules`: distinct ones among their environments; `envs`: {(split, presentation, annotator
+        version, admitted): n}; `setters`: {(setter, setter_version): n modules}; `misassigned`:
+        environments whose module does not skin the passage that `passage_for` picks from
+        `passage_ids` (the model seed modulo their count, in id order); `sample`: one
+        (passage_id, setter_output_id) of the batch, to re-render."""
+        ordered = sorted(passage_ids)
+        state: dict[str, Any] = {"models": 0, "env_models": 0, "solutions": 0, "modules": 0, "envs": {},
+                                 "setters": {}, "misassigned": 0, "sample": None}
+        state["models"] = self.con.execute(
+            "SELECT count(*) FROM models WHERE family = ? AND family_version = ? AND batch = ? "
+            "AND model_id NOT IN (SELECT id FROM superseded)", [family, family_version, batch]).fetchall()[0][0]
+        if not state["models"] or not ordered:
+            return state
+        slot = """WITH slot AS (
+            SELECT e.env_id, e.model_id, e.solution_id, e.setter_output_id, e.split, e.presentation,
+                   e.annotator_version, e.admitted, o.setter, o.setter_version, o.passage_id,
+                   list_extract($ordered, CAST(((m.seed % $n) + $n) % $n AS INTEGER) + 1) AS picked
+            FROM models m JOIN environments e ON e.model_id = m.model_id
+            JOIN setter_outputs o ON o.setter_output_id = e.setter_output_id
+            WHERE m.family = $family AND m.family_version = $version AND m.batch = $batch
+              AND m.model_id NOT IN (SELECT id FROM superseded)) """
+        params = {"ordered": ordered, "n": len(ordered), "family": family, "version": family_version, "batch": batch}
+        row = self.con.execute(slot + """
+            SELECT count(DISTINCT model_id), count(DISTINCT solution_id), count(DISTINCT setter_output_id),
+                   count(*) FILTER (WHERE passage_id IS DISTINCT FROM picked),
+                   min(passage_id), arg_min(setter_output_id, passage_id)
+            FROM slot""", params).fetchall()[0]
+        state.update(env_models=row[0], solutions=row[1], modules=row[2], misassigned=row[3],
+                     sample=(row[4], row[5]) if row[4] is not None else None)
+        for split, presentation, version, admitted, n in self.con.execute(
+                slot + "SELECT split, presentation, annotator_version, admitted, count(*) FROM slot GROUP BY ALL",
+                params).fetchall():
+            state["envs"][(split, presentation, version, bool(admitted))] = n
+        for setter, version, n in self.con.execute(
+                slot + "SELECT setter, setter_version, count(DISTINCT setter_output_id) FROM slot GROUP BY ALL",
+                params).fetchall():
+            state["setters"][(setter, version)] = n
+        return state
+
     def checks_for(self, env_id: str) -> list[CheckRecord]:
         return self._select(CheckRecord, "WHERE env_id = ?", [env_id], "ORDER BY check_id")
 
