@@ -139,12 +139,12 @@ def _artifacts(flow_run_id):
 
 
 def test_evaluate_flow_publishes_artifacts_equal_to_the_stored_episodes(diagnostic_db, prefect_server, tmp_path):
-    """The flow through the session harness: greedy in batches of 2, its report; then `vhd report --flow`."""
+    """The flow through the session harness: greedy in batches of 3, its report; then `vhd report --flow`."""
     from vhd.agents.evaluate import summary
     from vhd.agents.report import family_rows
     from vhd.flows.evaluate import evaluate, report
 
-    state = evaluate(agent="greedy", db_path=str(diagnostic_db), batch_size=2, report_dir=str(tmp_path / "r"),
+    state = evaluate(agent="greedy", db_path=str(diagnostic_db), batch_size=3, report_dir=str(tmp_path / "r"),
                      image_url="http://127.0.0.1:8000/r", return_state=True)
     out = state.result()
     with Warehouse.open(diagnostic_db, read_only=True) as wh:
