@@ -4,8 +4,8 @@
 
 There is no browser on this machine to screenshot index.html, so this draws what the page
 shows: the F/I/A means of every agent (from the page's tables.json, the numbers of
-`vhd eval`) as a table, then the page's four PNGs (F/I/A bars, reward per family, reward vs
-size, reward vs horizon) in a 2 × 2 grid. The result is saved as a palette PNG to stay small.
+`vhd eval`) as a table, then the page's four PNGs: the F/I/A bars and the reward distribution per family at
+full width, reward vs size and vs horizon side by side. The result is saved as a palette PNG to stay small.
 """
 
 import argparse
@@ -37,19 +37,28 @@ def main() -> None:
                                           for p in "FIA"), f"{row['mean']:.3f}"])
         rows.append([agent, "mean", *(f"{s['mean'][p]:.3f}" if p in s["mean"] else "—" for p in "FIA"),
                      ", ".join(f"{k} {v:+.3f}" for k, v in s["gaps"].items())])
-    fig = plt.figure(figsize=(13, 5.5 + 0.2 * len(rows) + 7))
-    grid = fig.add_gridspec(3, 2, height_ratios=[0.2 * len(rows) + 0.6, 3.5, 3.5])
+    images = {name: mpimg.imread(report / name) for name in PLOTS}
+    width = 13.0
+
+    def height(name: str, share: float = 1.0) -> float:  # inches at full width × share, keeping the aspect
+        rows_, cols_ = images[name].shape[:2]
+        return width * share * rows_ / cols_
+
+    ratios = [0.22 * (len(rows) + 1), height("fia_bars.png"), height("reward_by_family.png", 0.6),
+              height("score_vs_size.png", 0.5)]
+    fig = plt.figure(figsize=(width, sum(ratios)))
+    grid = fig.add_gridspec(4, 2, height_ratios=ratios)
     ax = fig.add_subplot(grid[0, :])
     ax.axis("off")
     ax.set_title(f"vhd eval report: {sum(s['episodes'] for s in tables.values())} stored episodes", fontsize=13)
     table = ax.table(cellText=rows, colLabels=["agent", "family", "F (± 95 %)", "I (± 95 %)", "A (± 95 %)",
-                                                "family mean / gaps"], loc="center", cellLoc="left")
+                                                "family mean / gaps"], bbox=[0, 0, 1, 1], cellLoc="left")
     table.auto_set_font_size(False)
     table.set_fontsize(8)
-    table.scale(1, 1.1)
-    for k, name in enumerate(PLOTS):
-        ax = fig.add_subplot(grid[1 + k // 2, k % 2])
-        ax.imshow(mpimg.imread(report / name))
+    for name, cell in (("fia_bars.png", grid[1, :]), ("reward_by_family.png", grid[2, :]),
+                       ("score_vs_size.png", grid[3, 0]), ("score_vs_horizon.png", grid[3, 1])):
+        ax = fig.add_subplot(cell)
+        ax.imshow(images[name])
         ax.axis("off")
     fig.tight_layout()
     out = Path(args.out)
