@@ -186,3 +186,15 @@ def test_eval_flow_flag_runs_the_flow_and_bad_input_fails_before_prefect(diagnos
     assert all(cells == {"F": 1.0} for cells in out["families"].values())
     result = CliRunner().invoke(app, ["eval", "--db", str(diagnostic_db), "--agent", "oracle", "--report-dir", "x"])
     assert result.exit_code == 1 and "--report-dir needs --flow" in result.output
+
+
+def test_batches_keep_one_family_each_and_artifact_keys_are_key_safe(diagnostic_db):
+    from vhd.agents.evaluate import batches
+    from vhd.flows.evaluate import artifact_key
+
+    with Warehouse.open(diagnostic_db, read_only=True) as wh:
+        envs = wh.environments()
+    cut = batches(envs, 2)
+    assert all(len(b) <= 2 and len({e.family for e in b}) == 1 for b in cut)
+    assert sorted(e.env_id for b in cut for e in b) == sorted(e.env_id for e in envs)
+    assert artifact_key("openai:http://h:8000/v1:Qwen2.5", "fia") == "eval-openai-http-h-8000-v1-qwen2-5-fia"
