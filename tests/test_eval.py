@@ -1,5 +1,6 @@
-"""vhd eval on a small diagnostic warehouse built in process (no Prefect): oracle 1, default 0,
-random and greedy strictly between on every diagnostic family; episodes stored (migration 004)."""
+"""vhd eval on a small diagnostic warehouse built in process: oracle 1, default 0, random and greedy
+strictly between on every diagnostic family; episodes stored (migration 004); the `evaluate` and
+`report` flows (session Prefect harness) publish artifacts equal to the stored episodes."""
 
 import json
 
@@ -126,3 +127,74 @@ def test_report_writes_the_stored_episodes_tables_and_plots(diagnostic_db, tmp_p
     assert all(f"agent {a}" in page for a in tables) and "fia_bars.png" in page
     bad = CliRunner().invoke(app, ["report", "--db", str(diagnostic_db), "--out", str(out), "--agent", "nobody"])
     assert bad.exit_code == 1 and "no stored episodes of agent(s) ['nobody']" in bad.output
+
+
+def _artifacts(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return {a.key: a for a in found}
+
+
+def test_evaluate_flow_publishes_artifacts_equal_to_the_stored_episodes(diagnostic_db, prefect_server, tmp_path):
+    """The flow through the session harness: greedy in batches of 3, its report; then `vhd report --flow`."""
+    from vhd.agents.evaluate import summary
+    from vhd.agents.report import family_rows
+    from vhd.flows.evaluate import evaluate, report
+
+    state = evaluate(agent="greedy", db_path=str(diagnostic_db), batch_size=3, report_dir=str(tmp_path / "r"),
+                     image_url="http://127.0.0.1:8000/r", return_state=True)
+    out = state.result()
+    with Warehouse.open(diagnostic_db, read_only=True) as wh:
+        stored = wh.episodes("greedy")
+    assert out["episodes"] == len(stored) == 3 * len(DIAGNOSTIC_FAMILIES)  # 1 θ × F, I, A; a rerun adds no rows
+    expected = summary(stored)
+    assert json.loads(json.dumps(out["summary"])) == json.loads(json.dumps(expected))
+    found = _artifacts(state.state_details.flow_run_id)
+    assert set(found) == {"eval-greedy-fia", "eval-greedy-families", "eval-greedy-report", "eval-greedy-report-fia-bars",
+                          "eval-greedy-report-reward-by-family", "eval-greedy-report-score-vs-size",
+                          "eval-greedy-report-score-vs-horizon"} == set(out["artifacts"].values())
+    assert found["eval-greedy-families"].type == "table"
+    assert json.loads(found["eval-greedy-families"].data) == json.loads(json.dumps(family_rows(expected)))
+    fia = found["eval-greedy-fia"].data
+    for family, row in expected["families"].items():
+        cells = " | ".join(f"{row[p]['mean']:.3f} ± {row[p]['ci95']:.3f} (n={row[p]['n']})" for p in "FIA")
+        assert f"| {family} | {cells} | {row['mean']:.3f} |" in fia
+    assert " | ".join(f"{expected['mean'][p]:.3f}" for p in "FIA") in fia
+    assert f"F-I {expected['gaps']['F-I']:+.3f}" in fia and f"I-A {expected['gaps']['I-A']:+.3f}" in fia
+    page = found["eval-greedy-report"].data
+    assert all(f"`{(tmp_path / 'r' / name).resolve()}`" in page and (tmp_path / "r" / name).exists()
+               for name in ("tables.json", "fia_bars.png", "index.html"))
+    assert "![fia_bars](http://127.0.0.1:8000/r/fia_bars.png)" in page and fia in page
+    assert found["eval-greedy-report-fia-bars"].type == "image"
+    assert found["eval-greedy-report-fia-bars"].data == "http://127.0.0.1:8000/r/fia_bars.png"
+    assert json.loads((tmp_path / "r" / "tables.json").read_text()) == {"greedy": json.loads(json.dumps(expected))}
+
+    state = report(out=str(tmp_path / "all"), db_path=str(diagnostic_db), return_state=True)
+    with Warehouse.open(diagnostic_db, read_only=True) as wh:
+        everything = wh.episodes()
+    assert state.result()["episodes"] == len(everything)
+    page = _artifacts(state.state_details.flow_run_id)["eval-report"].data
+    assert all(f"# vhd eval: agent `{a}`" in page for a in {e.agent for e in everything}) and "![" not in page
+
+
+def test_eval_flow_flag_runs_the_flow_and_bad_input_fails_before_prefect(diagnostic_db, prefect_server):
+    out = _eval(diagnostic_db, "--agent", "oracle", "--presentations", "F", "--flow")
+    assert out["artifacts"] == {"fia": "eval-oracle-fia", "families": "eval-oracle-families"}
+    assert all(cells == {"F": 1.0} for cells in out["families"].values())
+    result = CliRunner().invoke(app, ["eval", "--db", str(diagnostic_db), "--agent", "oracle", "--report-dir", "x"])
+    assert result.exit_code == 1 and "--report-dir needs --flow" in result.output
+
+
+def test_batches_keep_one_family_each_and_artifact_keys_are_key_safe(diagnostic_db):
+    from vhd.agents.evaluate import batches
+    from vhd.flows.evaluate import artifact_key
+
+    with Warehouse.open(diagnostic_db, read_only=True) as wh:
+        envs = wh.environments()
+    cut = batches(envs, 2)
+    assert all(len(b) <= 2 and len({e.family for e in b}) == 1 for b in cut)
+    assert sorted(e.env_id for b in cut for e in b) == sorted(e.env_id for e in envs)
+    assert artifact_key("openai:http://h:8000/v1:Qwen2.5", "fia") == "eval-openai-http-h-8000-v1-qwen2-5-fia"

@@ -12,7 +12,7 @@ ALLOWED = {  # package -> vhd packages it may import
     "tasks": {"schemas", "mechanisms", "tasks"},
     "warehouse": {"schemas", "warehouse"},
     "agents": {"schemas", "mechanisms", "tasks", "agents"},
-    "flows": {"schemas", "mechanisms", "tasks", "warehouse", "flows"},
+    "flows": {"schemas", "mechanisms", "tasks", "agents", "warehouse", "flows"},  # agents sits beside tasks (DESIGN §3)
 }
 
 

@@ -667,67 +667,75 @@ def eval_(
                                  "(the first by env id); 0 = all"),
     corpus_version: Optional[str] = typer.Option(None, "--corpus-version", help="evaluate this published version "
                                                  "(default: the latest; all admitted environments if none)"),
+    flow: bool = typer.Option(False, "--flow", help="run through the `evaluate` Prefect flow and publish its "
+                              "artifacts (slower: Prefect's server starts unless PREFECT_API_URL is set)"),
+    batch_size: int = typer.Option(8, "--batch-size", help="with --flow: environments per task run"),
+    report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="with --flow: also write the report of "
+                                              "this run's episodes to DIR and publish it as artifact eval-<agent>-report"),
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Play an agent on the admitted environments of a preset, store every episode, print mean
-    reward per family × presentation with a 95 % interval, the family mean and the F→I, I→A gaps."""
-    from vhd.agents import Table as AgentTable, check_agent
-    from vhd.agents.evaluate import PRESENTATIONS, as_json as to_json, play, summary
+    reward per family × presentation with a 95 % interval, the family mean and the F→I, I→A gaps.
+
+    Runs in this process without Prefect (fast). With --flow it runs the `evaluate` Prefect flow
+    (episodes in batched tasks, Prefect artifacts eval-<agent>-fia/-families/-report); Prefect's
+    server takes seconds to start unless PREFECT_API_URL names a running one."""
+    from vhd.agents.evaluate import check_request, select_envs
+    from vhd.schemas.errors import WarehouseMissing
+    from vhd.warehouse.store import default_path
+
+    families, chosen = check_request(agent, preset_name, _csv(presentations) if presentations is not None else None,
+                                     episodes, per_cell)
+    if batch_size < 1:
+        _fail(f"--batch-size must be ≥ 1, got {batch_size}")
+    if report_dir is not None and not flow:
+        _fail("--report-dir needs --flow (the report artifact is published by the evaluate flow); "
+              "use `vhd report --out DIR` otherwise")
+    path = Path(db) if db is not None else default_path()
+    if not path.exists():
+        raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh --preset diagnostic` first")
+    if flow:
+        from vhd.warehouse import Warehouse
+
+        with Warehouse.open(path, read_only=True) as wh:  # fail fast (busy, no environments) before Prefect starts
+            select_envs(wh, families, chosen, corpus_version, per_cell, preset_name)
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        from vhd.flows.evaluate import evaluate as evaluate_flow
+
+        out = evaluate_flow(agent=agent, preset=preset_name, presentations=list(chosen), episodes=episodes,
+                            per_cell=per_cell, corpus_version=corpus_version, db_path=str(path),
+                            batch_size=batch_size, report_dir=str(report_dir) if report_dir else None)
+        result, version, stored = out["summary"], out["corpus_version"], out["episodes"]
+        extra = {"artifacts": out["artifacts"], **({"report": out["report"]} if "report" in out else {})}
+    else:
+        result, version, stored = _eval_in_process(agent, families, chosen, episodes, per_cell, corpus_version, path,
+                                                   preset_name)
+        extra = {}
+    _print_eval(agent, chosen, result, version, stored, as_json, extra)
+
+
+def _eval_in_process(agent, families, chosen, episodes, per_cell, corpus_version, path, preset_name):
+    from vhd.agents import Table as AgentTable
+    from vhd.agents.evaluate import play, select_envs, summary
     from vhd.mechanisms import registry
-    from vhd.schemas.errors import InvalidParams
-    from vhd.tasks.presets import preset
     from vhd.warehouse import Warehouse
 
-    if ":" in agent:
-        from vhd.agents.live import parse_agent
-
-        parse_agent(agent)
-    else:
-        check_agent(agent)
-    plan = preset(preset_name, registry.all())
-    families = sorted({slot.family for slot in plan.slots})
-    chosen = tuple(_csv(presentations)) if presentations is not None else plan.presentations
-    bad = [p for p in chosen if p not in PRESENTATIONS]
-    if bad or not chosen:
-        raise InvalidParams(f"unknown presentations {bad or chosen!r}; expected a comma list among F, I, A")
-    if episodes < 1 or per_cell < 0:
-        raise InvalidParams(f"--episodes must be ≥ 1 and --per-cell ≥ 0, got {episodes} and {per_cell}")
-    path = Path(db) if db is not None else None
-    from vhd.warehouse.store import default_path
-    from vhd.schemas.errors import WarehouseMissing
-
-    if not (path or default_path()).exists():
-        raise WarehouseMissing(f"no warehouse at {path or default_path()}; run `vhd refresh --preset diagnostic` first")
     with Warehouse.open(path) as wh:
-        versions = wh.versions()
-        if corpus_version is not None and corpus_version not in {v.version for v in versions}:
-            raise InvalidParams(f"no corpus version {corpus_version!r}; published: "
-                                f"{', '.join(v.version for v in versions) or 'none yet'}")
-        version = next((v for v in versions if v.version == corpus_version), versions[-1] if versions else None)
-        envs = [e for e in wh.environments() if e.family in families and e.presentation in chosen]
-        if version is not None:
-            members = set(version.manifest["env_ids"])
-            envs = [e for e in envs if e.env_id in members]
-        if per_cell:
-            kept, seen = [], {}
-            for e in envs:
-                key = (e.family, e.presentation)
-                if seen.get(key, 0) < per_cell:
-                    kept.append(e)
-                    seen[key] = seen.get(key, 0) + 1
-            envs = kept
-        if not envs:
-            raise InvalidParams(f"no admitted environments of {families} in presentations {list(chosen)}; "
-                                f"run `vhd refresh --preset {preset_name}` first")
+        version, envs = select_envs(wh, families, chosen, corpus_version, per_cell, preset_name)
         inputs = wh.eval_inputs([e.env_id for e in envs])
-    tables = [AgentTable(e, *inputs[e.env_id][:2], inputs[e.env_id][2], registry.get(e.family)) for e in envs]
-    played = play(tables, agent, episodes, version.version if version else "")
+    tables = [AgentTable(e, *inputs[e.env_id], registry.get(e.family)) for e in envs]
+    played = play(tables, agent, episodes, version)
     with Warehouse.open(path) as wh, wh.transaction():
         wh.insert(played)
-    result = summary(played)
+    return summary(played), version, len(played)
+
+
+def _print_eval(agent, chosen, result, version, stored, as_json, extra):
+    from vhd.agents.evaluate import as_json as to_json
+
     if as_json:
-        return _emit({**to_json(agent, result), "corpus_version": version.version if version else ""})
+        return _emit({**to_json(agent, result), "corpus_version": version, **extra})
     table = Table("family", *[f"{p} (95 % CI)" for p in chosen], "family mean", title=f"agent {agent}: mean reward")
     for family, row in result["families"].items():
         table.add_row(family, *[f"{row[p]['mean']:.3f} ± {row[p]['ci95']:.3f} (n={row[p]['n']})" if p in row else "—"
@@ -735,7 +743,9 @@ def eval_(
     table.add_row("mean", *[f"{result['mean'][p]:.3f}" if p in result["mean"] else "—" for p in chosen], "")
     console.print(table)
     gaps = ", ".join(f"{k} gap {v:+.3f}" for k, v in result["gaps"].items())
-    console.print(f"{len(played)} episodes stored{'; ' + gaps if gaps else ''}")
+    console.print(f"{stored} episodes stored{'; ' + gaps if gaps else ''}")
+    for kind, key in extra.get("artifacts", {}).items():
+        console.print(f"Prefect artifact {key} ({kind})", highlight=False)
 
 
 
@@ -745,24 +755,32 @@ def report(
     out: Path = typer.Option(..., "--out", help="directory for tables.json, the PNG plots and index.html"),
     agent: Optional[str] = typer.Option(None, "--agent", help="comma list of agents to include (default: every "
                                         "agent with stored episodes)"),
+    flow: bool = typer.Option(False, "--flow", help="run through the `report` Prefect flow and publish the report "
+                              "as artifact eval-report (slower: Prefect's server starts unless PREFECT_API_URL is set)"),
+    image_url: Optional[str] = typer.Option(None, "--image-url", help="with --flow: the URL where DIR is served; the "
+                                            "PNGs are then embedded and published as image artifacts"),
     db: Optional[Path] = DbOption,
 ) -> None:
     """Write the eval tables (F/I/A per family, as `vhd eval` prints them) and plots (F/I/A bars,
     reward per family, reward vs size and vs horizon) of the stored episodes as PNG + one HTML page."""
-    from vhd.agents.report import write_report
-    from vhd.schemas.errors import InvalidParams
+    from vhd.agents.report import select_episodes, write_report
+    from vhd.warehouse.store import default_path
 
+    if image_url is not None and not flow:
+        _fail("--image-url needs --flow (it is where the Prefect artifacts find the PNGs)")
+    agents = _csv(agent) if agent is not None else None
     with _reader(db) as wh:
-        episodes = wh.episodes()
-        envs = {e.env_id: e for e in wh.environments(admitted=None, include_superseded=True)}
-    if agent is not None:
-        wanted = set(_csv(agent))
-        missing = sorted(wanted - {e.agent for e in episodes})
-        if missing:
-            raise InvalidParams(f"no stored episodes of agent(s) {missing}; run `vhd eval --agent A` first")
-        episodes = [e for e in episodes if e.agent in wanted]
-    if not episodes:
-        raise InvalidParams("no stored episodes; run `vhd eval --agent A` first")
+        episodes = select_episodes(wh.episodes(), agents)  # fail fast, before Prefect starts
+        envs = {e.env_id: e for e in wh.environments(admitted=None, include_superseded=True)} if not flow else {}
+    if flow:
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        from vhd.flows.evaluate import report as report_flow
+
+        result = report_flow(out=str(out), agents=agents, db_path=str(db or default_path()), image_url=image_url)
+        files = result["files"]
+        console.print(f"{result['episodes']} episodes → {', '.join(files)}; Prefect artifacts "
+                      f"{', '.join(result['artifacts'].values())}", highlight=False)
+        return
     files = write_report(episodes, envs, out)
     console.print(f"{len(episodes)} episodes → {', '.join(str(f) for f in files)}")
 

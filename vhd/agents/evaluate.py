@@ -18,12 +18,76 @@ from datetime import datetime, timezone
 from statistics import mean, stdev
 from typing import Any
 
-from vhd.agents import Table, trajectory
-from vhd.schemas.records import EpisodeRecord
+from vhd.agents import Table, check_agent, trajectory
+from vhd.schemas.errors import InvalidParams
+from vhd.schemas.records import EnvironmentRecord, EpisodeRecord
 from vhd.tasks.score import score
 
 PRESENTATIONS = ("F", "I", "A")
 Z95 = 1.959963984540054
+
+
+def check_request(agent: str, preset_name: str, presentations: list[str] | None, episodes: int,
+                  per_cell: int) -> tuple[list[str], tuple[str, ...]]:
+    """Validate an eval request before anything is opened: (the preset's families, the chosen
+    presentations). Raises InvalidParams (one line) for an unknown agent, preset or presentation,
+    `episodes` < 1 or `per_cell` < 0."""
+    from vhd.mechanisms import registry
+    from vhd.tasks.presets import preset
+
+    if ":" in agent:
+        from vhd.agents.live import parse_agent
+
+        parse_agent(agent)
+    else:
+        check_agent(agent)
+    plan = preset(preset_name, registry.all())
+    families = sorted({slot.family for slot in plan.slots})
+    chosen = tuple(presentations) if presentations is not None else plan.presentations
+    bad = [p for p in chosen if p not in PRESENTATIONS]
+    if bad or not chosen:
+        raise InvalidParams(f"unknown presentations {bad or list(chosen)!r}; expected a comma list among F, I, A")
+    if episodes < 1 or per_cell < 0:
+        raise InvalidParams(f"--episodes must be ≥ 1 and --per-cell ≥ 0, got {episodes} and {per_cell}")
+    return families, chosen
+
+
+def select_envs(wh: Any, families: list[str], presentations: tuple[str, ...], corpus_version: str | None,
+                per_cell: int, preset_name: str = "diagnostic") -> tuple[str, list[EnvironmentRecord]]:
+    """The environments an eval plays, read from an open warehouse `wh`: admitted, current, of
+    `families` in `presentations`; members of `corpus_version` (default: the latest published
+    version; every admitted environment if none is published); the first `per_cell` by env id of
+    each family × presentation (0 = all). Returns (the version evaluated or "", environments)."""
+    versions = wh.versions()
+    if corpus_version is not None and corpus_version not in {v.version for v in versions}:
+        raise InvalidParams(f"no corpus version {corpus_version!r}; published: "
+                            f"{', '.join(v.version for v in versions) or 'none yet'}")
+    version = next((v for v in versions if v.version == corpus_version), versions[-1] if versions else None)
+    envs = [e for e in wh.environments() if e.family in families and e.presentation in presentations]
+    if version is not None:
+        members = set(version.manifest["env_ids"])
+        envs = [e for e in envs if e.env_id in members]
+    if per_cell:
+        kept, seen = [], {}
+        for e in envs:
+            key = (e.family, e.presentation)
+            if seen.get(key, 0) < per_cell:
+                kept.append(e)
+                seen[key] = seen.get(key, 0) + 1
+        envs = kept
+    if not envs:
+        raise InvalidParams(f"no admitted environments of {families} in presentations {list(presentations)}; "
+                            f"run `vhd refresh --preset {preset_name}` first")
+    return (version.version if version else ""), envs
+
+
+def batches(envs: list[EnvironmentRecord], size: int) -> list[list[EnvironmentRecord]]:
+    """`envs` grouped by family (in order of first appearance) and cut into batches of at most
+    `size`: one batch is one task run of the evaluate flow."""
+    by_family: dict[str, list[EnvironmentRecord]] = {}
+    for e in envs:
+        by_family.setdefault(e.family, []).append(e)
+    return [group[i:i + size] for group in by_family.values() for i in range(0, len(group), size)]
 
 
 def play(tables: list[Table], agent: str, episodes: int = 1, corpus_version: str = "") -> list[EpisodeRecord]:

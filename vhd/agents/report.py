@@ -18,7 +18,20 @@ from statistics import mean
 from typing import Any
 
 from vhd.agents.evaluate import PRESENTATIONS, summary
+from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, EpisodeRecord
+
+
+def select_episodes(episodes: list[EpisodeRecord], agents: list[str] | None) -> list[EpisodeRecord]:
+    """The stored episodes of `agents` (None: all); InvalidParams when an agent has none or nothing is stored."""
+    if agents is not None:
+        missing = sorted(set(agents) - {e.agent for e in episodes})
+        if missing:
+            raise InvalidParams(f"no stored episodes of agent(s) {missing}; run `vhd eval --agent A` first")
+        episodes = [e for e in episodes if e.agent in set(agents)]
+    if not episodes:
+        raise InvalidParams("no stored episodes; run `vhd eval --agent A` first")
+    return episodes
 
 
 def tables(episodes: list[EpisodeRecord]) -> dict[str, dict[str, Any]]:
@@ -123,3 +136,49 @@ def write_report(episodes: list[EpisodeRecord], envs: dict[str, EnvironmentRecor
     images = _plots(episodes, envs, by_agent, out)
     (out / "index.html").write_text(_html(by_agent, images), encoding="utf-8")
     return [out / "tables.json", *images, out / "index.html"]
+
+
+# --- what the evaluate flow publishes as Prefect artifacts (vhd/flows/evaluate.py) ---------------
+
+
+def fia_markdown(agent: str, summary_: dict[str, Any]) -> str:
+    """The F/I/A table of one agent as markdown: per family the mean ± 95 % half-width (n) per
+    presentation and the family mean, then the mean over families and the F→I, I→A gaps."""
+    shown = [p for p in PRESENTATIONS if p in summary_["mean"]]
+    lines = [f"# vhd eval: agent `{agent}`", "", f"{summary_['episodes']} episodes; mean reward "
+             "(± half-width of the normal 95 % interval, n episodes)", "",
+             "| family | " + " | ".join(shown) + " | family mean |", "|---" * (len(shown) + 2) + "|"]
+    for family, row in summary_["families"].items():
+        cells = [f"{row[p]['mean']:.3f} ± {row[p]['ci95']:.3f} (n={row[p]['n']})" if p in row else "—" for p in shown]
+        lines.append(f"| {family} | " + " | ".join(cells) + f" | {row['mean']:.3f} |")
+    lines.append("| **mean** | " + " | ".join(f"{summary_['mean'][p]:.3f}" for p in shown) + " | |")
+    if summary_["gaps"]:
+        lines += ["", "Gaps (positive: the reward drops from one presentation to the next): "
+                  + ", ".join(f"{k} {v:+.3f}" for k, v in summary_["gaps"].items())]
+    return "\n".join(lines)
+
+
+def family_rows(summary_: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-family table of one agent as rows for a table artifact: family, then per
+    presentation its mean, 95 % half-width and n, then the family mean."""
+    rows = []
+    for family, row in summary_["families"].items():
+        out: dict[str, Any] = {"family": family}
+        for p in PRESENTATIONS:
+            if p in row:
+                out.update({f"{p} mean": row[p]["mean"], f"{p} ci95": row[p]["ci95"], f"{p} n": row[p]["n"]})
+        out["family mean"] = row["mean"]
+        rows.append(out)
+    return rows
+
+
+def report_markdown(by_agent: dict[str, Any], files: list[Path], image_url: str | None = None) -> str:
+    """The report page as markdown: the F/I/A table of every agent, then the files written.
+    The PNGs are embedded only when `image_url` says where DIR is served (the Prefect UI shows
+    images from URLs the browser can fetch, not from this machine's paths)."""
+    parts = [fia_markdown(agent, s) for agent, s in by_agent.items()]
+    parts.append("## Files\n\n" + "\n".join(f"- `{p.resolve()}`" for p in files))
+    if image_url:
+        base = image_url.rstrip("/")
+        parts.append("\n\n".join(f"![{p.stem}]({base}/{p.name})" for p in files if p.suffix == ".png"))
+    return "\n\n".join(parts)
