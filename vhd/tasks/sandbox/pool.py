@@ -90,6 +90,19 @@ class Zygote:
             self.kill()
             raise ZygoteFailedToStart(f"the zygote sent {ready!r} instead of ready")
         self.served = 0
+        self.pid = self._inner()
+        if self.pid is None:
+            self.kill()
+            raise ZygoteFailedToStart("the zygote process could not be found under its launcher")
+
+    def _inner(self) -> int | None:
+        """The zygote's pid as seen from here: the launcher's (bwrap's or unshare's) only child."""
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children", encoding="ascii") as handle:
+                children = handle.read().split()
+        except OSError:
+            return None
+        return int(children[0]) if len(children) == 1 else None
 
     def _prefix(self) -> list[str]:
         root = str(self.root)
@@ -117,7 +130,17 @@ class Zygote:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the zygote's process group; its PID namespace takes every descendant with it."""
+        """SIGKILL the zygote (PID 1 of its namespace: the namespace takes every descendant with it),
+        then its launcher's process group."""
+        pid = getattr(self, "pid", None)
+        if pid is not None and self.proc.poll() is None:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                if parent == self.proc.pid:  # still the launcher's child (not a recycled pid)
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -127,18 +150,16 @@ class Zygote:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def close(self) -> None:
-        """Orderly shutdown: closing the socket makes the zygote exit; kill it if it lingers."""
-        self.control.close()
+        """Orderly shutdown: closing the socket makes an idle zygote exit; kill it if it lingers."""
+        try:
+            self.control.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.kill()
 
     def run(self, job: dict[str, Any], limits: Limits) -> tuple[SandboxResult, bool]:
         """Play `job` in a fresh child of this zygote; the result and whether the zygote is reusable."""
