@@ -13,6 +13,10 @@ the parent is root the runner drops to uid/gid 65534 before the module runs. Res
 on a dedicated pipe as HMAC-signed, numbered JSON lines, read by the parent up to a size cap and
 checked against the job (schema, key order, end marker). See docs/RELIABILITY.md.
 
+Where the launch has a PID namespace, `run_job` forks the child from a warm zygote started under
+the same boundary instead of spawning an interpreter (`sandbox.pool`; `pool=False` or
+VHD_SANDBOX_POOL=0 spawns).
+
 Statuses: ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid.
 """
 
