@@ -94,10 +94,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--paths", default="pool,spawn", help="launch paths to compare: pool, spawn or both")
     args = parser.parse_args()
-    batches = build(args.families.split(","), args.per_family)
     paths = args.paths.split(",")
+    if not paths or any(path not in ("pool", "spawn") for path in paths):
+        raise SystemExit(f"bench: --paths {args.paths!r}: expected pool, spawn or pool,spawn")
     if "pool" in paths and not pools.enabled():
         raise SystemExit("bench: the warm pool is not available here (no PID namespace, or VHD_SANDBOX_POOL=0)")
+    batches = build(args.families.split(","), args.per_family)
     runs: dict[str, list[dict]] = {path: [] for path in paths}
     for _ in range(args.repeats):
         for path in paths:
