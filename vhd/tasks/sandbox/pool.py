@@ -130,8 +130,9 @@ class Zygote:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the zygote (PID 1 of its namespace: the namespace takes every descendant with it),
-        then its launcher's process group."""
+        """SIGKILL the zygote, PID 1 of its namespace: the kernel kills every process in the
+        namespace, and the launcher (bwrap or unshare) reaps the zygote only once they are all
+        gone, then exits. The launcher's process group is killed only if it lingers."""
         pid = getattr(self, "pid", None)
         if pid is not None and self.proc.poll() is None:
             try:
@@ -139,7 +140,8 @@ class Zygote:
                     parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
                 if parent == self.proc.pid:  # still the launcher's child (not a recycled pid)
                     os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
+                    self.proc.wait(timeout=5)
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
                 pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
