@@ -147,7 +147,7 @@ def _batch(name):
     from vhd.tasks.synthesize import synthesize
 
     family = registry.get(name)
-    models = sample_models(family, 2, seed=3, batch="pool")
+    models = sample_models(family, 1, seed=3, batch="pool")
     solutions = {s.model_id: s for s in solve_models(family, models)}
     outputs, assignment = synthesize(family, models, builtin_passages()[:1])
     candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs}, assignment,
