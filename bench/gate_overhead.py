@@ -2,7 +2,9 @@
 
     python bench/gate_overhead.py --families inventory_dp,knapsack,rostering,lp --per-family 4 --workers 2 --repeats 3
 
-Builds the candidates once (sample, solve, synthesize; presentations I and A), then per repeat:
+Builds the candidates once (sample, solve, synthesize; presentations I and A), then per repeat
+and per launch path — `pool` (children forked from warm zygotes, `vhd.tasks.sandbox.pool`) and
+`spawn` (a fresh interpreter per child, VHD_SANDBOX_POOL=0), alternating within the repeat:
 
 - **throughput**: `check_batch` on every module, `--workers` modules at a time (threads: each
   check's work is two sandboxed child processes plus the parent's reference simulation), and
@@ -13,13 +15,15 @@ Builds the candidates once (sample, solve, synthesize; presentations I and A), t
   playing the fuzzed invalid calls, minus replay and spawn), and the parent's *reference* time
   (family simulator episodes and the reference World's runs of the random call sequences).
 
-Prints the median of the repeats as JSON.
+Prints the median of the repeats per path as JSON (the pool is started fresh per repeat, so its
+zygote start-up is inside the throughput figure).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +33,7 @@ from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import _job, call_sequences, check_batch, reference_runs, references
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
+from vhd.tasks.sandbox import pool as pools
 from vhd.tasks.sandbox import run_job
 from vhd.tasks.solve import solve_models
 from vhd.tasks.synthesize import synthesize
@@ -87,15 +92,24 @@ def main() -> None:
     parser.add_argument("--per-family", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--paths", default="pool,spawn", help="launch paths to compare: pool, spawn or both")
     args = parser.parse_args()
+    paths = args.paths.split(",")
+    if not paths or any(path not in ("pool", "spawn") for path in paths):
+        raise SystemExit(f"bench: --paths {args.paths!r}: expected pool, spawn or pool,spawn")
+    if "pool" in paths and not pools.enabled():
+        raise SystemExit("bench: the warm pool is not available here (no PID namespace, or VHD_SANDBOX_POOL=0)")
     batches = build(args.families.split(","), args.per_family)
-    runs = []
+    runs: dict[str, list[dict]] = {path: [] for path in paths}
     for _ in range(args.repeats):
-        seconds, checked, admitted = throughput(batches, args.workers)
-        runs.append({"wall_seconds": seconds, "environments": checked, "admitted": admitted,
-                     "environments_per_second": checked / seconds,
-                     **{f"{k}_seconds_per_env": v for k, v in breakdown(batches).items()}})
-    median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for path in paths:
+            os.environ[pools.ENV_SWITCH] = "1" if path == "pool" else "0"
+            pools.shutdown_default()  # every repeat starts its zygotes afresh
+            seconds, checked, admitted = throughput(batches, args.workers)
+            runs[path].append({"wall_seconds": seconds, "environments": checked, "admitted": admitted,
+                               "environments_per_second": checked / seconds,
+                               **{f"{k}_seconds_per_env": v for k, v in breakdown(batches).items()}})
+    median = {path: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for path, rs in runs.items()}
     print(json.dumps({"families": args.families.split(","), "modules": len(batches), "workers": args.workers,
                       "repeats": args.repeats, "median": median, "runs": runs}, indent=2))
 

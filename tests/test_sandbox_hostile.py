@@ -1,6 +1,9 @@
 """Hostile generated modules: each is contained, classified, leaves no process, and does not stop
 the pipeline. Every 'denied' probe has a control that runs the same code outside the sandbox
-(a plain subprocess) and succeeds, so a broken probe cannot pass."""
+(a plain subprocess) and succeeds, so a broken probe cannot pass.
+
+Every sandboxed probe runs twice: through the warm pool (a fork of a zygote; the default where a
+PID namespace exists) and through a freshly spawned interpreter (VHD_SANDBOX_POOL=0)."""
 
 import hashlib
 import hmac
@@ -11,12 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 from vhd.mechanisms import registry
 from vhd.tasks.check import check_batch
 from vhd.tasks.sandbox import Limits, _parse, marked_processes, plan, run_job
+from vhd.tasks.sandbox import pool as pools
 
 FAST = Limits(wall_seconds=3, cpu_seconds=2, memory_bytes=512 << 20)
 EPISODE = {"key": "k", "config": {}, "trajectories": [[]], "pad_with": None}
@@ -31,8 +36,46 @@ def job(source, episodes=None):
     return {"module": source, "episodes": episodes or [dict(EPISODE)]}
 
 
+POOLED = pools.enabled()
+
+
+@pytest.fixture(autouse=True, params=["pool", "spawn"] if POOLED else ["spawn"])
+def launch(request, monkeypatch):
+    """Which path run_job takes: a warm zygote's child, or a freshly spawned interpreter."""
+    if "batch" in request.fixturenames and request.param == "spawn":
+        pytest.skip("the hostile-batch tests run through the pool only (the spawn path is covered per probe)")
+    if request.node.name.startswith("test_the_parent_rejects") and request.param == "spawn":
+        pytest.skip("runs no sandbox")
+    monkeypatch.setenv(pools.ENV_SWITCH, "1" if request.param == "pool" else "0")
+    return request.param
+
+
+def namespace_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def pool_leftovers(namespaces):
+    """Processes other than a live zygote itself in any of these PID namespaces."""
+    zygotes = {z.pid for z in pools.default_pool().zygotes()}
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in zygotes
+            and namespace_of(p) in namespaces]
+
+
 def sandboxed(source, limits=FAST, marker=None):
+    pooled = pools.enabled()
+    before = {namespace_of(z.pid) for z in pools.default_pool().zygotes()} if pooled else set()
     result = run_job(job(source), limits)
+    assert ("warm pool" in result.isolation) == pooled
+    if pooled:  # every namespace a zygote served this check from is empty but for the zygote
+        namespaces = (before | {namespace_of(z.pid) for z in pools.default_pool().zygotes()}) - {None}
+        for _ in range(200):  # a killed zygote's namespace is torn down asynchronously
+            if not pool_leftovers(namespaces):
+                break
+            time.sleep(0.01)
+        assert not pool_leftovers(namespaces), "a sandbox process survived in a zygote's namespace"
     assert not marked_processes(os.path.basename(result.scratch)), "a sandbox process survived"
     if marker:
         assert not marked_processes(marker), "a process the module started survived"

@@ -13,6 +13,10 @@ the parent is root the runner drops to uid/gid 65534 before the module runs. Res
 on a dedicated pipe as HMAC-signed, numbered JSON lines, read by the parent up to a size cap and
 checked against the job (schema, key order, end marker). See docs/RELIABILITY.md.
 
+Where the launch has a PID namespace, `run_job` forks the child from a warm zygote started under
+the same boundary instead of spawning an interpreter (`sandbox.pool`; `pool=False` or
+VHD_SANDBOX_POOL=0 spawns).
+
 Statuses: ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid.
 """
 
@@ -192,9 +196,21 @@ def network_isolation() -> tuple[str, ...]:
 # --- running ---------------------------------------------------------------------------
 
 
-def run_job(job: dict[str, Any], limits: Limits = Limits(), *, hash_seed: int = 0) -> SandboxResult:
-    """Play `job` in a fresh sandboxed interpreter and collect its per-episode reports."""
-    return _run(job, limits, hash_seed, plan())
+def run_job(job: dict[str, Any], limits: Limits = Limits(), *, hash_seed: int = 0, pool: Any = None) -> SandboxResult:
+    """Play `job` in a fresh sandboxed child and collect its per-episode reports.
+
+    `pool`: None = the process-wide warm pool where it is enabled (`sandbox.pool.enabled()`: a PID
+    namespace is available and VHD_SANDBOX_POOL is not 0), else a spawned interpreter; False =
+    always spawn a fresh interpreter; a `SandboxPool` = a child of one of its zygotes."""
+    if pool is False:
+        return _run(job, limits, hash_seed, plan())
+    from vhd.tasks.sandbox import pool as pools
+
+    if pool is None:
+        if not pools.enabled():
+            return _run(job, limits, hash_seed, plan())
+        pool = pools.default_pool()
+    return pool.run(job, limits, hash_seed)
 
 
 def _run(job: dict[str, Any], limits: Limits, hash_seed: int, how: Plan) -> SandboxResult:
