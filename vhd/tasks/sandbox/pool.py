@@ -217,6 +217,29 @@ class Zygote:
         deadline = started + limits.wall_seconds
         returncode, status, control_open = None, "done", True
 
+        drained = False
+
+        def take(fd: int) -> str:
+            """One read: 'data', 'eof', 'empty' (non-blocking and nothing there) or 'oversize'."""
+            nonlocal size
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return "empty"
+            if not chunk:
+                open_fds.discard(fd)
+                return "eof"
+            if fd == err_fd:
+                stderr.extend(chunk)
+                if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
+                    del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
+                return "data"
+            size += len(chunk)
+            if size > limits.result_bytes:
+                return "oversize"
+            chunks.append(chunk)
+            return "data"
+
         def give_up(why: str) -> tuple[bytes, bytes, str, int | None, bool]:
             self.kill()
             _drain(open_fds)
@@ -243,18 +266,19 @@ class Zygote:
                         # the namespace is empty now: the pipes are at EOF or about to be
                         deadline = min(deadline, time.perf_counter() + 1.0)
                     continue
-                chunk = os.read(item, 1 << 16)
-                if not chunk:
-                    open_fds.discard(item)
-                elif item == err_fd:
-                    stderr += chunk
-                    if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
-                        del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
-                else:
-                    size += len(chunk)
-                    if size > limits.result_bytes:
+                if take(item) == "oversize":
+                    return give_up("oversize")
+            if returncode is not None and not drained:
+                # The child is dead: all it wrote is in the pipes. Read it now, whatever the clock
+                # says; on a loaded machine this thread may not run again within the grace period.
+                drained = True
+                for fd in list(open_fds):
+                    os.set_blocking(fd, False)
+                    got = "data"
+                    while got == "data":
+                        got = take(fd)
+                    if got == "oversize":
                         return give_up("oversize")
-                    chunks.append(chunk)
             if not control_open and returncode is None and not self.alive():
                 self.kill()
                 raise ZygoteDied("the zygote died during the check")
