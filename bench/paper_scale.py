@@ -85,6 +85,29 @@ def env_ids(db: Path) -> set[str]:
         return {e.env_id for e in wh.environments()}
 
 
+def build(db: Path, params: dict) -> tuple[float, dict]:
+    wall, summary = timed(refresh, db_path=str(db), **params)
+    return wall, {
+        "wall_s": round(wall, 2), "flow_s": summary["seconds"], "admitted": summary["admitted"],
+        "rejected": summary["rejected"], "admitted_per_s": round(summary["admitted"] / wall, 2),
+        "stage_seconds": summary["stage_seconds"], "computed": summary["computed"],
+        "reasons": summary["reasons"],
+        "short": {k: r["short"] for k, r in summary["families"].items() if r.get("short")},
+        "corpus_version": summary["corpus_version"], "warehouse_mb": size_mb(db)}
+
+
+def noop_vs_empty(db: Path, params: dict, repeats: int) -> dict:
+    """The empty flow and the no-op refresh, alternated, `repeats` times each."""
+    empties, noops = [], []
+    for _ in range(repeats):
+        empties.append(timed(empty)[0])
+        seconds, again = timed(refresh, db_path=str(db), **params)
+        assert again["nothing_to_do"], again["computed"]
+        noops.append(seconds)
+    return {"empty_flow_s": [round(s, 3) for s in empties], "noop_refresh_s": [round(s, 3) for s in noops],
+            "noop_over_empty": round(statistics.median(noops) / statistics.median(empties), 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="the paper preset's scale (1.0 = 3,300 admitted)")
@@ -92,6 +115,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="also build with a Dask cluster of N workers")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the empty flow and of the no-op refresh")
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="vhd-paper-bench-")))
+    parser.add_argument("--noop-only", type=Path, default=None, metavar="DB",
+                        help="no build: copy DB (built with the same --scale and --batch) and time only the no-op "
+                             "refresh against the empty flow")
     args = parser.parse_args()
     if args.out.exists():
         shutil.rmtree(args.out)
@@ -102,30 +128,20 @@ def main() -> None:
 
     with PeakRSS() as memory:
         report["server_start_and_first_empty_flow_s"] = round(timed(empty)[0], 2)
-        wall, summary = timed(refresh, db_path=str(db), **params)
-        report["build"] = {
-            "wall_s": round(wall, 2), "flow_s": summary["seconds"], "admitted": summary["admitted"],
-            "rejected": summary["rejected"], "admitted_per_s": round(summary["admitted"] / wall, 2),
-            "stage_seconds": summary["stage_seconds"], "computed": summary["computed"],
-            "short": {k: r["short"] for k, r in summary["families"].items() if r.get("short")},
-            "corpus_version": summary["corpus_version"], "warehouse_mb": size_mb(db)}
-        report["build_peak_rss_mb"] = round(memory.peak / 2**20)
-        empties = [timed(empty)[0] for _ in range(args.repeats)]
-        noops = []
-        for _ in range(args.repeats):
-            seconds, again = timed(refresh, db_path=str(db), **params)
-            assert again["nothing_to_do"], again["computed"]
-            noops.append(seconds)
-        report["empty_flow_s"] = [round(s, 3) for s in empties]
-        report["noop_refresh_s"] = [round(s, 3) for s in noops]
-        report["noop_over_empty"] = round(statistics.median(noops) / statistics.median(empties), 2)
-        if args.workers:
+        if args.noop_only:
+            shutil.copy(args.noop_only, db)
+        else:
+            wall, report["build"] = build(db, params)
+            report["build_peak_rss_mb"] = round(memory.peak / 2**20)
+        report.update(noop_vs_empty(db, params, args.repeats))
+        if args.workers and not args.noop_only:
             dask_db = args.out / "paper-dask.duckdb"
             wall_d, summary_d = timed(with_workers(refresh, args.workers), db_path=str(dask_db), **params)
             report["workers"] = {
                 "n": args.workers, "wall_s": round(wall_d, 2), "flow_s": summary_d["seconds"],
                 "admitted": summary_d["admitted"], "stage_seconds": summary_d["stage_seconds"],
-                "speedup": round(wall / wall_d, 2), "same_env_ids": env_ids(dask_db) == env_ids(db)}
+                "reasons": summary_d["reasons"], "speedup": round(wall / wall_d, 2),
+                "same_env_ids": env_ids(dask_db) == env_ids(db)}
     report["peak_rss_mb"] = round(memory.peak / 2**20)
     report["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
