@@ -300,67 +300,79 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
-def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, how: Plan,
-             marker: str) -> tuple[bytes, bytes, str]:
-    chunks: list[bytes] = []
-    err_fd, stderr = proc.stderr.fileno(), bytearray()
-    open_fds, status = {fd, err_fd}, "done"
-    deadline, exited = started + limits.wall_seconds, False
-    size = 0
+class _Channel:
+    """The result pipe and stderr of one check, read under the caps of `limits`."""
 
-    def take(ready_fd: int) -> str:
-        """Read one chunk from `ready_fd`: 'data', 'eof', 'empty' (nothing there yet, once the fd
-        is non-blocking) or 'oversize' (the result channel went over its cap)."""
-        nonlocal size
+    def __init__(self, result_fd: int, err_fd: int, limits: Limits):
+        self.result_fd, self.err_fd, self.limits = result_fd, err_fd, limits
+        self.open = {result_fd, err_fd}
+        self.chunks: list[bytes] = []
+        self.size, self.stderr = 0, bytearray()
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def take(self, fd: int) -> str:
+        """One read from `fd`: 'data', 'eof', 'empty' (non-blocking and nothing there yet) or
+        'oversize' (the result channel went over its cap)."""
         try:
-            chunk = os.read(ready_fd, 1 << 16)
+            chunk = os.read(fd, 1 << 16)
         except BlockingIOError:
             return "empty"
         if not chunk:
-            open_fds.discard(ready_fd)
+            self.open.discard(fd)
             return "eof"
-        if ready_fd == err_fd:
-            stderr.extend(chunk)
-            if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
-                del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
+        if fd == self.err_fd:
+            self.stderr.extend(chunk)
+            cap = self.limits.stderr_bytes
+            if len(self.stderr) > cap:  # keep the head and the tail
+                del self.stderr[cap // 2: len(self.stderr) - cap // 2]
             return "data"
-        size += len(chunk)
-        if size > limits.result_bytes:
+        self.size += len(chunk)
+        if self.size > self.limits.result_bytes:
             return "oversize"
-        chunks.append(chunk)
+        self.chunks.append(chunk)
         return "data"
 
-    while open_fds:
+    def take_all_now(self) -> str:
+        """Once the writer is dead, everything it wrote is in the pipes: read all of it now,
+        whatever the clock says (on a loaded machine the reading thread may not run again within
+        a grace period, and a report cut short reads as forged). 'oversize' or 'done'."""
+        for fd in list(self.open):
+            os.set_blocking(fd, False)
+            got = "data"
+            while got == "data":
+                got = self.take(fd)  # 'empty': still held open (a namespace being torn down)
+            if got == "oversize":
+                return "oversize"
+        return "done"
+
+
+def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, how: Plan,
+             marker: str) -> tuple[bytes, bytes, str]:
+    channel = _Channel(fd, proc.stderr.fileno(), limits)
+    status, deadline, exited = "done", started + limits.wall_seconds, False
+    while channel.open:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             if not exited:
                 status = "timeout"
             break
-        ready, _, _ = select.select(list(open_fds), [], [], min(remaining, 0.25))
-        for ready_fd in ready:
-            if take(ready_fd) == "oversize":
-                _kill(proc, how, marker)
-                _drain(open_fds)
-                return b"".join(chunks), bytes(stderr), "oversize"
-        if not exited and proc.poll() is not None:
-            # the runner is gone: nothing it forked may outlive the check
-            exited = True
+        ready, _, _ = select.select(list(channel.open), [], [], min(remaining, 0.25))
+        oversize = any(channel.take(ready_fd) == "oversize" for ready_fd in ready)
+        if not oversize and not exited and proc.poll() is not None:
+            exited = True  # the runner is gone: nothing it forked may outlive the check
             _kill(proc, how, marker)
-            # Everything the runner wrote is in the pipes now. Read it whatever the clock says: on a
-            # loaded machine this thread may not run again within the grace period below, and a
-            # report cut short there would read as forged.
-            for open_fd in list(open_fds):
-                os.set_blocking(open_fd, False)
-                got = "data"
-                while got == "data":
-                    got = take(open_fd)  # 'empty': still held open (a namespace being torn down), wait below
-                if got == "oversize":
-                    _drain(open_fds)
-                    return b"".join(chunks), bytes(stderr), "oversize"
+            oversize = channel.take_all_now() == "oversize"
             deadline = min(deadline, time.perf_counter() + 1.0)
+        if oversize:
+            _kill(proc, how, marker)
+            _drain(channel.open)
+            return channel.data, bytes(channel.stderr), "oversize"
     _kill(proc, how, marker)
-    _drain(open_fds)
-    return b"".join(chunks), bytes(stderr), status
+    _drain(channel.open)
+    return channel.data, bytes(channel.stderr), status
 
 
 def _drain(fds: set[int], seconds: float = 3.0) -> None:

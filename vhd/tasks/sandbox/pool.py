@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vhd.tasks.sandbox import MARKER, RUNNER, Limits, Plan, SandboxResult, _drain, _masks, _parse, plan
+from vhd.tasks.sandbox import MARKER, RUNNER, Limits, Plan, SandboxResult, _Channel, _drain, _masks, _parse, plan
 
 ZYGOTE = RUNNER.with_name("zygote.py")
 ENV_SWITCH = "VHD_SANDBOX_POOL"
@@ -212,44 +212,20 @@ class Zygote:
 
     def _collect(self, result_fd: int, err_fd: int, limits: Limits,
                  started: float) -> tuple[bytes, bytes, str, int | None, bool]:
-        chunks, size, stderr = [], 0, bytearray()
-        open_fds = {result_fd, err_fd}
+        channel = _Channel(result_fd, err_fd, limits)
         deadline = started + limits.wall_seconds
         returncode, status, control_open = None, "done", True
 
-        drained = False
-
-        def take(fd: int) -> str:
-            """One read: 'data', 'eof', 'empty' (non-blocking and nothing there) or 'oversize'."""
-            nonlocal size
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return "empty"
-            if not chunk:
-                open_fds.discard(fd)
-                return "eof"
-            if fd == err_fd:
-                stderr.extend(chunk)
-                if len(stderr) > limits.stderr_bytes:  # keep the head and the tail
-                    del stderr[limits.stderr_bytes // 2: len(stderr) - limits.stderr_bytes // 2]
-                return "data"
-            size += len(chunk)
-            if size > limits.result_bytes:
-                return "oversize"
-            chunks.append(chunk)
-            return "data"
-
         def give_up(why: str) -> tuple[bytes, bytes, str, int | None, bool]:
             self.kill()
-            _drain(open_fds)
-            return b"".join(chunks), bytes(stderr), why, returncode, False
+            _drain(channel.open)
+            return channel.data, bytes(channel.stderr), why, returncode, False
 
-        while open_fds or returncode is None:
+        while channel.open or returncode is None:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return give_up("timeout" if returncode is None else status)
-            watch = list(open_fds) + ([self.control] if control_open and returncode is None else [])
+            watch = list(channel.open) + ([self.control] if control_open and returncode is None else [])
             if not watch:  # the control socket closed before the status: the zygote died
                 self.kill()
                 raise ZygoteDied("the zygote died during the check")
@@ -263,26 +239,17 @@ class Zygote:
                     answer = json.loads(message)
                     if "status" in answer:
                         returncode = answer["status"]
-                        # the namespace is empty now: the pipes are at EOF or about to be
+                        # the child is dead and its namespace empty: what it wrote is in the pipes
+                        if channel.take_all_now() == "oversize":
+                            return give_up("oversize")
                         deadline = min(deadline, time.perf_counter() + 1.0)
                     continue
-                if take(item) == "oversize":
+                if channel.take(item) == "oversize":
                     return give_up("oversize")
-            if returncode is not None and not drained:
-                # The child is dead: all it wrote is in the pipes. Read it now, whatever the clock
-                # says; on a loaded machine this thread may not run again within the grace period.
-                drained = True
-                for fd in list(open_fds):
-                    os.set_blocking(fd, False)
-                    got = "data"
-                    while got == "data":
-                        got = take(fd)
-                    if got == "oversize":
-                        return give_up("oversize")
             if not control_open and returncode is None and not self.alive():
                 self.kill()
                 raise ZygoteDied("the zygote died during the check")
-        return b"".join(chunks), bytes(stderr), status, returncode, True
+        return channel.data, bytes(channel.stderr), status, returncode, True
 
 
 def _no_core() -> None:
