@@ -42,24 +42,84 @@ def empty() -> None:
     """The floor: a flow that does nothing, on the same server."""
 
 
+def _rollup(pid: int) -> tuple[int, int, int]:
+    """(RSS, PSS, USS) in bytes of one process, from /proc/PID/smaps_rollup (one cheap read).
+    RSS counts every shared page in full in each process that maps it (forked zygote children,
+    shared libraries); PSS splits a shared page among its sharers, so PSS sums to what the tree
+    really occupies; USS is what only this process holds."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
+        for line in handle:
+            key, _, rest = line.partition(b":")
+            if key in (b"Rss", b"Pss", b"Private_Clean", b"Private_Dirty"):
+                fields[key] = int(rest.split()[0]) * 1024
+    return fields[b"Rss"], fields[b"Pss"], fields[b"Private_Clean"] + fields[b"Private_Dirty"]
+
+
+def _role(proc: psutil.Process, me: int) -> str:
+    if proc.pid == me:
+        return "flow"
+    try:
+        command = " ".join(proc.cmdline())
+    except psutil.Error:
+        return "other"
+    if "zygote.py" in command or "runner.py" in command or command.startswith(("unshare", "bwrap")) \
+            or "/unshare " in command or "/bwrap " in command:
+        return "sandbox"
+    if "prefect" in command and ("server" in command or "uvicorn" in command):
+        return "server"
+    if "dask" in command or "distributed" in command or "multiprocessing" in command:
+        return "dask"
+    return "other"
+
+
 class PeakRSS:
-    """Peak of the summed RSS of this process and all of its descendants, sampled in a thread."""
+    """Peaks of this process tree's memory, sampled in a thread every `every` seconds.
+
+    `peak` (kept for the report's old keys): the summed RSS of this process and all of its
+    descendants (it double-counts pages shared between processes, e.g. a zygote and its forked
+    children). Also: the summed PSS (the honest total), the flow process's own RSS, PSS and USS,
+    and, at the moment of each total's peak, its split by role (flow, server, sandbox, dask, other)."""
 
     def __init__(self, every: float = 0.2):
         self.every, self.peak, self._stop = every, 0, threading.Event()
+        self.peak_pss = self.flow_rss = self.flow_pss = self.flow_uss = 0
+        self.roles_at_rss_peak: dict[str, int] = {}
+        self.roles_at_pss_peak: dict[str, int] = {}
+        self.max_processes = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
-            total = 0
-            for proc in [me, *me.children(recursive=True)]:
+            rss_roles: dict[str, int] = {}
+            pss_roles: dict[str, int] = {}
+            procs = [me, *me.children(recursive=True)]
+            for proc in procs:
                 try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
+                    rss, pss, uss = _rollup(proc.pid)
+                except (OSError, KeyError, ValueError):
+                    continue
+                role = _role(proc, me.pid)
+                rss_roles[role] = rss_roles.get(role, 0) + rss
+                pss_roles[role] = pss_roles.get(role, 0) + pss
+                if role == "flow":
+                    self.flow_rss, self.flow_pss = max(self.flow_rss, rss), max(self.flow_pss, pss)
+                    self.flow_uss = max(self.flow_uss, uss)
+            self.max_processes = max(self.max_processes, len(procs))
+            if sum(rss_roles.values()) > self.peak:
+                self.peak, self.roles_at_rss_peak = sum(rss_roles.values()), rss_roles
+            if sum(pss_roles.values()) > self.peak_pss:
+                self.peak_pss, self.roles_at_pss_peak = sum(pss_roles.values()), pss_roles
             self._stop.wait(self.every)
+
+    def report(self) -> dict:
+        mb = lambda n: round(n / 2**20)  # noqa: E731
+        return {"tree_rss_mb": mb(self.peak), "tree_pss_mb": mb(self.peak_pss),
+                "flow_rss_mb": mb(self.flow_rss), "flow_pss_mb": mb(self.flow_pss), "flow_uss_mb": mb(self.flow_uss),
+                "rss_by_role_at_peak_mb": {k: mb(v) for k, v in sorted(self.roles_at_rss_peak.items())},
+                "pss_by_role_at_peak_mb": {k: mb(v) for k, v in sorted(self.roles_at_pss_peak.items())},
+                "max_processes": self.max_processes}
 
     def __enter__(self):
         self._thread.start()
@@ -133,6 +193,7 @@ def main() -> None:
         else:
             wall, report["build"] = build(db, params)
             report["build_peak_rss_mb"] = round(memory.peak / 2**20)
+            report["build_memory"] = memory.report()
         report.update(noop_vs_empty(db, params, args.repeats))
         if args.workers and not args.noop_only:
             dask_db = args.out / "paper-dask.duckdb"
@@ -143,6 +204,7 @@ def main() -> None:
                 "reasons": summary_d["reasons"], "speedup": round(wall / wall_d, 2),
                 "same_env_ids": env_ids(dask_db) == env_ids(db)}
     report["peak_rss_mb"] = round(memory.peak / 2**20)
+    report["memory"] = memory.report()
     report["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
 

@@ -14,13 +14,13 @@ from typing import Any
 
 from prefect import flow
 
-from vhd.flows.refresh import run_batch
+from vhd.flows.refresh import bounded_runner, run_batch
 from vhd.mechanisms import registry
 
 DEFAULT_BATCH = "backfill"
 
 
-@flow(name="backfill", log_prints=True)
+@flow(name="backfill", log_prints=True, task_runner=bounded_runner())
 def backfill(
     family: str,
     per_family: int = 20,

@@ -10,6 +10,7 @@ this process is the warehouse's only writer and commits each family in one trans
 from __future__ import annotations
 
 import math
+import os
 import time
 from datetime import date, datetime, timezone
 from typing import Any
@@ -18,6 +19,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from vhd import __version__
 from vhd.mechanisms import registry
@@ -84,6 +86,26 @@ def _now() -> str:
 
 def _stamped(records: list, run_id: str) -> list:
     return [r.model_copy(update={"run_id": run_id}) for r in records]
+
+
+def check_threads() -> int:
+    """Tasks in flight at once in the flow process: Prefect's own setting
+    PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS when it is set, else 2 per core (at least 2).
+
+    Prefect's thread-pool runner is unbounded by default: a round submitted every module's check
+    at once, one thread each, and each thread borrowed its own warm zygote (the pool caps only idle
+    zygotes), so a large round held hundreds of zygotes, sandbox children and candidates' reference
+    episodes in memory together, on cores that run two at a time. Verdicts do not depend on this
+    number; only how many checks overlap does."""
+    from prefect.settings import get_current_settings
+
+    configured = get_current_settings().tasks.runner.thread_pool_max_workers
+    return configured if configured else max(2, 2 * (os.cpu_count() or 1))
+
+
+def bounded_runner() -> ThreadPoolTaskRunner:
+    """The default task runner of the refresh and backfill flows: `check_threads()` threads."""
+    return ThreadPoolTaskRunner(max_workers=check_threads())
 
 
 STAGES = ("sample", "solve", "synthesize", "check", "annotate")
@@ -278,7 +300,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
     return version, True, quality
 
 
-@flow(name="refresh", log_prints=True)
+@flow(name="refresh", log_prints=True, task_runner=bounded_runner())
 def refresh(
     families: list[str],
     per_family: int = 20,
