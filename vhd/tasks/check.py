@@ -427,6 +427,7 @@ def look_sequences(family: Family, refs: References) -> list[list[dict[str, Any]
 
 
 TOLERANCE_PROBE = 1e-9  # amounts a hair above and below each θ number: a `>` vs `>=` at x + TOL
+MAX_EDGE_IDS = 12  # ids per (integer, number) argument pair that get their own amount sequence
 
 
 def _theta_numbers(value: Any) -> list[float]:
@@ -471,10 +472,18 @@ def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str,
             continue
         properties = spec.input_schema.get("properties", {})
         base = {key: properties[key].get("minimum", 0) for key in spec.input_schema.get("required", [])}
-        for key, prop in properties.items():
-            values = edge_values(prop, theta)
+        edges = {key: edge_values(prop, theta) for key, prop in properties.items()}
+        for key, values in edges.items():
             if values:
                 sequences.append([{"tool": spec.name, "arguments": {**base, key: v}} for v in values] + looks(family))
+        # an amount is checked against the limit of the id it goes with (a cap per asset, a demand
+        # per product): each id's amounts in a fresh episode of their own, so that no earlier
+        # call has used up a shared limit first
+        for key in [k for k in edges if properties[k].get("type") == "integer" and k in base]:
+            for amount in [k for k in edges if properties[k].get("type") == "number" and edges[k]]:
+                for v in edges[key][:MAX_EDGE_IDS]:
+                    sequences.append([{"tool": spec.name, "arguments": {**base, key: v, amount: x}}
+                                      for x in edges[amount]] + looks(family))
     return sequences
 
 
