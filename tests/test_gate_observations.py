@@ -119,3 +119,24 @@ def test_qp_cap_tolerance_is_rejected():
 def test_lp_demand_tolerance_is_rejected():
     _rejected_by_reference_agreement("lp", "if plan[product] > demand + self.TOLERANCE:",
                                      "if plan[product] >= demand + self.TOLERANCE:")
+
+
+def test_scale_cost_skips_an_id_bound_past_the_schema_in_a_judged_theta():
+    """Equivalent, not a survivor: with n_jobs = 10 and job ids ≤ 9 in every schema, `0 <= job < n`
+    and `0 <= job < 2n` accept the same calls. Where n is inside the schema's range the site is mutated."""
+    import numpy as np
+
+    from vhd.tasks.selftest import mutants
+
+    family, output, candidates = _admitted("scheduling")
+    theta = dict(candidates[0].model.theta, n_jobs=6, n_machines=2)
+    maximum = family.tool("assign_job").input_schema["properties"]["job"]["maximum"]
+    equivalent = []
+    made = mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta, dict(theta, n_jobs=maximum + 1)],
+                   equivalent)
+    assert any("_job bounds ids by n_jobs" in e for e in equivalent)
+    assert not any("_machine" in e for e in equivalent)
+    assert not any(m.operator == "scale_cost" and "2 * self.p['n_jobs']" in m.module for m in made)
+    inside = []
+    mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta], inside)
+    assert not any("bounds ids" in e for e in inside)

@@ -95,6 +95,50 @@ def _theta_reads(node: ast.AST, keys: set[str]) -> Iterator[ast.Subscript]:
                 yield sub
 
 
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _id_bounds(family: Family, method: ast.FunctionDef, sub: ast.Subscript) -> int | None:
+    """The largest id the tool schemas accept for the argument that θ read `sub` bounds, when
+    `sub` only bounds an id: `n = p["k"]` (or `p["k"]` itself) is used only in order
+    comparisons with one of the method's parameters, which is an integer argument (minimum ≥ 0,
+    with a maximum) of the tools. None otherwise. (`0 <= town < n` or `product >= n`.)"""
+    params = {a.arg for a in method.args.args[1:]}
+    maxima: dict[str, list[int]] = {}
+    for spec in family.tools:
+        for key, prop in spec.input_schema.get("properties", {}).items():
+            if key in params and prop.get("type") == "integer":
+                if prop.get("minimum", -1) < 0 or "maximum" not in prop:
+                    return None
+                maxima.setdefault(key, []).append(prop["maximum"])
+    if not maxima:
+        return None
+    parents = {id(child): node for node in ast.walk(method) for child in ast.iter_child_nodes(node)}
+    raises = {id(n) for r in ast.walk(method) if isinstance(r, ast.Raise) for n in ast.walk(r)}
+
+    def bounded(node: ast.AST) -> set[str] | None:  # the parameters a Compare holding `node` orders it against
+        parent = parents.get(id(node))
+        if not isinstance(parent, ast.Compare) or not all(type(op) in _ORDER for op in parent.ops):
+            return None
+        names = {x.id for x in [parent.left, *parent.comparators] if isinstance(x, ast.Name)} & set(maxima)
+        return names or None
+
+    parent = parents.get(id(sub))
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+        uses = [n for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == name
+                and isinstance(n.ctx, ast.Load) and id(n) not in raises]
+        found = [bounded(n) for n in uses]
+        if not uses or any(f is None for f in found):
+            return None
+        ids = set().union(*found)
+    else:
+        ids = bounded(sub)
+        if ids is None:
+            return None
+    return max(m for key in ids for m in maxima[key])
+
+
 def _splice(module: str, world: ast.AST) -> str:
     start, end = _world_span(module)
     return module[:start] + ast.unparse(ast.fix_missing_locations(world)) + "\n\n" + module[end:]
@@ -163,18 +207,28 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
 
     found += _each_site(module, operators, flip, "flip_operator", rng)
 
+    def past_schema(m, sub):  # an id bound above every id the schema accepts, in a judged θ: 2n bounds the same ids
+        top = _id_bounds(family, m, sub)
+        return top is not None and any(isinstance(t.get(sub.slice.value), int) and t[sub.slice.value] > top
+                                       for t in (thetas or [theta]))
+
     def cost_reads(world):
         zero_tests = {id(side) for m in _dynamics_methods(family, world) for c in ast.walk(m)
                       if isinstance(c, ast.Compare) and any(isinstance(x, ast.Constant) and x.value == 0
                                                             for x in [c.left, *c.comparators])
                       for side in [c.left, *c.comparators]}  # 2·x == 0 iff x == 0: an equivalent mutant
         return [(m.name, sub) for m in _dynamics_methods(family, world)
-                for sub in _theta_reads(m, numeric - set(horizon) - zero) if id(sub) not in zero_tests]
+                for sub in _theta_reads(m, numeric - set(horizon) - zero) if id(sub) not in zero_tests
+                and not past_schema(m, sub)]
 
     if equivalent is not None:
         equivalent += [f"scale_cost: {m.name} reads {sub.slice.value}, which is 0 in a judged θ"
                        for m in _dynamics_methods(family, _parsed(module))
                        for sub in _theta_reads(m, zero - set(horizon))]
+        equivalent += [f"scale_cost: {m.name} bounds ids by {sub.slice.value}, which in a judged θ is past the "
+                       f"largest id the tool schemas accept"
+                       for m in _dynamics_methods(family, _parsed(module))
+                       for sub in _theta_reads(m, numeric - set(horizon) - zero) if past_schema(m, sub)]
     found += _each_site(module, cost_reads, lambda sub: ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub)),
                         "scale_cost", rng)
 
