@@ -2,8 +2,6 @@
 reference_agreement: the numbers of every answer compared with the reference World (log-only
 state, over-allocated lists), ids just past the true range, amounts at a θ number ± 1e-9."""
 
-import pytest
-
 from vhd.mechanisms import registry
 from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import check_batch, edge_values

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,8 +24,8 @@ from jsonschema.exceptions import SchemaError
 
 from vhd.mechanisms import Episode, Family
 from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.tasks import AST_LOCK, written
 from vhd.tasks.sample import draw
-from vhd.tasks import written
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
@@ -344,7 +343,7 @@ def random_calls(family: Family, knobs: dict[str, Any], rng: np.random.Generator
 
 
 _REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
-_REFERENCE_LOCK = threading.Lock()  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
+_REFERENCE_LOCK = AST_LOCK  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
 
 
 def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:

@@ -24,7 +24,10 @@ def pack_policy(policy: np.ndarray) -> tuple[bytes, str]:
 
 
 def unpack_policy(blob: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(zlib.decompress(blob)), allow_pickle=False)
+    from vhd.tasks import AST_LOCK
+
+    with AST_LOCK:  # np.load parses the .npy header with ast.literal_eval
+        return np.load(io.BytesIO(zlib.decompress(blob)), allow_pickle=False)
 
 
 def solution_record(model: ModelRecord, solution: Solution) -> SolutionRecord:
