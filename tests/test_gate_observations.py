@@ -138,3 +138,16 @@ def test_scale_cost_skips_an_id_bound_past_the_schema_in_a_judged_theta():
     inside = []
     mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta], inside)
     assert not any("bounds ids" in e for e in inside)
+
+
+def test_lp_reset_not_counted_is_rejected():
+    """Survivor (log-only state): reset_plan's change count, seen only by view_plan after a reset
+    (the look sequence: π*'s first half, reset_plan, every observation)."""
+    family, output, _ = _admitted("lp")
+    old = 'self._set("changes", self._get("changes") + 1)'
+    at = output.module.rindex(old)  # the second one: tool_reset_plan's
+    assert "def tool_reset_plan" in output.module[at - 400:at]
+    module = output.module[:at] + 'self._set("changes", self._get("changes") - 1)' + output.module[at + len(old):]
+    verdicts = check_batch(family, output.model_copy(update={"module": module}), _admitted("lp")[2])
+    assert not any(v.admitted for v in verdicts)
+    assert all(not g.passed for v in verdicts for g in v.gates if g.name == "reference_agreement")

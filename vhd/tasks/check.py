@@ -414,7 +414,8 @@ def looks(family: Family) -> list[dict[str, Any]]:
 
 def look_sequences(family: Family, refs: References) -> list[list[dict[str, Any]]]:
     """π*'s and the default's paths with every observation read halfway and before the last
-    call: what the module records (counters, log tables, derived columns) is then compared,
+    call, and π*'s first half followed by each no-argument decision and every observation:
+    what the module records (counters, log tables, derived columns) is then compared,
     number by number, with what the reference World records for the same decisions."""
     sequences = []
     for episode in (refs.optimal, refs.default):
@@ -422,6 +423,10 @@ def look_sequences(family: Family, refs: References) -> list[list[dict[str, Any]
         half = len(path) // 2
         sequences.append(path[:half] + looks(family) + path[half:])
         sequences.append(path[:-1] + looks(family) + path[-1:])
+    path = list(refs.optimal.calls)
+    for spec in family.tools_with_role("decision"):  # each no-argument decision (reset, clear, cancel) halfway
+        if not spec.input_schema.get("required"):
+            sequences.append(path[:len(path) // 2] + [{"tool": spec.name, "arguments": {}}] + looks(family))
     return sequences
 
 
