@@ -151,3 +151,19 @@ def test_lp_reset_not_counted_is_rejected():
     verdicts = check_batch(family, output.model_copy(update={"module": module}), _admitted("lp")[2])
     assert not any(v.admitted for v in verdicts)
     assert all(not g.passed for v in verdicts for g in v.gates if g.name == "reference_agreement")
+
+
+def test_drop_check_skips_a_raise_the_next_statement_repeats():
+    """Equivalent, not a survivor: knapsack's `if capacities_read: raise AgentError(detailed)` is
+    followed by `raise AgentError(short)`; without the first the call is refused all the same."""
+    import numpy as np
+
+    from vhd.tasks.selftest import mutants
+
+    family, output, candidates = _admitted("knapsack")
+    equivalent = []
+    made = mutants(family, output, candidates[0].model.theta, 1.0, np.random.default_rng(0),
+                   [c.model.theta for c in candidates], equivalent)
+    assert any(e.startswith("drop_check: tool_add_item refuses") for e in equivalent)
+    detailed = "would hold %d + %d > capacity %d"
+    assert all(detailed in m.module for m in made if m.operator == "drop_check")

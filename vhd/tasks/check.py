@@ -468,8 +468,8 @@ def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
 
 def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str, Any]]]:
     """Per tool (not the clock) and numeric argument: that argument at each edge value
-    (`edge_values`), the other required arguments at their schema minimum, then every
-    observation. The reference World says which of these calls are valid."""
+    (`edge_values`), each call made twice, the other required arguments at their schema minimum,
+    then every observation. The reference World says which of these calls are valid."""
     sequences = []
     for spec in family.tools:
         if spec.role == "clock":
@@ -477,9 +477,10 @@ def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str,
         properties = spec.input_schema.get("properties", {})
         base = {key: properties[key].get("minimum", 0) for key in spec.input_schema.get("required", [])}
         edges = {key: edge_values(prop, theta) for key, prop in properties.items()}
-        for key, values in edges.items():
+        for key, values in edges.items():  # each call twice: a repeated id (a duplicate lot, a job already queued)
             if values:
-                sequences.append([{"tool": spec.name, "arguments": {**base, key: v}} for v in values] + looks(family))
+                sequences.append([{"tool": spec.name, "arguments": {**base, key: v}} for v in values for _ in (0, 1)]
+                                 + looks(family))
         # an amount is checked against the limit of the id it goes with (a cap per asset, a demand
         # per product): each id's amounts in a fresh episode of their own, so that no earlier
         # call has used up a shared limit first

@@ -139,6 +139,24 @@ def _id_bounds(family: Family, method: ast.FunctionDef, sub: ast.Subscript) -> i
     return max(m for key in ids for m in maxima[key])
 
 
+def _agent_error(node: ast.AST) -> bool:
+    return isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and getattr(node.exc.func, "id", "") == "AgentError"
+
+
+def _refused_anyway(method: ast.FunctionDef, raise_: ast.Raise) -> bool:
+    """`if c: raise AgentError(a)` directly followed by `raise AgentError(b)`: without the first
+    raise the call is refused by the second, with only the message changed (and messages are the
+    setter's wording, which no gate compares). Dropping it is an equivalent mutant."""
+    for block in (getattr(node, "body", None) for node in ast.walk(method)):
+        if not isinstance(block, list):
+            continue
+        for stmt, following in zip(block, block[1:]):
+            if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and stmt.body[-1] is raise_ \
+                    and _agent_error(following):
+                return True
+    return False
+
+
 def _splice(module: str, world: ast.AST) -> str:
     start, end = _world_span(module)
     return module[:start] + ast.unparse(ast.fix_missing_locations(world)) + "\n\n" + module[end:]
@@ -232,11 +250,16 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
     found += _each_site(module, cost_reads, lambda sub: ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub)),
                         "scale_cost", rng)
 
-    def checks(world):
-        return [(m.name, node) for m in world.body if isinstance(m, ast.FunctionDef) and m.name in moving
-                for node in ast.walk(m) if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
-                and getattr(node.exc.func, "id", "") == "AgentError"]
+    def all_checks(world):
+        return [(m, node) for m in world.body if isinstance(m, ast.FunctionDef) and m.name in moving
+                for node in ast.walk(m) if _agent_error(node)]
 
+    def checks(world):
+        return [(m.name, node) for m, node in all_checks(world) if not _refused_anyway(m, node)]
+
+    if equivalent is not None:
+        equivalent += [f"drop_check: {m.name} refuses with its next statement anyway (only the message differs)"
+                       for m, node in all_checks(_parsed(module)) if _refused_anyway(m, node)]
     found += _each_site(module, checks, lambda node: ast.Pass(), "drop_check", rng)
 
     if horizon:
