@@ -21,10 +21,14 @@ A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden
 `free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
 its operator, the method it changed and a unified diff. Every unmutated module is re-checked
 too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
-change cannot alter any outcome) count as survivors all the same. The one exception is made
-before mutating: a `scale_cost` site whose θ field is 0 in a judged candidate is not mutated.
-It is reported as `equivalent_skipped` (and listed under `equivalent`), and is neither a
-mutant nor a survivor.
+change cannot alter any outcome) count as survivors all the same. Three exceptions are made
+before mutating, each a site whose mutant is provably the module itself on a judged candidate:
+a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0); a `scale_cost` site that only
+bounds an id argument and whose field, in a judged θ, is past the largest id the tool schemas
+accept (`0 <= id < n` and `0 <= id < 2n` then accept the same calls); a `drop_check` site
+whose `if` is directly followed by another `raise AgentError` (the call is refused anyway; only
+the message, which no gate compares, changes). They are reported as `equivalent_skipped` (and
+listed under `equivalent`), and are neither mutants nor survivors.
 """
 
 from __future__ import annotations
