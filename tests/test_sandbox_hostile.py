@@ -282,7 +282,7 @@ def test_unbounded_result_channel_is_oversize():
 
 FAKE = [{"key": "k", "describe": {"instruction": "x", "tools": []},
          "trajectories": [{"utility": 1.0, "terminal": True, "turns_used": 1, "errors": 0, "first_error": None,
-                           "obs_digest": "0" * 64, "exception": None}]}, {"end": True, "episodes": 1}]
+                           "obs_digest": "0" * 64, "obs_numbers": [], "exception": None}]}, {"end": True, "episodes": 1}]
 FAKE_LINES = "".join("%s %s\n" % ("0" * 64, json.dumps(r)) for r in FAKE)
 
 

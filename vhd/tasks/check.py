@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,8 +24,8 @@ from jsonschema.exceptions import SchemaError
 
 from vhd.mechanisms import Episode, Family
 from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.tasks import AST_LOCK, written
 from vhd.tasks.sample import draw
-from vhd.tasks import written
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
@@ -144,6 +143,7 @@ class Evidence:
     failure: str
     twin: dict[str, Any] | None = None
     reference_runs: list[dict[str, Any]] = field(default_factory=list)
+    sequences: list[list[dict[str, Any]]] = field(default_factory=list)  # canonical calls of reference_runs
 
     def played(self, name: str) -> dict[str, Any]:
         index = [n for n, _ in self.refs.episodes()].index(name)
@@ -236,7 +236,16 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
             return False, (f"random call sequence {k}: after the same calls the module reports utility "
                            f"{played['utility']} in {played['turns_used']} turns, the reference World "
                            f"{expected['utility']} in {expected['turns_used']}")
-    return True, f"{len(ev.reference_runs)} sequences of schema-valid random calls agree with the reference World"
+        mine, theirs = played.get("obs_numbers"), expected.get("obs_numbers")
+        if mine != theirs:
+            at = next((i for i, (a, b) in enumerate(zip(mine or [], theirs or [])) if a != b), None)
+            calls = ev.sequences[k] if k < len(ev.sequences) else []
+            what = f"call {at} ({calls[at]['tool']}{calls[at]['arguments']})" if at is not None and at < len(calls) \
+                else f"{len(mine or [])} answers where the reference World gave {len(theirs or [])}"
+            return False, (f"call sequence {k}: the numbers the module reports at {what} differ from the ones "
+                           f"the family's reference World reports for the same calls")
+    return True, (f"{len(ev.reference_runs)} call sequences agree with the reference World: refusals, utility, "
+                  f"turns and the numbers of every answer")
 
 
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
@@ -334,7 +343,7 @@ def random_calls(family: Family, knobs: dict[str, Any], rng: np.random.Generator
 
 
 _REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
-_REFERENCE_LOCK = threading.Lock()  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
+_REFERENCE_LOCK = AST_LOCK  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
 
 
 def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
@@ -392,7 +401,95 @@ def call_sequences(family: Family, candidate: Candidate, refs: References) -> li
         sequences.append(path)
     if family.boundary_calls is not None:
         sequences += family.boundary_calls(candidate.model.theta, rng)
+    sequences += look_sequences(family, refs)
+    sequences += edge_sequences(family, candidate.model.theta)
     return [calls + clock for calls in sequences]
+
+
+def looks(family: Family) -> list[dict[str, Any]]:
+    """One call of every observation tool that needs no argument (the log views with their defaults)."""
+    return [{"tool": t.name, "arguments": {}} for t in family.tools_with_role("observe")
+            if not t.input_schema.get("required")]
+
+
+def look_sequences(family: Family, refs: References) -> list[list[dict[str, Any]]]:
+    """π*'s and the default's paths with every observation read halfway and before the last
+    call, and π*'s first half followed by each no-argument decision and every observation:
+    what the module records (counters, log tables, derived columns) is then compared,
+    number by number, with what the reference World records for the same decisions."""
+    sequences = []
+    for episode in (refs.optimal, refs.default):
+        path = list(episode.calls)
+        half = len(path) // 2
+        sequences.append(path[:half] + looks(family) + path[half:])
+        sequences.append(path[:-1] + looks(family) + path[-1:])
+    path = list(refs.optimal.calls)
+    for spec in family.tools_with_role("decision"):  # each no-argument decision (reset, clear, cancel) halfway
+        if not spec.input_schema.get("required"):
+            sequences.append(path[:len(path) // 2] + [{"tool": spec.name, "arguments": {}}] + looks(family))
+    return sequences
+
+
+TOLERANCE_PROBE = 1e-9  # amounts a hair above and below each θ number: a `>` vs `>=` at x + TOL
+MAX_EDGE_IDS = 12  # ids per (integer, number) argument pair that get their own amount sequence
+
+
+def _theta_numbers(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _theta_numbers(v)]
+    return []
+
+
+def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
+    """Values at the edges of what θ makes valid, inside what the schema accepts, largest first
+    (the refusals, which leave the state alone, come before the accepted calls):
+    - integers (ids, counts): 0, 1, -1 and n - 1, n, n + 1, 2n - 1, 2n for every integer n of θ
+      and every list length of θ (a schema is wider than the true range, so random ids rarely
+      land just past it);
+    - numbers (amounts): every number of θ, and it ± TOLERANCE_PROBE."""
+    lo, hi = prop.get("minimum", -math.inf), prop.get("maximum", math.inf)
+    if prop.get("type") == "integer":
+        sizes = [v for v in theta.values() if isinstance(v, int) and not isinstance(v, bool)]
+        sizes += [len(v) for v in theta.values() if isinstance(v, (list, tuple))]
+        found = {0, 1, -1} | {n + d for n in sizes for d in (-1, 0, 1)} | {2 * n - 1 for n in sizes} | {2 * n for n in sizes}
+    elif prop.get("type") == "number":
+        numbers = sorted(set(_theta_numbers(list(theta.values()))))
+        if len(numbers) > 40:  # evenly spread, ends kept
+            numbers = [numbers[round(i * (len(numbers) - 1) / 39)] for i in range(40)]
+        found = {x + d for x in numbers for d in (-TOLERANCE_PROBE, 0.0, TOLERANCE_PROBE)}
+    else:
+        return []
+    return sorted((v for v in found if lo <= v <= hi), reverse=True)
+
+
+def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Per tool (not the clock) and numeric argument: that argument at each edge value
+    (`edge_values`), each call made twice, the other required arguments at their schema minimum,
+    then every observation. The reference World says which of these calls are valid."""
+    sequences = []
+    for spec in family.tools:
+        if spec.role == "clock":
+            continue
+        properties = spec.input_schema.get("properties", {})
+        base = {key: properties[key].get("minimum", 0) for key in spec.input_schema.get("required", [])}
+        edges = {key: edge_values(prop, theta) for key, prop in properties.items()}
+        for key, values in edges.items():  # each call twice: a repeated id (a duplicate lot, a job already queued)
+            if values:
+                sequences.append([{"tool": spec.name, "arguments": {**base, key: v}} for v in values for _ in (0, 1)]
+                                 + looks(family))
+        # an amount is checked against the limit of the id it goes with (a cap per asset, a demand
+        # per product): each id's amounts in a fresh episode of their own, so that no earlier
+        # call has used up a shared limit first
+        for key in [k for k in edges if properties[k].get("type") == "integer" and k in base]:
+            for amount in [k for k in edges if properties[k].get("type") == "number" and edges[k]]:
+                for v in edges[key][:MAX_EDGE_IDS]:
+                    sequences.append([{"tool": spec.name, "arguments": {**base, key: v, amount: x}}
+                                      for x in edges[amount]] + looks(family))
+    return sequences
 
 
 def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[str, Any]]:
@@ -532,11 +629,12 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
              "reference_agreement": reference_seconds}
     extras = [first.episodes.get(f"extra-{k}") for k in range(EXTRA_THETAS)]
     verdicts = []
-    for candidate, ref, runs in zip(candidates, refs, expected):
+    for candidate, ref, runs, seqs in zip(candidates, refs, expected, sequences):
         report = first.episodes.get(candidate.env_id)
         failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
         evidence = Evidence(family, candidate, ref, report, second.episodes.get(candidate.env_id),
-                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"), runs)
+                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"), runs,
+                            seqs)
         verdict = Verdict(candidate, ref)
         for name, gate in GATES:
             t0 = time.perf_counter()

@@ -21,10 +21,14 @@ A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden
 `free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
 its operator, the method it changed and a unified diff. Every unmutated module is re-checked
 too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
-change cannot alter any outcome) count as survivors all the same. The one exception is made
-before mutating: a `scale_cost` site whose θ field is 0 in a judged candidate is not mutated.
-It is reported as `equivalent_skipped` (and listed under `equivalent`), and is neither a
-mutant nor a survivor.
+change cannot alter any outcome) count as survivors all the same. Three exceptions are made
+before mutating, each a site whose mutant is provably the module itself on a judged candidate:
+a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0); a `scale_cost` site that only
+bounds an id argument and whose field, in a judged θ, is past the largest id the tool schemas
+accept (`0 <= id < n` and `0 <= id < 2n` then accept the same calls); a `drop_check` site
+whose `if` is directly followed by another `raise AgentError` (the call is refused anyway; only
+the message, which no gate compares, changes). They are reported as `equivalent_skipped` (and
+listed under `equivalent`), and are neither mutants nor survivors.
 """
 
 from __future__ import annotations
@@ -95,6 +99,68 @@ def _theta_reads(node: ast.AST, keys: set[str]) -> Iterator[ast.Subscript]:
                 yield sub
 
 
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _id_bounds(family: Family, method: ast.FunctionDef, sub: ast.Subscript) -> int | None:
+    """The largest id the tool schemas accept for the argument that θ read `sub` bounds, when
+    `sub` only bounds an id: `n = p["k"]` (or `p["k"]` itself) is used only in order
+    comparisons with one of the method's parameters, which is an integer argument (minimum ≥ 0,
+    with a maximum) of the tools. None otherwise. (`0 <= town < n` or `product >= n`.)"""
+    params = {a.arg for a in method.args.args[1:]}
+    maxima: dict[str, list[int]] = {}
+    for spec in family.tools:
+        for key, prop in spec.input_schema.get("properties", {}).items():
+            if key in params and prop.get("type") == "integer":
+                if prop.get("minimum", -1) < 0 or "maximum" not in prop:
+                    return None
+                maxima.setdefault(key, []).append(prop["maximum"])
+    if not maxima:
+        return None
+    parents = {id(child): node for node in ast.walk(method) for child in ast.iter_child_nodes(node)}
+    raises = {id(n) for r in ast.walk(method) if isinstance(r, ast.Raise) for n in ast.walk(r)}
+
+    def bounded(node: ast.AST) -> set[str] | None:  # the parameters a Compare holding `node` orders it against
+        parent = parents.get(id(node))
+        if not isinstance(parent, ast.Compare) or not all(type(op) in _ORDER for op in parent.ops):
+            return None
+        names = {x.id for x in [parent.left, *parent.comparators] if isinstance(x, ast.Name)} & set(maxima)
+        return names or None
+
+    parent = parents.get(id(sub))
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+        uses = [n for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == name
+                and isinstance(n.ctx, ast.Load) and id(n) not in raises]
+        found = [bounded(n) for n in uses]
+        if not uses or any(f is None for f in found):
+            return None
+        ids = set().union(*found)
+    else:
+        ids = bounded(sub)
+        if ids is None:
+            return None
+    return max(m for key in ids for m in maxima[key])
+
+
+def _agent_error(node: ast.AST) -> bool:
+    return isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and getattr(node.exc.func, "id", "") == "AgentError"
+
+
+def _refused_anyway(method: ast.FunctionDef, raise_: ast.Raise) -> bool:
+    """`if c: raise AgentError(a)` directly followed by `raise AgentError(b)`: without the first
+    raise the call is refused by the second, with only the message changed (and messages are the
+    setter's wording, which no gate compares). Dropping it is an equivalent mutant."""
+    for block in (getattr(node, "body", None) for node in ast.walk(method)):
+        if not isinstance(block, list):
+            continue
+        for stmt, following in zip(block, block[1:]):
+            if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and stmt.body[-1] is raise_ \
+                    and _agent_error(following):
+                return True
+    return False
+
+
 def _splice(module: str, world: ast.AST) -> str:
     start, end = _world_span(module)
     return module[:start] + ast.unparse(ast.fix_missing_locations(world)) + "\n\n" + module[end:]
@@ -163,26 +229,41 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
 
     found += _each_site(module, operators, flip, "flip_operator", rng)
 
+    def past_schema(m, sub):  # an id bound above every id the schema accepts, in a judged θ: 2n bounds the same ids
+        top = _id_bounds(family, m, sub)
+        return top is not None and any(isinstance(t.get(sub.slice.value), int) and t[sub.slice.value] > top
+                                       for t in (thetas or [theta]))
+
     def cost_reads(world):
         zero_tests = {id(side) for m in _dynamics_methods(family, world) for c in ast.walk(m)
                       if isinstance(c, ast.Compare) and any(isinstance(x, ast.Constant) and x.value == 0
                                                             for x in [c.left, *c.comparators])
                       for side in [c.left, *c.comparators]}  # 2·x == 0 iff x == 0: an equivalent mutant
         return [(m.name, sub) for m in _dynamics_methods(family, world)
-                for sub in _theta_reads(m, numeric - set(horizon) - zero) if id(sub) not in zero_tests]
+                for sub in _theta_reads(m, numeric - set(horizon) - zero) if id(sub) not in zero_tests
+                and not past_schema(m, sub)]
 
     if equivalent is not None:
         equivalent += [f"scale_cost: {m.name} reads {sub.slice.value}, which is 0 in a judged θ"
                        for m in _dynamics_methods(family, _parsed(module))
                        for sub in _theta_reads(m, zero - set(horizon))]
+        equivalent += [f"scale_cost: {m.name} bounds ids by {sub.slice.value}, which in a judged θ is past the "
+                       f"largest id the tool schemas accept"
+                       for m in _dynamics_methods(family, _parsed(module))
+                       for sub in _theta_reads(m, numeric - set(horizon) - zero) if past_schema(m, sub)]
     found += _each_site(module, cost_reads, lambda sub: ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub)),
                         "scale_cost", rng)
 
-    def checks(world):
-        return [(m.name, node) for m in world.body if isinstance(m, ast.FunctionDef) and m.name in moving
-                for node in ast.walk(m) if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
-                and getattr(node.exc.func, "id", "") == "AgentError"]
+    def all_checks(world):
+        return [(m, node) for m in world.body if isinstance(m, ast.FunctionDef) and m.name in moving
+                for node in ast.walk(m) if _agent_error(node)]
 
+    def checks(world):
+        return [(m.name, node) for m, node in all_checks(world) if not _refused_anyway(m, node)]
+
+    if equivalent is not None:
+        equivalent += [f"drop_check: {m.name} refuses with its next statement anyway (only the message differs)"
+                       for m, node in all_checks(_parsed(module)) if _refused_anyway(m, node)]
     found += _each_site(module, checks, lambda node: ast.Pass(), "drop_check", rng)
 
     if horizon:

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import io
-import threading
 import zlib
 
 import numpy as np
@@ -24,16 +23,11 @@ def pack_policy(policy: np.ndarray) -> tuple[bytes, str]:
     return zlib.compress(raw, 6), sha256_hex(raw)
 
 
-_LOAD = threading.Lock()
-
-
 def unpack_policy(blob: bytes) -> np.ndarray:
-    # np.load parses the .npy header with ast.literal_eval, and CPython 3.11's parser is not safe
-    # under concurrent threads (SystemError "AST constructor recursion depth mismatch", seen with
-    # many check threads): one load at a time
-    data = zlib.decompress(blob)
-    with _LOAD:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+    from vhd.tasks import AST_LOCK
+
+    with AST_LOCK:  # np.load parses the .npy header with ast.literal_eval
+        return np.load(io.BytesIO(zlib.decompress(blob)), allow_pickle=False)
 
 
 def solution_record(model: ModelRecord, solution: Solution) -> SolutionRecord:

@@ -388,7 +388,7 @@ def _drain(fds: set[int], seconds: float = 3.0) -> None:
 
 # --- the verdict on the channel ----------------------------------------------------------
 
-_TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "obs_digest", "exception"]
+_TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "obs_digest", "obs_numbers", "exception"]
 _SHAPES = {
     "describe": (["instruction", "tools"], ["exception"]),
     "trajectory": (_TRAJECTORY, ["exception"]),

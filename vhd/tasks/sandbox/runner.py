@@ -32,14 +32,41 @@ def _short(text):
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
+def _numbers(value, out):
+    """The numbers in an observation (bools and text left out) and the length of every list in it."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        out.append("%.10g" % float(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            _numbers(item, out)
+    elif isinstance(value, (list, tuple)):
+        out.append("len%d" % len(value))
+        for item in value:
+            _numbers(item, out)
+
+
+def _numeric(observation):
+    """A short digest of the sorted numbers in one observation: the same for two worlds that
+    report the same facts, whatever their keys are called, their order, or their wording."""
+    found = []
+    try:
+        _numbers(observation, found)
+    except RecursionError:
+        found = ["deep"]
+    return hashlib.sha256(" ".join(sorted(found)).encode("utf-8")).hexdigest()[:12]
+
+
 def _play(module, config, trajectory, pad_with):
     digest = hashlib.sha256()
-    errors, first_error = 0, None
+    errors, first_error, numbers = 0, None, []
     try:
         env = module.create(config)
         for step in trajectory:
             observation = env.call(step["tool"], step["arguments"])
             digest.update(json.dumps(observation, sort_keys=True, default=repr).encode("utf-8"))
+            numbers.append(_numeric(observation))
             if not (isinstance(observation, dict) and observation.get("ok") is True):
                 errors += 1
                 if first_error is None:
@@ -60,6 +87,7 @@ def _play(module, config, trajectory, pad_with):
         "errors": errors,
         "first_error": _short(first_error) if first_error else None,
         "obs_digest": digest.hexdigest(),
+        "obs_numbers": numbers,
         "exception": None,
     }
 
@@ -199,7 +227,7 @@ def _drop(uid):
     raise SystemExit("sandbox: privileges could not be dropped")
 
 
-_TRUSTED = ("_play", "_fuzz", "_describe", "_digest", "_short", "_Channel")
+_TRUSTED = ("_play", "_fuzz", "_describe", "_digest", "_short", "_Channel", "_numeric", "_numbers")
 
 
 def main(job_path, result_fd, uid=None):

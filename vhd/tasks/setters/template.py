@@ -14,12 +14,12 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import threading
 from pathlib import Path
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError
 from vhd.schemas.records import PassageRecord, SetterOutputRecord, ToolBinding
+from vhd.tasks import AST_LOCK
 
 SETTER = "template"
 SETTER_VERSION = "1"
@@ -30,7 +30,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
-_SOURCE_LOCK = threading.Lock()
+_SOURCE_LOCK = AST_LOCK
 _WORLD_SOURCE: dict[str, str] = {}
 
 

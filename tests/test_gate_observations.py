@@ -1,0 +1,169 @@
+"""Regression tests for self-test survivors closed by family-independent gate strength in
+reference_agreement: the numbers of every answer compared with the reference World (log-only
+state, over-allocated lists), ids just past the true range, amounts at a θ number ± 1e-9."""
+
+from vhd.mechanisms import registry
+from vhd.tasks.annotate import make_candidates
+from vhd.tasks.check import check_batch, edge_values
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.sample import sample_models
+from vhd.tasks.sandbox.runner import _numeric
+from vhd.tasks.solve import solve_models
+from vhd.tasks.synthesize import synthesize
+
+_CACHE = {}
+
+
+def _admitted(name, n=2):
+    if name not in _CACHE:
+        family = registry.get(name)
+        models = sample_models(family, n, seed=3, batch="observations")
+        solutions = {s.model_id: s for s in solve_models(family, models)}
+        outputs, assignment = synthesize(family, models, builtin_passages()[:1])
+        candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs},
+                                     assignment, ("I",))
+        output = outputs[0]
+        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+        admitted = [v.candidate for v in check_batch(family, output, mine) if v.admitted]
+        assert admitted, "no admitted candidate to mutate"
+        _CACHE[name] = family, output, admitted
+    return _CACHE[name]
+
+
+def _verdicts(name, old, new, count=1, keep=lambda theta: True):
+    family, output, candidates = _admitted(name)
+    candidates = [c for c in candidates if keep(c.model.theta)]
+    assert candidates
+    assert output.module.count(old) >= count, old
+    changed = output.model_copy(update={"module": output.module.replace(old, new, count)})
+    return check_batch(family, changed, candidates)
+
+
+def _rejected_by_reference_agreement(name, old, new, count=1, keep=lambda theta: True):
+    verdicts = _verdicts(name, old, new, count, keep)
+    assert not any(v.admitted for v in verdicts)
+    assert all(not g.passed for v in verdicts for g in v.gates if g.name == "reference_agreement")
+    return verdicts
+
+
+def test_numeric_digest_ignores_keys_order_and_wording_but_not_numbers():
+    a = {"ok": True, "plan": [{"product": 0, "quantity": 2.0}], "changes": 3, "note": "fine", "turns_left": 5}
+    renamed = {"turns_left": 5, "edits": 3, "schedule": [{"qty": 2, "item": 0}], "ok": True, "remark": "all good"}
+    assert _numeric(a) == _numeric(renamed)
+    assert _numeric(a) != _numeric(dict(a, changes=2))
+    assert _numeric(a) != _numeric(dict(a, plan=a["plan"] + [{"product": 1, "quantity": 0.0}]))  # a longer list
+
+
+def test_edge_values_reach_just_past_every_theta_size_inside_the_schema():
+    values = edge_values({"type": "integer", "minimum": 0, "maximum": 11}, {"n_towns": 5, "costs": [1, 2, 3]})
+    assert values == sorted(values, reverse=True)
+    assert {0, 1, 2, 3, 4, 5, 6, 9, 10} <= set(values) and -1 not in values and 12 not in values
+    amounts = edge_values({"type": "number", "minimum": 0, "maximum": 100}, {"caps": [7, 40]})
+    assert {7.0, 7.0 + 1e-9, 7.0 - 1e-9, 40.0 + 1e-9} <= set(amounts)
+
+
+def test_renamed_observation_keys_and_reworded_text_are_still_admitted():
+    """No false rejection: the module words and names its answers its own way."""
+    family, output, candidates = _admitted("lp")
+    module = output.module.replace('"changes": self._get("changes")', '"edits_so_far": self._get("changes")')
+    module = module.replace('{"product": j, "quantity": q}', '{"qty": q, "item_no": j}')
+    assert module != output.module
+    verdicts = check_batch(family, output.model_copy(update={"module": module}), candidates)
+    assert all(v.admitted for v in verdicts), [v.reason for v in verdicts]
+
+
+def test_lp_change_counter_counting_down_is_rejected():
+    """Survivor (log-only state): `changes` is shown only by view_plan."""
+    _rejected_by_reference_agreement("lp", 'self._set("changes", self._get("changes") + 1)',
+                                     'self._set("changes", self._get("changes") - 1)')
+
+
+def test_inventory_lost_column_is_rejected():
+    """Survivor (log-only state): the days table's `lost` column, shown only by view_sales."""
+    _rejected_by_reference_agreement("inventory_dp", "demand, sold, demand - sold, closing))",
+                                     "demand, sold, demand + sold, closing))")
+
+
+def test_lp_over_allocated_resource_list_is_rejected():
+    """Survivor (over-allocation): `_used` twice as long, zipped down in the checks but listed by view_resource_use."""
+    _rejected_by_reference_agreement("lp", 'used = [0.0] * self.p["resources"]',
+                                     'used = [0.0] * (2 * self.p["resources"])')
+
+
+def test_rostering_over_allocated_grid_is_rejected():
+    _rejected_by_reference_agreement("rostering", 'for s in range(self.p["n_staff"]):',
+                                     'for s in range(2 * self.p["n_staff"]):')
+
+
+def test_facility_town_zero_refused_is_rejected():
+    """Survivor (index checks): town 0 refused; the edge sequence surveys town 0."""
+    _rejected_by_reference_agreement("facility", "if not 0 <= town < m:", "if not 0 < town < m:")
+
+
+def test_scheduling_job_range_doubled_is_rejected():
+    """Survivor (index checks): ids in [n, 2n) accepted behind a wider schema. (Where n_jobs is
+    already one past the schema's maximum id, no schema-valid call can reach the check: there
+    the mutant is equivalent.)"""
+    maximum = registry.get("scheduling").tool("inspect_job").input_schema["properties"]["job"]["maximum"]
+    _rejected_by_reference_agreement("scheduling", 'n = self.p["n_jobs"]', 'n = 2 * self.p["n_jobs"]',
+                                     keep=lambda theta: theta["n_jobs"] <= maximum)
+
+
+def test_qp_cap_tolerance_is_rejected():
+    """Survivor (tolerance): `>` → `>=` at cap + TOL; the edge sequence allocates caps[0] + 1e-9."""
+    _rejected_by_reference_agreement("qp", "if amount > cap + self.TOL:", "if amount >= cap + self.TOL:")
+
+
+def test_lp_demand_tolerance_is_rejected():
+    _rejected_by_reference_agreement("lp", "if plan[product] > demand + self.TOLERANCE:",
+                                     "if plan[product] >= demand + self.TOLERANCE:")
+
+
+def test_scale_cost_skips_an_id_bound_past_the_schema_in_a_judged_theta():
+    """Equivalent, not a survivor: with n_jobs = 10 and job ids ≤ 9 in every schema, `0 <= job < n`
+    and `0 <= job < 2n` accept the same calls. Where n is inside the schema's range the site is mutated."""
+    import numpy as np
+
+    from vhd.tasks.selftest import mutants
+
+    family, output, candidates = _admitted("scheduling")
+    theta = dict(candidates[0].model.theta, n_jobs=6, n_machines=2)
+    maximum = family.tool("assign_job").input_schema["properties"]["job"]["maximum"]
+    equivalent = []
+    made = mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta, dict(theta, n_jobs=maximum + 1)],
+                   equivalent)
+    assert any("_job bounds ids by n_jobs" in e for e in equivalent)
+    assert not any("_machine" in e for e in equivalent)
+    assert not any(m.operator == "scale_cost" and "2 * self.p['n_jobs']" in m.module for m in made)
+    inside = []
+    mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta], inside)
+    assert not any("bounds ids" in e for e in inside)
+
+
+def test_lp_reset_not_counted_is_rejected():
+    """Survivor (log-only state): reset_plan's change count, seen only by view_plan after a reset
+    (the look sequence: π*'s first half, reset_plan, every observation)."""
+    family, output, _ = _admitted("lp")
+    old = 'self._set("changes", self._get("changes") + 1)'
+    at = output.module.rindex(old)  # the second one: tool_reset_plan's
+    assert "def tool_reset_plan" in output.module[at - 400:at]
+    module = output.module[:at] + 'self._set("changes", self._get("changes") - 1)' + output.module[at + len(old):]
+    verdicts = check_batch(family, output.model_copy(update={"module": module}), _admitted("lp")[2])
+    assert not any(v.admitted for v in verdicts)
+    assert all(not g.passed for v in verdicts for g in v.gates if g.name == "reference_agreement")
+
+
+def test_drop_check_skips_a_raise_the_next_statement_repeats():
+    """Equivalent, not a survivor: knapsack's `if capacities_read: raise AgentError(detailed)` is
+    followed by `raise AgentError(short)`; without the first the call is refused all the same."""
+    import numpy as np
+
+    from vhd.tasks.selftest import mutants
+
+    family, output, candidates = _admitted("knapsack")
+    equivalent = []
+    made = mutants(family, output, candidates[0].model.theta, 1.0, np.random.default_rng(0),
+                   [c.model.theta for c in candidates], equivalent)
+    assert any(e.startswith("drop_check: tool_add_item refuses") for e in equivalent)
+    detailed = "would hold %d + %d > capacity %d"
+    assert all(detailed in m.module for m in made if m.operator == "drop_check")
