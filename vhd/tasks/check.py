@@ -29,7 +29,8 @@ from vhd.tasks.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "2"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates
+CHECKER_VERSION = "3"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
+# sequences, answers compared with the reference World by their numbers
 RANDOM_TRAJECTORIES = 3
 RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60
