@@ -241,9 +241,10 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary decisions for the reference_agreement gate: charge at the power limit hour
     after hour, trying one unit more each hour (refused at the power limit) and one charge past
     the capacity once the battery is full; then discharge the same way. A second sequence
-    charges one unit below the power limit until the battery is nearly full, tries one unit past
-    the capacity (within the power limit), fills it exactly, and tries the opposite direction in
-    every hour that has a trade scheduled."""
+    charges at the power limit until less than one hour's power of room is left, then tries one
+    unit past the capacity (within the power limit, so only the capacity check can refuse it),
+    fills the battery exactly, and tries the opposite direction in every hour that has a trade
+    scheduled."""
     power, capacity = theta["power"], theta["capacity"]
 
     def call(tool, units=None):
@@ -254,19 +255,19 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     for kind in ("charge", "discharge"):
         for _ in range(hours // 2):
             calls += [call(kind, power + 1), call(kind, power), call(kind, 1), call("end_hour")]
-    # second sequence: charge below the power limit until the battery is nearly full, then one unit
-    # past the capacity (refused by the capacity check, not the power check), then exactly full;
+    # second sequence: at the power limit until less than an hour's power of room is left, then one
+    # unit past the capacity (refused by the capacity check, not the power check), then exactly full;
     # each hour also tries the opposite direction once a trade is scheduled (refused)
-    soc, step, second = theta["initial_soc"], max(1, power - 1), []
-    for _ in range(min(theta["horizon"] - 1, capacity // step + 2)):
+    soc, second = theta["initial_soc"], []
+    for _ in range(theta["horizon"] - 1):
         room = capacity - soc
-        if room == 0:
-            break
-        units = min(step, room)
-        if room < power:
+        if room < power:  # the last hour: one unit past the capacity (within the power limit), then full
             second.append(call("charge", room + 1))
-        second += [call("charge", units), call("discharge", 1), call("end_hour")]
+        units = min(power, room)
+        second += ([call("charge", units), call("discharge", 1)] if units else []) + [call("end_hour")]
         soc += units
+        if room < power:
+            break
     if soc > 0:
         second += [call("discharge", min(power, soc)), call("charge", 1), call("end_hour")]
     return [calls, second]
