@@ -50,7 +50,8 @@ def _exact_fills(theta, seed=0):
     """How many of the boundary sequences fill their resource to the unit (the correct World's adds)."""
     weights, caps = np.array(theta["weights"]), np.array(theta["capacities"])
     exact = 0
-    for r, calls in enumerate(registry.get("knapsack").boundary_calls(theta, np.random.default_rng(seed))):
+    sequences = registry.get("knapsack").boundary_calls(theta, np.random.default_rng(seed))
+    for r, calls in enumerate(sequences[:len(caps)]):  # one per resource (the last: lots added twice)
         load = np.zeros(len(caps), dtype=int)
         for call in calls[:-1]:
             item = call["arguments"]["item"]
@@ -122,3 +123,43 @@ def test_flip_operator_leaves_the_returned_observation_dict_alone():
                        "    out.update({'next': day + 1})\n    return out\n").body[0]
     flips = [n for n in _outside_messages(method) if isinstance(n, ast.BinOp)]
     assert [ast.unparse(n) for n in flips] == ["self.day + 1"]
+
+
+def test_knapsack_without_duplicate_lot_check_is_rejected(knapsack):
+    """Self-test survivor: add_item's "already in the selection" check dropped; the boundary
+    sequence adds lots that fit twice over twice each. (Where no lot fits twice over, the
+    capacity check refuses the repeat anyway and the mutant is equivalent.)"""
+    family, output, candidates = knapsack
+    twice = [c for c in candidates if (2 * np.array(c.model.theta["weights"]).T
+                                       <= np.array(c.model.theta["capacities"])).all(axis=1).any()]
+    assert twice
+    _rejected_by_reference_agreement(family, output, twice, 'raise AgentError("lot %d is already in the selection" % item)',
+                                     "pass")
+
+
+def test_rostering_second_rest_direction_dropped_is_rejected(rostering):
+    """Self-test survivor: `shift == k - 1` → `shift == k + 1` (early first, then the night before)."""
+    _rejected_by_reference_agreement(*rostering, "if shift == k - 1 and day + 1 < p[\"horizon\"]",
+                                     "if shift == k + 1 and day + 1 < p[\"horizon\"]")
+
+
+def test_rostering_without_already_works_check_is_rejected(rostering):
+    _rejected_by_reference_agreement(*rostering, "if current is not None:", "if False:")
+
+
+@pytest.fixture(scope="module")
+def energy_storage():
+    return _admitted("energy_storage")
+
+
+def test_energy_storage_capacity_check_on_charge_is_rejected(energy_storage):
+    """Self-test survivor: the capacity check on charge doubled (charging at the power limit is
+    refused by the power check first; the second sequence charges below it)."""
+    _rejected_by_reference_agreement(*energy_storage, 'if soc + scheduled + units > p["capacity"]:',
+                                     'if soc + scheduled + units > 2 * p["capacity"]:')
+
+
+def test_energy_storage_opposite_direction_checks_are_rejected(energy_storage):
+    family, output, candidates = energy_storage
+    _rejected_by_reference_agreement(family, output, candidates, "if scheduled < 0:", "if False:")
+    _rejected_by_reference_agreement(family, output, candidates, "if scheduled > 0:", "if False:")

@@ -240,7 +240,11 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
 def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary decisions for the reference_agreement gate: charge at the power limit hour
     after hour, trying one unit more each hour (refused at the power limit) and one charge past
-    the capacity once the battery is full; then discharge the same way."""
+    the capacity once the battery is full; then discharge the same way. A second sequence
+    charges at the power limit until less than one hour's power of room is left, then tries one
+    unit past the capacity (within the power limit, so only the capacity check can refuse it),
+    fills the battery exactly, and tries the opposite direction in every hour that has a trade
+    scheduled."""
     power, capacity = theta["power"], theta["capacity"]
 
     def call(tool, units=None):
@@ -251,7 +255,22 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     for kind in ("charge", "discharge"):
         for _ in range(hours // 2):
             calls += [call(kind, power + 1), call(kind, power), call(kind, 1), call("end_hour")]
-    return [calls]
+    # second sequence: at the power limit until less than an hour's power of room is left, then one
+    # unit past the capacity (refused by the capacity check, not the power check), then exactly full;
+    # each hour also tries the opposite direction once a trade is scheduled (refused)
+    soc, second = theta["initial_soc"], []
+    for _ in range(theta["horizon"] - 1):
+        room = capacity - soc
+        if room < power:  # the last hour: one unit past the capacity (within the power limit), then full
+            second.append(call("charge", room + 1))
+        units = min(power, room)
+        second += ([call("charge", units), call("discharge", 1)] if units else []) + [call("end_hour")]
+        soc += units
+        if room < power:
+            break
+    if soc > 0:
+        second += [call("discharge", min(power, soc)), call("charge", 1), call("end_hour")]
+    return [calls, second]
 
 
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:

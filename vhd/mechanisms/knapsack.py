@@ -194,7 +194,8 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     that fills it exactly to capacity (subset sum over the lots in a random order) while fitting
     the others, added lot by lot, then every other lot tried once (each refused), then submit.
     When no subset fills a resource exactly, the fullest one is used (the tries then miss by a
-    few units)."""
+    few units). Last, up to three lots that fit twice over, each added twice (the repeat refused
+    as a lot already selected)."""
     _, weights, capacities = _arrays(theta)
     n = theta["n_items"]
     sequences = []
@@ -215,6 +216,10 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
         rest = [int(i) for i in rng.permutation(n) if int(i) not in chosen]
         calls = [{"tool": "add_item", "arguments": {"item": i}} for i in chosen + rest]
         sequences.append(calls + [{"tool": "submit_selection", "arguments": {}}])
+    # lots that fit twice over, each added and then offered again (refused: already selected)
+    twice = [int(i) for i in rng.permutation(n) if (2 * weights[:, i] <= capacities).all()][:3]
+    calls = [{"tool": "add_item", "arguments": {"item": i}} for i in twice for _ in range(2)]
+    sequences.append(calls + [{"tool": "submit_selection", "arguments": {}}])
     return sequences
 
 

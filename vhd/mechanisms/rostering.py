@@ -314,7 +314,9 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     members, a night shift then the early shift of the next day (refused by the rest rule), and
     the other order on another pair of days. Second: a few staff members who are available on
     more days than their shift limit, each assigned one available shift a day (keeping the rest
-    rule), in random day order, until one past their limit (the last one refused)."""
+    rule), in random day order, until one past their limit (the last one refused). Third: staff
+    with room for two shifts, one night-early pair each, in alternating orders, the first shift
+    of each pair offered twice (the repeat refused)."""
     n, days, k, free = theta["n_staff"], theta["horizon"], theta["n_shifts"], theta["availability"]
 
     def assign(s, d, j):
@@ -327,6 +329,17 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
             first, second = (assign(s, d, k - 1), assign(s, d + 1, 0)) if n_pair == 0 else \
                 (assign(s, d + 1, 0), assign(s, d, k - 1))
             rest += [first, second]
+    # third: staff with room for two shifts, each with one night-early pair in its own order (even
+    # staff night first, odd staff early first), the first shift offered twice (refused: already works)
+    both: list[dict] = []
+    roomy = [s for s in rng.permutation(n) if theta["max_shifts"][s] >= 2]
+    for n_staff, s in enumerate(roomy[:6]):
+        pairs = [d for d in range(days - 1) if free[s][d][k - 1] and free[s][d + 1][0]]
+        if pairs:
+            d = int(pairs[int(rng.integers(len(pairs)))])
+            first, second = (assign(s, d, k - 1), assign(s, d + 1, 0)) if n_staff % 2 == 0 else \
+                (assign(s, d + 1, 0), assign(s, d, k - 1))
+            both += [first, first, second]
     limit: list[dict] = []
     room = [s for s in rng.permutation(n) if sum(any(day) for day in free[s]) > theta["max_shifts"][s]]
     for s in room[:3]:  # staff who can be offered one shift past their limit
@@ -337,7 +350,7 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
             if shifts and len(placed) <= theta["max_shifts"][s]:
                 placed[int(d)] = shifts[int(rng.integers(len(shifts)))]
                 limit.append(assign(s, d, placed[int(d)]))
-    return [calls + [{"tool": "publish_roster", "arguments": {}}] for calls in (rest, limit)]
+    return [calls + [{"tool": "publish_roster", "arguments": {}}] for calls in (rest, limit, both)]
 
 
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
