@@ -151,6 +151,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     checked = [v for f in futures for v in f.result()]
     t4 = clock()
     annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, checked)}
+    del futures, checked  # the verdicts (reference episodes, gate evidence) are not needed past annotate
     t5 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
     kept, _ = _walk(candidates, verdicts, wanted)
@@ -260,6 +261,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
             if not env.admitted:
                 gate = env.reason.split(":")[0]
                 reasons[gate] = reasons.get(gate, 0) + 1
+        del out, models  # this round is written: its records are not held while the next round runs
         cursor, rounds = cursor + count, rounds + 1
         if target is None or filled >= target:
             break
