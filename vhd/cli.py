@@ -4,8 +4,8 @@
     $ vhd envs --json | head
     $ vhd audit ENV_ID
 
-Only `refresh` imports Prefect (its embedded server takes seconds to start); every other
-command reads the warehouse read-only.
+Only the commands that run a flow import Prefect (its embedded server takes seconds to start):
+`refresh`, `backfill`, `serve`, and `eval`/`report` with `--flow`. The others never load it.
 """
 
 from __future__ import annotations
