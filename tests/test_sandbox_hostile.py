@@ -39,13 +39,19 @@ def job(source, episodes=None):
 POOLED = pools.enabled()
 
 
-@pytest.fixture(autouse=True, params=["pool", "spawn"] if POOLED else ["spawn"])
+def pytest_generate_tests(metafunc):
+    """Every probe runs on both paths; the hostile-batch tests through the pool only (the spawn
+    path is covered per probe), and the channel-parsing tests, which start no sandbox, once."""
+    if "launch" not in metafunc.fixturenames:
+        return
+    both = ["pool", "spawn"] if POOLED else ["spawn"]
+    once = "batch" in metafunc.fixturenames or metafunc.function.__name__.startswith("test_the_parent_rejects")
+    metafunc.parametrize("launch", both[:1] if once else both, indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def launch(request, monkeypatch):
     """Which path run_job takes: a warm zygote's child, or a freshly spawned interpreter."""
-    if "batch" in request.fixturenames and request.param == "spawn":
-        pytest.skip("the hostile-batch tests run through the pool only (the spawn path is covered per probe)")
-    if request.node.name.startswith("test_the_parent_rejects") and request.param == "spawn":
-        pytest.skip("runs no sandbox")
     monkeypatch.setenv(pools.ENV_SWITCH, "1" if request.param == "pool" else "0")
     return request.param
 
