@@ -130,3 +130,28 @@ def test_unknown_env_id_is_one_line_exit_1(exported):
                                 input="", capture_output=True, text=True, timeout=120)
         assert result.returncode == 1
         assert result.stderr.strip().count("\n") == 0 and "nosuchenv" in result.stderr
+
+
+def test_training_md_worked_example_runs(exported):
+    """The OpenEnv-style rollout in docs/TRAINING.md, run as written with π*'s calls as the policy."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "TRAINING.md").read_text(encoding="utf-8")
+    section = text[text.index("## Worked example"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    namespace: dict = {}
+    exec(compile(code, "TRAINING.md", "exec"), namespace)
+    _, rows = exported
+    row = rows[0]
+    calls = iter(row["grader"]["reference_trajectory"])
+    server = make_server(TextToolEnv(row))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        messages, r, trajectory = namespace["rollout"](lambda messages, tools: next(calls),
+                                                       f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r == 1.0 and trajectory == row["grader"]["reference_trajectory"]
+    assert messages[0]["content"] == row["player"]["instruction"]
