@@ -71,8 +71,7 @@ def breakdown(batches: list[tuple]) -> dict[str, float]:
         start = time.perf_counter()
         refs = [references(family, c) for c in candidates]
         sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
-        for c, seqs in zip(candidates, sequences):
-            reference_runs(family, c, seqs)
+        reference_runs(family, candidates, sequences)
         total["reference"] += time.perf_counter() - start
         job = _job(family, output, candidates, refs, sequences)
         plain = {**job, "episodes": [{**e, "fuzz": None} for e in job["episodes"]]}

@@ -167,3 +167,20 @@ def test_drop_check_skips_a_raise_the_next_statement_repeats():
     assert any(e.startswith("drop_check: tool_add_item refuses") for e in equivalent)
     detailed = "would hold %d + %d > capacity %d"
     assert all(detailed in m.module for m in made if m.operator == "drop_check")
+
+
+def test_a_tailed_sequence_is_played_by_the_clock_to_the_end_and_past_it():
+    from vhd.tasks.check import reference_module, tailed
+    from vhd.tasks.sandbox.runner import PAST_END, _play
+
+    family, output, candidates = _admitted("inventory_dp")
+    module, reference = reference_module(family)
+    config = candidates[0].config()
+    run = _play(module, config, tailed(family, reference, []), None)
+    days = candidates[0].model.theta["horizon"]
+    assert run["terminal"] is True and run["turns_used"] == days
+    assert len(run["obs_numbers"]) == days + PAST_END and run["errors"] == PAST_END  # the days, then refusals
+    # the same calls as an explicit list: the answers of the days agree call by call
+    clock = reference.tool_name(family.tools_with_role("clock")[0].name)
+    plain = _play(module, config, [{"tool": clock, "arguments": {}}] * (days + PAST_END), None)
+    assert plain["obs_numbers"] == run["obs_numbers"] and plain["utility"] == run["utility"]

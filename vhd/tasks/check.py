@@ -241,8 +241,12 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
         if mine != theirs:
             at = next((i for i, (a, b) in enumerate(zip(mine or [], theirs or [])) if a != b), None)
             calls = ev.sequences[k] if k < len(ev.sequences) else []
-            what = f"call {at} ({calls[at]['tool']}{calls[at]['arguments']})" if at is not None and at < len(calls) \
-                else f"{len(mine or [])} answers where the reference World gave {len(theirs or [])}"
+            if at is not None and at < len(calls):
+                what = f"call {at} ({calls[at]['tool']}{calls[at]['arguments']})"
+            elif at is not None:
+                what = f"clock call {at - len(calls)} after the sequence"
+            else:
+                what = f"{len(mine or [])} answers where the reference World gave {len(theirs or [])}"
             return False, (f"call sequence {k}: the numbers the module reports at {what} differ from the ones "
                            f"the family's reference World reports for the same calls")
     return True, (f"{len(ev.reference_runs)} call sequences agree with the reference World: refusals, utility, "
@@ -377,21 +381,34 @@ def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
     return _REFERENCE[family.code_version]
 
 
-def reference_runs(family: Family, candidate: Candidate, sequences: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    from vhd.tasks.sandbox.runner import _play
+def tailed(family: Family, setter_output: SetterOutputRecord, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """A call sequence in the module's tool names, played on by the clock to the end of the
+    episode and `runner.PAST_END` calls past it (`runner._play`)."""
+    return {"calls": to_calls(setter_output, calls), "then": setter_output.tool_name(family.tools_with_role("clock")[0].name)}
 
-    module, output = reference_module(family)
-    return [_play(module, candidate.config(), to_calls(output, calls), None) for calls in sequences]
+
+def reference_runs(family: Family, candidates: list[Candidate], sequences: list[list[list[dict[str, Any]]]],
+                   limits: Limits = Limits()) -> list[list[dict[str, Any]]]:
+    """The family's reference World played on every candidate's call sequences, in a sandbox
+    child of its own: trusted code, but CPU work the check tasks' threads would otherwise do
+    under one GIL. If the child fails, every run carries its message as the exception."""
+    _, output = reference_module(family)
+    job = {"module": output.module, "episodes": [
+        {"key": c.env_id, "config": c.config(), "pad_with": None,
+         "trajectories": [tailed(family, output, calls) for calls in seqs]} for c, seqs in zip(candidates, sequences)]}
+    result = run_job(job, limits, hash_seed=0)
+    failed = {"exception": f"the reference World's sandbox run ended {result.status}: {result.message}"}
+    return [result.episodes[c.env_id]["trajectories"] if result.status == "ok" and c.env_id in result.episodes
+            else [failed] * len(seqs) for c, seqs in zip(candidates, sequences)]
 
 
 def call_sequences(family: Family, candidate: Candidate, refs: References) -> list[list[dict[str, Any]]]:
-    """Random call sequences, each then played to the end by the clock (as many clock calls as
-    the turn budget: the calls past the end must be refused on both sides): RANDOM_CALL_SEQUENCES
+    """Random call sequences, each played on by the clock to the end of the episode and two calls
+    past it (`tailed`: the calls past the end must be refused on both sides): RANDOM_CALL_SEQUENCES
     from the role profiles, and π*'s and the default's paths with INSERTED_DECISIONS random
     decisions slipped in at random points (the boundary cases: a full knapsack, a spent budget),
     and the family's own near-boundary sequences when it has them (`Family.boundary_calls`)."""
     rng = np.random.default_rng([candidate.episode_seed, 0xCA11])
-    clock = [{"tool": family.tools_with_role("clock")[0].name, "arguments": {}}] * candidate.turn_budget
     sequences = [random_calls(family, candidate.model.knobs, rng, weights=CALL_PROFILES[k % len(CALL_PROFILES)])
                  for k in range(RANDOM_CALL_SEQUENCES)]
     decisions_only = {"decision": 1.0, "clock": 0.0, "observe": 0.0, "probe": 0.0}
@@ -404,7 +421,7 @@ def call_sequences(family: Family, candidate: Candidate, refs: References) -> li
         sequences += family.boundary_calls(candidate.model.theta, rng)
     sequences += look_sequences(family, refs)
     sequences += edge_sequences(family, candidate.model.theta)
-    return [calls + clock for calls in sequences]
+    return sequences
 
 
 def looks(family: Family) -> list[dict[str, Any]]:
@@ -572,7 +589,7 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
         half = len(optimal) // 2
         episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
                          "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()]
-                         + [to_calls(setter_output, calls) for calls in random_sequences] + [looks, probes],
+                         + [tailed(family, setter_output, calls) for calls in random_sequences] + [looks, probes],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with every hidden parameter moved
             theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
@@ -620,11 +637,15 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
     simulate_seconds = (time.perf_counter() - started) / max(1, len(candidates))
     started = time.perf_counter()
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
-    expected = [reference_runs(family, c, seqs) for c, seqs in zip(candidates, sequences)]
+    expected = reference_runs(family, candidates, sequences, limits)
     reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
     job = _job(family, setter_output, candidates, refs, sequences)
     first = run_job(job, limits, hash_seed=1)
-    second = run_job(job, limits, hash_seed=2) if first.status == "ok" else SandboxResult(first.status)
+    # the second process replays what `determinism` compares: the candidates' trajectories
+    # (not the fuzz, the twins or the extra θ, which only the first run's gates read)
+    keys = {c.env_id for c in candidates}
+    replay = {**job, "episodes": [{**e, "fuzz": None} for e in job["episodes"] if e["key"] in keys]}
+    second = run_job(replay, limits, hash_seed=2) if first.status == "ok" else SandboxResult(first.status)
     share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),
              "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2,
              "reference_agreement": reference_seconds}

@@ -58,19 +58,39 @@ def _numeric(observation):
     return hashlib.sha256(" ".join(sorted(found)).encode("utf-8")).hexdigest()[:12]
 
 
+PAST_END = 2  # clock calls recorded after a tailed trajectory's episode is over: both must be refused
+
+
 def _play(module, config, trajectory, pad_with):
+    """Play one trajectory and report what happened. A trajectory is a list of calls, or
+    {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
+    the turn budget), then PAST_END more CLOCK calls, every answer recorded. `pad_with`: a tool
+    called, unrecorded, until the episode is over."""
     digest = hashlib.sha256()
     errors, first_error, numbers = 0, None, []
+    calls, then = (trajectory["calls"], trajectory["then"]) if isinstance(trajectory, dict) else (trajectory, None)
     try:
         env = module.create(config)
-        for step in trajectory:
-            observation = env.call(step["tool"], step["arguments"])
+
+        def record(tool, arguments):
+            nonlocal errors, first_error
+            observation = env.call(tool, arguments)
             digest.update(json.dumps(observation, sort_keys=True, default=repr).encode("utf-8"))
             numbers.append(_numeric(observation))
             if not (isinstance(observation, dict) and observation.get("ok") is True):
                 errors += 1
                 if first_error is None:
                     first_error = str(observation.get("error") if isinstance(observation, dict) else observation)
+
+        for step in calls:
+            record(step["tool"], step["arguments"])
+        if then is not None:
+            ticks = 0
+            while not env.done and ticks < config["turn_budget"]:
+                record(then, {})
+                ticks += 1
+            for _ in range(PAST_END):
+                record(then, {})
         pads = 0
         while pad_with and not env.done and pads <= config["turn_budget"]:
             env.call(pad_with, {})
