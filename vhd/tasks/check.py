@@ -12,6 +12,8 @@ computed here, from the numbers the sandbox reported.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 import time
@@ -29,8 +31,9 @@ from vhd.tasks.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "3"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
-# sequences, answers compared with the reference World by their numbers
+CHECKER_VERSION = "4"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
+# sequences, answers compared with the reference World by their numbers; 4: sequences played to the end of the
+# episode and two calls past it (not a turn budget of clock calls), the reference World in a sandbox child
 RANDOM_TRAJECTORIES = 3
 RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60
@@ -110,7 +113,8 @@ class Verdict:
 
 def to_calls(setter_output: SetterOutputRecord, canonical: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Canonical tool calls renamed to the module's own tool names."""
-    return [{"tool": setter_output.tool_name(c["tool"]), "arguments": c["arguments"]} for c in canonical]
+    names = {b.canonical: b.name for b in setter_output.interface}
+    return [{"tool": names[c["tool"]], "arguments": c["arguments"]} for c in canonical]
 
 
 def references(family: Family, candidate: Candidate) -> References:
@@ -532,6 +536,17 @@ def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[s
     return calls
 
 
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(schema: str) -> str:
+    """Why a tool's input schema (as sorted JSON) is not valid JSON Schema 2020-12, or "" (cached:
+    every candidate of a module has the same tools, and checking a schema is slow)."""
+    try:
+        Draft202012Validator.check_schema(json.loads(schema))
+    except SchemaError as exc:
+        return exc.message
+    return ""
+
+
 def gate_interface(ev: Evidence) -> tuple[bool, str]:
     tools = ev.first["describe"].get("tools", [])
     names = [t.get("name") for t in tools if isinstance(t, dict)]
@@ -546,10 +561,9 @@ def gate_interface(ev: Evidence) -> tuple[bool, str]:
         schema = tool["input_schema"]
         if not isinstance(schema, dict) or schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
             return False, f"tool {tool['name']}: input_schema must be a JSON Schema object"
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            return False, f"tool {tool['name']}: input_schema is not valid JSON Schema 2020-12: {exc.message}"
+        problem = _schema_problem(json.dumps(schema, sort_keys=True))
+        if problem:
+            return False, f"tool {tool['name']}: input_schema is not valid JSON Schema 2020-12: {problem}"
     roles = {b.role for b in ev.candidate.setter_output.interface if b.name in names}
     missing = [r for r in ROLES_REQUIRED if r not in roles]
     if missing:

@@ -224,7 +224,7 @@ def _run(job: dict[str, Any], limits: Limits, hash_seed: int, how: Plan) -> Sand
         job_path = scratch / "job.json"
         fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # readable by the launcher only
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({**job, "nonce": key.hex()}, handle)
+            handle.write(json.dumps({**job, "nonce": key.hex()}))  # dumps: C encoder; dump streams in Python
         read_end, write_end = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": str(hash_seed), "LC_ALL": "C.UTF-8", "HOME": str(scratch),
                MARKER: marker}

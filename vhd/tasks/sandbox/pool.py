@@ -176,7 +176,7 @@ class Zygote:
             job_path = scratch / "job.json"
             fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({**job, "nonce": key.hex()}, handle)
+                handle.write(json.dumps({**job, "nonce": key.hex()}))  # dumps: C encoder; dump streams in Python
             request = {"job": str(job_path), "scratch": str(scratch), "uid": self.how.uid,
                        "limits": [limits.cpu_seconds, limits.memory_bytes, limits.file_bytes, limits.open_files,
                                   limits.processes],
