@@ -1,9 +1,12 @@
 """The gates can fail: deliberately wrong or misbehaving modules are rejected, and why."""
 
+import dataclasses
+
 import pytest
 
 from vhd.mechanisms import registry
 from vhd.tasks.annotate import make_candidates
+from vhd.tasks import check as check_stage
 from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
@@ -163,3 +166,33 @@ def test_a_dropped_domain_check_is_rejected_by_reference_agreement(batch):
     assert "reference_agreement" in failed
     gate = next(g for v in verdicts for g in v.gates if g.name == "reference_agreement" and not g.passed)
     assert "refused" in gate.message and "reference" in gate.message
+
+
+def _out_of_band(candidate):
+    """The candidate with its solution's default moved to π*'s value: outside every band."""
+    solution = candidate.solution.model_copy(update={"u_default": candidate.solution.u_star})
+    return dataclasses.replace(candidate, solution=solution, env_id=candidate.env_id + ":oob")
+
+
+def test_a_theta_outside_the_band_is_rejected_without_playing_its_module(batch):
+    output, candidates = batch
+    broken = _mutate(output, "def create(config):", "def create(config):\n    raise RuntimeError('played')\n")
+    far = _out_of_band(candidates[0])
+    assert not check_stage.in_band(FAMILY, far) and check_stage.in_band(FAMILY, candidates[0])
+    verdict, played = check_batch(FAMILY, broken, [far, candidates[0]])
+    assert verdict.reason.startswith("default_band: default sits at 1.000")  # not the module's failure
+    assert all(g.message.startswith(check_stage.NOT_RUN) for g in verdict.gates if g.name != "default_band")
+    assert played.reason.startswith("executes: create() raised")  # the in-band one is played
+    # the LLM setter's probe plays every candidate: a broken module is found whatever θ
+    (probed,) = check_batch(FAMILY, broken, [far], every_candidate=True)
+    assert probed.gates[0].name == "executes" and "played" in probed.gates[0].message
+
+
+def test_needed_checks_stop_where_the_verdicts_and_the_band_reach_the_slot(batch):
+    _, candidates = batch
+    far = _out_of_band(candidates[1])
+    ordered = [candidates[0], far, *candidates[2:]]
+    assert check_stage.needed_checks(FAMILY, ordered, {}, 2) == [candidates[0], far, candidates[2]]
+    # stored verdicts count as they are; a stored rejection needs one more candidate
+    assert check_stage.needed_checks(FAMILY, ordered, {candidates[0].env_id: False}, 2) == [far, *candidates[2:4]]
+    assert check_stage.needed_checks(FAMILY, ordered, {c.env_id: True for c in ordered[:3]}, 2) == []

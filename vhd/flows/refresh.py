@@ -18,8 +18,10 @@ from typing import Any
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from vhd import __version__
 from vhd.mechanisms import registry
@@ -119,18 +121,18 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     """sample → solve → synthesize → check → annotate for `models`, nothing written yet.
 
     With `wanted`, only the candidates up to the `wanted`-th admitted one (in model order) are
-    kept; pending candidates are checked only if the stored ones do not already get there.
+    kept, and only the pending candidates that can get there are checked (`needed_checks`).
     """
     family = registry.get(name)
     clock = time.perf_counter
     had_models = wh.present(ModelRecord, [m.model_id for m in models])
     known = wh.solutions_for(m.model_id for m in models)
     t0 = clock()
-    fresh = solve_task(name, [m for m in models if m.model_id not in known])
+    fresh = solve_task(name, _unwalked([m for m in models if m.model_id not in known]))
     t1 = clock()
     attempts: list = []
     if llm is None:
-        outputs, assignment = synthesize_task(name, models, passages)
+        outputs, assignment = synthesize_task(name, _unwalked(models), _unwalked(passages))
     else:  # the LLM setter checks its own replies (repair loop); models without a module are dropped
         outputs, assignment, attempts = llm_synthesize_task(
             name, models, {**known, **{s.model_id: s for s in fresh}}, passages,
@@ -143,14 +145,15 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         family, models, {**known, **{s.model_id: s for s in fresh}}, {o.setter_output_id: o for o in outputs},
         assignment, presentations, {p.passage_id: p for p in passages}, split)
     stored = wh.admission(c.env_id for c in candidates)
-    pending = [c for c in candidates if c.env_id not in stored]
-    if wanted is not None and pending and _walk(candidates, stored, wanted)[1]:
-        pending = []  # the stored candidates already fill the slot
+    pending = [c for c in candidates if c.env_id not in stored] if wanted is None else \
+        check_stage.needed_checks(family, candidates, stored, wanted)  # none when the stored ones fill the slot
     t3 = clock()
-    futures = [check_task.submit(name, output, group) for output, group in annotate_stage.by_module(outputs, pending)]
+    wrap = _unwalked if isinstance(FlowRunContext.get().task_runner, ThreadPoolTaskRunner) else (lambda v: v)
+    futures = [check_task.submit(name, wrap(output), wrap(group))
+               for output, group in annotate_stage.by_module(outputs, pending)]
     checked = [v for f in futures for v in f.result()]
     t4 = clock()
-    annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, checked)}
+    annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, _unwalked(checked))}
     del futures, checked  # the verdicts (reference episodes, gate evidence) are not needed past annotate
     t5 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
@@ -174,6 +177,12 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "found": {"sample": len(kept_models & had_models), "solve": len(known), "check": len(kept_ids & set(stored)),
                   "synthesize": len(kept_outputs & had_outputs), "annotate": len(kept_ids & set(stored))},
     }
+
+
+def _unwalked(value: Any) -> Any:
+    """`value` passed to a task without Prefect walking it for futures (a verdict takes 14 ms).
+    Only for tasks run in this process: Dask's runner rebuilds the wrapper as a plain tuple."""
+    return quote(value)
 
 
 def _walk(candidates: list, admitted: dict[str, bool], wanted: int | None) -> tuple[list, bool]:

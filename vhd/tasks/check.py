@@ -39,6 +39,7 @@ RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60
 INSERTED_DECISIONS = 6
 EXTRA_THETAS = 2
+NOT_RUN = "not run: "  # the message of a gate recorded as failed without being run
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES_REQUIRED = ("probe", "decision", "clock")
 
@@ -107,8 +108,10 @@ class Verdict:
 
     @property
     def reason(self) -> str:
+        """The first gate that failed when it ran (the gates after it may be recorded as not run)."""
         failed = [gate for gate in self.gates if not gate.passed]
-        return f"{failed[0].name}: {failed[0].message}" if failed else ""
+        ran = [gate for gate in failed if not gate.message.startswith(NOT_RUN)]
+        return f"{(ran or failed)[0].name}: {(ran or failed)[0].message}" if failed else ""
 
 
 def to_calls(setter_output: SetterOutputRecord, canonical: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -179,17 +182,50 @@ def gate_executes(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_default_band(ev: Evidence) -> tuple[bool, str]:
-    lo, hi = ev.family.default_band
-    s = ev.candidate.solution
-    position = ev.family.default_position(s.u_star, s.u_default, s.u_idle)
-    realized_gap = ev.refs.optimal.utility - ev.refs.default.utility
+    return default_band(ev.family, ev.candidate.solution, ev.refs.optimal.utility, ev.refs.default.utility)
+
+
+def default_band(family: Family, s: SolutionRecord, optimal: float, default: float) -> tuple[bool, str]:
+    """The default's value sits in the family's band between idle and π*, and on the episode
+    π* (realizing `optimal`) does better than the default (realizing `default`)."""
+    lo, hi = family.default_band
+    position = family.default_position(s.u_star, s.u_default, s.u_idle)
+    realized_gap = optimal - default
     if position == math.inf:
         return False, f"doing nothing is already optimal (u* = {s.u_star:g} ≤ u_idle = {s.u_idle:g}): nothing to learn"
     if not lo <= position <= hi:
         return False, f"default sits at {position:.3f} between idle (0) and optimal (1); admissible band [{lo}, {hi}]"
-    if not realized_gap > 1e-9 * max(1.0, abs(ev.refs.optimal.utility)):
-        return False, f"on this episode the default ({ev.refs.default.utility}) is not below π* ({ev.refs.optimal.utility})"
+    if not realized_gap > 1e-9 * max(1.0, abs(optimal)):
+        return False, f"on this episode the default ({default}) is not below π* ({optimal})"
     return True, f"default at {position:.3f} in [{lo}, {hi}]; realized gap {realized_gap:g}"
+
+
+def in_band(family: Family, candidate: Candidate) -> bool:
+    """Whether the candidate passes `default_band` (two simulator episodes, no module involved)."""
+    s, theta = candidate.solution, candidate.model.theta
+    if candidate.presentation == "F":
+        return written.gate_default_band(family, s.u_star, s.u_default, s.u_idle)[0]
+    optimal = family.simulate(theta, unpack_policy(s.policy), candidate.episode_seed).utility
+    default = family.simulate(theta, family.default_policy(theta), candidate.episode_seed).utility
+    return default_band(family, s, optimal, default)[0]
+
+
+def needed_checks(family: Family, candidates: list[Candidate], verdicts: dict[str, bool], wanted: int) -> list[Candidate]:
+    """The candidates without a verdict that a slot wanting `wanted` admitted environments (in
+    candidate order) must check: those up to where the known verdicts, and for the others
+    `in_band` as the guess, reach `wanted`. Nearly every in-band candidate is admitted, so the
+    slot checks few candidates it will not keep; a guess that fails leaves the slot short, and
+    the next round makes up for it."""
+    pending, count = [], 0
+    for c in candidates:
+        if count >= wanted:
+            break
+        if c.env_id in verdicts:
+            count += verdicts[c.env_id]
+        else:
+            pending.append(c)
+            count += in_band(family, c)
+    return pending
 
 
 def gate_replay_agreement(ev: Evidence) -> tuple[bool, str]:
@@ -633,22 +669,46 @@ def check_written(family: Family, candidate: Candidate) -> Verdict:
 
 
 def check_batch(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
-                limits: Limits = Limits()) -> list[Verdict]:
-    """Every gate on every candidate that shares one module; two sandbox runs for the batch
-    (presentation F candidates are checked in process), verdicts in the candidates' order."""
+                limits: Limits = Limits(), *, every_candidate: bool = False) -> list[Verdict]:
+    """Every gate on every candidate that shares one module; two sandbox runs of the module and
+    one of the reference World for the batch (presentation F candidates are checked in process),
+    verdicts in the candidates' order.
+
+    `default_band` judges θ and its solution, not the module, so it is decided first: a candidate
+    that fails it is not played, and its other gates are recorded as not run. `every_candidate`
+    plays every candidate whatever θ (the LLM setter's probe: its module must be checked even
+    on a θ that will not be admitted)."""
     played = [c for c in candidates if c.presentation != "F"]
-    verdicts = {c.env_id: v for c, v in zip(played, _check_played(family, setter_output, played, limits))}
+    verdicts = {c.env_id: v for c, v in zip(played, _check_played(family, setter_output, played, limits,
+                                                                  every_candidate))}
     verdicts.update({c.env_id: check_written(family, c) for c in candidates if c.presentation == "F"})
     return [verdicts[c.env_id] for c in candidates]
 
 
-def _check_played(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
-                  limits: Limits) -> list[Verdict]:
-    if not candidates:
-        return []
+def _check_played(family: Family, setter_output: SetterOutputRecord, everyone: list[Candidate],
+                  limits: Limits, every_candidate: bool) -> list[Verdict]:
     started = time.perf_counter()
-    refs = [references(family, c) for c in candidates]
-    simulate_seconds = (time.perf_counter() - started) / max(1, len(candidates))
+    all_refs = {c.env_id: references(family, c) for c in everyone}
+    simulate_seconds = (time.perf_counter() - started) / max(1, len(everyone))
+    verdicts: dict[str, Verdict] = {}
+    for c in everyone:
+        t0 = time.perf_counter()
+        passed, message = gate_default_band(Evidence(family, c, all_refs[c.env_id], None, None, [], ""))
+        if not passed and not every_candidate:
+            verdict = verdicts[c.env_id] = Verdict(c, all_refs[c.env_id])
+            for name, _ in GATES:
+                verdict.gates.append(GateResult(name, False, NOT_RUN + "θ is outside the family's default band, so "
+                                                "the module was not played on it") if name != "default_band" else
+                                     GateResult(name, False, message, time.perf_counter() - t0))
+    candidates = [c for c in everyone if c.env_id not in verdicts]
+    if candidates:
+        verdicts.update(_play_and_judge(family, setter_output, candidates, [all_refs[c.env_id] for c in candidates],
+                                        limits, simulate_seconds))
+    return [verdicts[c.env_id] for c in everyone]
+
+
+def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
+                    refs: list[References], limits: Limits, simulate_seconds: float) -> dict[str, Verdict]:
     started = time.perf_counter()
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
     expected = reference_runs(family, candidates, sequences, limits)
@@ -664,7 +724,7 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
              "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2,
              "reference_agreement": reference_seconds}
     extras = [first.episodes.get(f"extra-{k}") for k in range(EXTRA_THETAS)]
-    verdicts = []
+    verdicts = {}
     for candidate, ref, runs, seqs in zip(candidates, refs, expected, sequences):
         report = first.episodes.get(candidate.env_id)
         failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
@@ -675,13 +735,13 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, candidates:
         for name, gate in GATES:
             t0 = time.perf_counter()
             if failure and name != "executes":
-                passed, message = False, "not run: the module did not execute"
+                passed, message = False, NOT_RUN + "the module did not execute"
             elif name != "executes" and not verdict.gates[0].passed:
-                passed, message = False, "not run: executes failed, so the other reports are incomplete"
+                passed, message = False, NOT_RUN + "executes failed, so the other reports are incomplete"
             else:
                 passed, message = gate(evidence)
             verdict.gates.append(GateResult(name, passed, message, share.get(name, 0.0) + time.perf_counter() - t0))
         if report and "instruction" in report["describe"]:
             verdict.instruction, verdict.tools = report["describe"]["instruction"], report["describe"]["tools"]
-        verdicts.append(verdict)
+        verdicts[candidate.env_id] = verdict
     return verdicts

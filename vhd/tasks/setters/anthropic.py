@@ -198,7 +198,7 @@ class AnthropicSetter:
                     cands = make_candidates(family, [model], {model.model_id: solutions[model.model_id]},
                                             {output.setter_output_id: output}, {model.model_id: output.setter_output_id},
                                             played, {passage.passage_id: passage})
-                    verdicts = check_batch(family, output, cands)
+                    verdicts = check_batch(family, output, cands, every_candidate=True)
                     # default_band judges θ (is u₀ in the family's band), not the module: no repair for it
                     bad = [(v.candidate.presentation, g) for v in verdicts for g in v.gates
                            if not g.passed and g.name not in THETA_GATES]
