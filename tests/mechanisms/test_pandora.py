@@ -324,7 +324,8 @@ def test_sample_respects_params(size, horizon):
     for _ in range(10):
         theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
         assert set(theta) == set(pan.World.PARAMS)
-        assert theta["n_boxes"] == size and theta["max_open"] == min(horizon, size)
+        assert theta["n_boxes"] == size and theta["max_open"] == min(horizon, size - 1)
+        assert 1 <= theta["max_open"] < theta["n_boxes"]  # the cap binds: a rule the player meets
         assert type(theta["fallback"]) is int and 0 <= theta["fallback"] <= 15
         for i in range(size):
             values, weights = theta["prize_values"][i], theta["prize_weights"][i]

@@ -6,15 +6,16 @@ Model
     distribution P(X_i = prize_values[i][k]) = prize_weights[i][k] / Σ_k prize_weights[i][k]
     (values distinct, ascending, ≥ 0; weights ≥ 1). A known `fallback` prize ≥ 0 is always
     available. The player opens boxes one at a time, each at most once and at most `max_open`
-    boxes in all (1 ≤ max_open ≤ n), seeing each prize as it is opened, and may stop at any time.
+    boxes in all (1 ≤ max_open ≤ n; the sampler draws a binding cap, max_open < n, so the cap is
+    a rule the player meets), seeing each prize as it is opened, and may stop at any time.
     On stopping, utility = max(fallback, prizes revealed so far) − Σ fees of the opened boxes
     (stopping at once scores `fallback`). Prizes are drawn from the episode seed when the
     world is created (World.draw), so every policy faces the same draw.
     The state of the decision process is (set of opened boxes, best prize so far); solved
     exactly by backward induction over the 2^n opened-sets × the distinct best-prize levels.
-    When max_open = n the cap is slack and the optimum equals Weitzman's index rule (open in
-    decreasing reservation value σ_i, E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far),
-    which the solver re-computes and checks.
+    When max_open = n (a θ built by hand; the sampler never draws one) the cap is slack and the
+    optimum equals Weitzman's index rule (open in decreasing reservation value σ_i,
+    E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far), which the solver re-computes and checks.
 
 State
     the boxes (label, fee, opened or not), their prize tables (value, weight), the openings
@@ -61,7 +62,8 @@ class Params(BaseModel):
 
     size: int = Field(5, ge=2, le=MAX_BOXES, description="number of sealed boxes n, in boxes")
     horizon: int = Field(5, ge=1, le=MAX_BOXES,
-                         description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size))")
+                         description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size − 1): "
+                                     "the cap always binds)")
 
 
 def _expected_excess(values: list[int], weights: list[int], level: float) -> Fraction:
@@ -105,7 +107,7 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         costs.append(cost)
     return {
         "n_boxes": n,
-        "max_open": min(params.horizon, n),
+        "max_open": min(params.horizon, n - 1),  # binding: at least one box stays shut
         "fallback": fallback,
         "costs": costs,
         "prize_values": values_all,
@@ -568,7 +570,7 @@ TOOLS = (
 
 register(Family(
     name="pandora",
-    version="1",
+    version="2",  # 2: the sampled cap binds (max_open < n_boxes)
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
