@@ -414,6 +414,23 @@ def test_every_passage_renders_and_replays_every_plan(k):
                     assert outcome["utility"] == FAM.evaluate(which, plan), name
 
 
+def test_best_box_names_the_best_opened_box_whether_or_not_it_beats_the_fallback():
+    """A prize equal to the fallback (a tie) needs no rule: best_prize is the higher value, best_box
+    the opened box with the highest prize (the first opened on ties)."""
+    theta = make(10, 3, [(1, [(10, 1)]), (1, [(4, 1)]), (1, [(20, 1)]), (1, [(10, 1)])])
+    out, _ = generated(0)
+    env = make_env(0, theta)
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, None)
+    call("open_box", box=1)  # 4 < fallback 10
+    assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, 1)
+    call("open_box", box=3)  # 10 = fallback
+    assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, 3)
+    call("open_box", box=2)  # 20
+    taken = call("stop_and_take")
+    assert (taken["prize_taken"], taken["best_box"], taken["net"]) == (20, 2, 17)
+
+
 def test_probes_and_observations_report_theta_and_state():
     theta = SIM[0]
     out, _ = generated(0)

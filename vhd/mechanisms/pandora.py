@@ -395,13 +395,15 @@ class World:
         return self.db.execute("SELECT COUNT(*) FROM %s" % self.t["openings"]).fetchone()[0]
 
     def _best(self):
-        """(best prize so far with the fallback, the box it came from or None)."""
+        """(the prize kept on stopping now: the best opened prize or the fallback, whichever is
+        higher; the opened box with the highest prize, the first opened on ties, or None). The box
+        is reported whether or not its prize beats the fallback, so a tie needs no rule."""
         row = self.db.execute("SELECT box_id, prize FROM %s ORDER BY prize DESC, step ASC LIMIT 1"
                               % self.t["openings"]).fetchone()
         fallback = self._get("fallback")
-        if row is None or row[1] <= fallback:
+        if row is None:
             return fallback, None
-        return row[1], row[0]
+        return max(fallback, row[1]), row[0]
 
     def _paid(self):
         return -self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s WHERE kind = 'fee'"
@@ -457,7 +459,7 @@ class World:
 
     def tool_view_best(self):
         best, box = self._best()
-        return {"best_prize": best, "from_box": box, "fallback": self._get("fallback"),
+        return {"best_prize": best, "best_box": box, "fallback": self._get("fallback"),
                 "currency": self.v["currency"]}
 
     def tool_view_fees_paid(self):
@@ -498,7 +500,7 @@ class World:
 
     def tool_stop_and_take(self):
         best, box = self._stop("prize taken")
-        return {"prize_taken": best, "from_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
+        return {"prize_taken": best, "best_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
                 "currency": self.v["currency"]}
 
     # -- what the player reads --------------------------------------------------------------
@@ -551,7 +553,8 @@ TOOLS = (
              "and their weights.", _NO_ARGS, reveals=("prize_values", "prize_weights")),
     ToolSpec("list_boxes", "observe", "List the boxes at the {site} with their labels, whether each is open and "
              "the prize found in it.", _NO_ARGS),
-    ToolSpec("view_best", "observe", "Show the best prize found so far (or the fallback prize) in {currency}.",
+    ToolSpec("view_best", "observe", "Show the prize you would keep now (the best prize found or the fallback "
+             "prize, whichever is higher) in {currency}, and the opened box with the highest prize.",
              _NO_ARGS),
     ToolSpec("view_fees_paid", "observe", "Show the total opening fees paid so far, in {currency}.", _NO_ARGS),
     ToolSpec("view_openings", "observe", "Show how many boxes have been opened and how many may still be opened.",
@@ -570,7 +573,7 @@ TOOLS = (
 
 register(Family(
     name="pandora",
-    version="2",  # 2: the sampled cap binds (max_open < n_boxes)
+    version="2",  # 2: the sampled cap binds (max_open < n_boxes); best_box names the best opened box, ties or not
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
