@@ -399,9 +399,9 @@ def test_the_gates_admit_the_family_in_both_presentations(gated):
 def test_a_world_with_doubled_opening_costs_is_rejected(gated):
     outputs, candidates, _ = gated
     output = outputs[0]
-    old = "SELECT COALESCE(SUM(d.opening_cost), 0)"
+    old = "SELECT COALESCE(SUM(opening_cost), 0)"
     assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, "SELECT COALESCE(SUM(2 * d.opening_cost), 0)")})
+    wrong = output.model_copy(update={"module": output.module.replace(old, "SELECT COALESCE(SUM(2 * opening_cost), 0)")})
     mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
     verdicts = check_batch(FAM, wrong, mine)
     assert not any(v.admitted for v in verdicts)
@@ -414,6 +414,19 @@ def test_a_world_that_serves_from_closed_depots_is_rejected(gated):
     old = "ON d.site_id = c.site_id AND d.is_open = 1 "
     assert output.module.count(old) == 1
     wrong = output.model_copy(update={"module": output.module.replace(old, "ON d.site_id = c.site_id ")})
+    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    verdicts = check_batch(FAM, wrong, mine)
+    assert not any(v.admitted for v in verdicts)
+    # the assignment view is an observation (the cost is `_cost`): its numbers differ from the reference World's
+    assert "reference_agreement" in _failed(verdicts)
+
+
+def test_a_world_whose_cost_serves_from_closed_depots_is_rejected(gated):
+    outputs, candidates, _ = gated
+    output = outputs[-1]
+    old = '"WHERE site_id IN (%s) GROUP BY town_id)"'
+    assert output.module.count(old) == 1
+    wrong = output.model_copy(update={"module": output.module.replace(old, '"GROUP BY town_id)"')})
     mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
     verdicts = check_batch(FAM, wrong, mine)
     assert not any(v.admitted for v in verdicts)

@@ -324,7 +324,8 @@ def test_sample_respects_params(size, horizon):
     for _ in range(10):
         theta = FAM.sample(FAM.Params(size=size, horizon=horizon), rng)
         assert set(theta) == set(pan.World.PARAMS)
-        assert theta["n_boxes"] == size and theta["max_open"] == min(horizon, size)
+        assert theta["n_boxes"] == size and theta["max_open"] == min(horizon, size - 1)
+        assert 1 <= theta["max_open"] < theta["n_boxes"]  # the cap binds: a rule the player meets
         assert type(theta["fallback"]) is int and 0 <= theta["fallback"] <= 15
         for i in range(size):
             values, weights = theta["prize_values"][i], theta["prize_weights"][i]
@@ -411,6 +412,23 @@ def test_every_passage_renders_and_replays_every_plan(k):
                 assert outcome["turns_used"] == len(episode.calls)
                 if which is not theta:  # no randomness left: the module reproduces evaluate exactly
                     assert outcome["utility"] == FAM.evaluate(which, plan), name
+
+
+def test_best_box_names_the_best_opened_box_whether_or_not_it_beats_the_fallback():
+    """A prize equal to the fallback (a tie) needs no rule: best_prize is the higher value, best_box
+    the opened box with the highest prize (the first opened on ties)."""
+    theta = make(10, 3, [(1, [(10, 1)]), (1, [(4, 1)]), (1, [(20, 1)]), (1, [(10, 1)])])
+    out, _ = generated(0)
+    env = make_env(0, theta)
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, None)
+    call("open_box", box=1)  # 4 < fallback 10
+    assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, 1)
+    call("open_box", box=3)  # 10 = fallback
+    assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, 3)
+    call("open_box", box=2)  # 20
+    taken = call("stop_and_take")
+    assert (taken["prize_taken"], taken["best_box"], taken["net"]) == (20, 2, 17)
 
 
 def test_probes_and_observations_report_theta_and_state():

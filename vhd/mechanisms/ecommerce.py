@@ -400,6 +400,23 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return plan
 
 
+CASH_DAYS = 12  # days of the cash-limit sequence (boundary_calls): 80 sampled θ all reached the cash check by day 6
+
+
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary decisions for the reference_agreement gate: the cash check on an order.
+    At the low price with the first ad level and no restocking the opening stock sells out,
+    and the cash then falls by overhead + ad_costs[1] a night. That step is below the cost of a
+    full warehouse, fee + unit_cost · capacity, so some night leaves 0 ≤ cash < that cost: a full
+    order then fits the empty warehouse but not the cash. Every day offers a full order
+    (refused while stock is left, accepted and cancelled while the cash pays it, refused by the
+    cash check after) and closes the day, for CASH_DAYS days. The rng is not used."""
+    day = [{"tool": "place_order", "arguments": {"quantity": int(theta["capacity"])}},
+           {"tool": "cancel_order", "arguments": {}}, {"tool": "end_day", "arguments": {}}]
+    start = [{"tool": "set_price", "arguments": {"level": 0}}, {"tool": "set_ads", "arguments": {"level": 1}}]
+    return [start + day * min(CASH_DAYS, int(theta["horizon"]))]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play a plan on the episode's tickets; the canonical calls that play it (a price or ad call
     only when the level changes, an order only when q > 0, then the day's close)."""
@@ -872,6 +889,7 @@ register(Family(
     random_policy=random_policy,
     evaluate=evaluate,
     simulate=simulate,
+    boundary_calls=boundary_calls,
     tools=TOOLS,
     world=World,
     hidden=HIDDEN,

@@ -242,7 +242,7 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["service"],
                        [(k, s, params["service_costs"][k][s]) for k in range(m) for s in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("opening_read", 0), ("final", 0), ("steps", 0)])
+                       [("opening_read", 0), ("final", 0)])
 
     # -- state helpers --------------------------------------------------------------------
     def _get(self, key):
@@ -281,18 +281,21 @@ class World:
                 best[town] = (town, site, cost)
         return [best[k] for k in sorted(best)]
 
-    def _opening_total(self):
-        return self.db.execute("SELECT COALESCE(SUM(d.opening_cost), 0) FROM %s d WHERE d.is_open = 1"
-                               % self.t["depots"]).fetchone()[0]
+    def _cost(self, sites):
+        """Total cost of a network with depots `sites` open: their opening costs plus every town's
+        service cost from its cheapest depot among them."""
+        marks = ", ".join("?" for _ in sites)
+        opening = self.db.execute("SELECT COALESCE(SUM(opening_cost), 0) FROM %s WHERE site_id IN (%s)"
+                                  % (self.t["depots"], marks), sites).fetchone()[0]
+        service = self.db.execute("SELECT COALESCE(SUM(cheapest), 0) FROM (SELECT MIN(cost) AS cheapest FROM %s "
+                                  "WHERE site_id IN (%s) GROUP BY town_id)" % (self.t["service"], marks),
+                                  sites).fetchone()[0]
+        return opening + service
 
     def _total(self):
         """Total cost of the current network, or None when no depot is open."""
-        if not self._open():
-            return None
-        return self._opening_total() + sum(cost for _, _, cost in self._assignment())
-
-    def _step(self):
-        self._set("steps", self._get("steps") + 1)
+        sites = self._open()
+        return self._cost(sites) if sites else None
 
     def _finalize(self, why):
         if not self._open():  # the null plan: depot 0 alone
@@ -306,10 +309,8 @@ class World:
         return self._get("final") == 1
 
     def utility(self):
-        total = self._total()
-        if total is None:  # what finalizing now would score: depot 0 alone
-            total = self.p["opening_costs"][0] + sum(row[0] for row in self.p["service_costs"])
-        return -total
+        # before the end with no depot open: what finalizing now would score (the null plan, depot 0 alone)
+        return -self._cost(self._open() or [0])
 
     def run_out(self):
         self._finalize("finalized (turns ran out)")
@@ -376,7 +377,6 @@ class World:
         if site in self._open():
             raise AgentError("depot %d is already open" % site)
         self.db.execute("UPDATE %s SET is_open = 1 WHERE site_id = ?" % self.t["depots"], (site,))
-        self._step()
         self._log("open", site)
         return {"opened": site, "open": self._open()}
 
@@ -385,7 +385,6 @@ class World:
         if site not in self._open():
             raise AgentError("depot %d is not open" % site)
         self.db.execute("UPDATE %s SET is_open = 0 WHERE site_id = ?" % self.t["depots"], (site,))
-        self._step()
         self._log("close", site)
         return {"closed": site, "open": self._open()}
 
@@ -463,7 +462,7 @@ TOOLS = (
 
 register(Family(
     name="facility",
-    version="1",
+    version="2",  # 2: the write-only step counter is gone; utility() scores the null plan through _cost
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -408,8 +408,7 @@ class World:
         self._set("on_hand", closing)
         self._set("pending", 0)
         self._set("day", day + 1)
-        if day + 1 < p["horizon"]:
-            self._receive(day + 1)
+        self._receive(day + 1)  # after the last day nothing is in transit any more (all marked lost above)
         return {"day_closed": day, "demand": demand, "sold": sold, "lost_sales": demand - sold,
                 "on_hand": self._get("on_hand"), "cash": self._cash(), "days_left": p["horizon"] - day - 1}
 
@@ -486,7 +485,7 @@ TOOLS = (
 
 register(Family(
     name="inventory_dp",
-    version="1",
+    version="2",  # 2: end_day receives the next day's arrivals unconditionally (the last-day guard was dead)
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",

@@ -271,7 +271,7 @@ class World:
         db.execute("CREATE TABLE %s (item_id INTEGER REFERENCES %s(item_id), resource_id INTEGER REFERENCES "
                    "%s(resource_id), load INTEGER, PRIMARY KEY (item_id, resource_id))"
                    % (t["loads"], t["catalog"], t["resources"]))
-        db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY REFERENCES %s(item_id), added_at INTEGER)"
+        db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY REFERENCES %s(item_id))"
                    % (t["selection"], t["catalog"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, item_id INTEGER)" % t["log"])
         db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
@@ -282,7 +282,7 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["loads"],
                        [(i, r, params["weights"][r][i]) for r in range(m) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("capacities_read", 0), ("submitted", 0), ("steps", 0)])
+                       [("capacities_read", 0), ("submitted", 0)])
 
     @staticmethod
     def resource_name(r):
@@ -326,11 +326,6 @@ class World:
 
     def _capacities(self):
         return [row[0] for row in self.db.execute("SELECT capacity FROM %s ORDER BY resource_id" % self.t["resources"])]
-
-    def _step(self):
-        steps = self._get("steps") + 1
-        self._set("steps", steps)
-        return steps
 
     # -- episode ----------------------------------------------------------------------------
     def over(self):
@@ -402,7 +397,7 @@ class World:
                                      % (item, World.resource_name(r), used[r], loads[r], caps[r]))
                 raise AgentError("lot %d does not fit: it would exceed the capacity of %s"
                                  % (item, World.resource_name(r)))
-        self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["selection"], (item, self._step()))
+        self.db.execute("INSERT INTO %s VALUES (?)" % self.t["selection"], (item,))
         self._log("add", item)
         return {"added": item, "selected": self._selected()}
 
@@ -411,7 +406,6 @@ class World:
         if item not in self._selected():
             raise AgentError("lot %d is not in the selection" % item)
         self.db.execute("DELETE FROM %s WHERE item_id = ?" % self.t["selection"], (item,))
-        self._step()
         self._log("remove", item)
         return {"removed": item, "selected": self._selected()}
 
@@ -419,7 +413,6 @@ class World:
         if not self._selected():
             raise AgentError("the selection is already empty")
         self.db.execute("DELETE FROM %s" % self.t["selection"])
-        self._step()
         self._log("clear", None)
         return {"selected": []}
 
@@ -494,7 +487,7 @@ TOOLS = (
 
 register(Family(
     name="knapsack",
-    version="1",
+    version="2",  # 2: the write-only step counter and added_at column are gone
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",

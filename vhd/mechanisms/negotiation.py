@@ -18,7 +18,7 @@ Model
 
 State
     the round, the deal status (open, sold, walked away, expired), the offer history (every
-    price and the buyer's answer), a round log (action and delay cost of every round) and a
+    price and the buyer's answer), a round log (the action of every round) and a
     ledger of every booked amount (delay costs, the sale, the outside option).
 
 Tools
@@ -255,7 +255,7 @@ class World:
         db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, max_price INTEGER)" % t["catalog"])
         db.execute("CREATE TABLE %s (offer_id INTEGER PRIMARY KEY, round INTEGER UNIQUE REFERENCES %s(round), "
                    "sku TEXT REFERENCES %s(sku), price INTEGER, answer TEXT)" % (t["offers"], t["rounds"], t["catalog"]))
-        db.execute("CREATE TABLE %s (round INTEGER PRIMARY KEY, action TEXT, delay_cost INTEGER)" % t["rounds"])
+        db.execute("CREATE TABLE %s (round INTEGER PRIMARY KEY, action TEXT)" % t["rounds"])
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, round INTEGER, kind TEXT, amount INTEGER)"
                    % t["ledger"])
         db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
@@ -300,7 +300,7 @@ class World:
     def _close_round(self, action):
         """A round passes without a deal: book its delay cost; after the last round take the outside option."""
         rnd = self._get("round")
-        self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["rounds"], (rnd, action, self.p["delay_cost"]))
+        self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["rounds"], (rnd, action))
         self._book(rnd, "delay cost", -self.p["delay_cost"])
         self._set("round", rnd + 1)
         if rnd + 1 >= self.p["horizon"]:
@@ -367,7 +367,7 @@ class World:
             raise AgentError("prices run from 0 to %d %s; got %d" % (self.p["max_price"], self.v["currency"], price))
         rnd = self._get("round")
         if price <= self.value:
-            self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["rounds"], (rnd, "offer accepted", 0))
+            self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["rounds"], (rnd, "offer accepted"))
             self.db.execute("INSERT INTO %s (round, sku, price, answer) VALUES (?, ?, ?, 'accepted')"
                             % self.t["offers"], (rnd, self.v["sku"], price))
             self._book(rnd, "sale", price)
@@ -467,7 +467,7 @@ TOOLS = (
 
 register(Family(
     name="negotiation",
-    version="1",
+    version="2",  # 2: the rounds table's write-only delay_cost column is gone
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",

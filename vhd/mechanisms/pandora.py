@@ -6,15 +6,16 @@ Model
     distribution P(X_i = prize_values[i][k]) = prize_weights[i][k] / Σ_k prize_weights[i][k]
     (values distinct, ascending, ≥ 0; weights ≥ 1). A known `fallback` prize ≥ 0 is always
     available. The player opens boxes one at a time, each at most once and at most `max_open`
-    boxes in all (1 ≤ max_open ≤ n), seeing each prize as it is opened, and may stop at any time.
+    boxes in all (1 ≤ max_open ≤ n; the sampler draws a binding cap, max_open < n, so the cap is
+    a rule the player meets), seeing each prize as it is opened, and may stop at any time.
     On stopping, utility = max(fallback, prizes revealed so far) − Σ fees of the opened boxes
     (stopping at once scores `fallback`). Prizes are drawn from the episode seed when the
     world is created (World.draw), so every policy faces the same draw.
     The state of the decision process is (set of opened boxes, best prize so far); solved
     exactly by backward induction over the 2^n opened-sets × the distinct best-prize levels.
-    When max_open = n the cap is slack and the optimum equals Weitzman's index rule (open in
-    decreasing reservation value σ_i, E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far),
-    which the solver re-computes and checks.
+    When max_open = n (a θ built by hand; the sampler never draws one) the cap is slack and the
+    optimum equals Weitzman's index rule (open in decreasing reservation value σ_i,
+    E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far), which the solver re-computes and checks.
 
 State
     the boxes (label, fee, opened or not), their prize tables (value, weight), the openings
@@ -61,7 +62,8 @@ class Params(BaseModel):
 
     size: int = Field(5, ge=2, le=MAX_BOXES, description="number of sealed boxes n, in boxes")
     horizon: int = Field(5, ge=1, le=MAX_BOXES,
-                         description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size))")
+                         description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size − 1): "
+                                     "the cap always binds)")
 
 
 def _expected_excess(values: list[int], weights: list[int], level: float) -> Fraction:
@@ -105,7 +107,7 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         costs.append(cost)
     return {
         "n_boxes": n,
-        "max_open": min(params.horizon, n),
+        "max_open": min(params.horizon, n - 1),  # binding: at least one box stays shut
         "fallback": fallback,
         "costs": costs,
         "prize_values": values_all,
@@ -393,13 +395,15 @@ class World:
         return self.db.execute("SELECT COUNT(*) FROM %s" % self.t["openings"]).fetchone()[0]
 
     def _best(self):
-        """(best prize so far with the fallback, the box it came from or None)."""
+        """(the prize kept on stopping now: the best opened prize or the fallback, whichever is
+        higher; the opened box with the highest prize, the first opened on ties, or None). The box
+        is reported whether or not its prize beats the fallback, so a tie needs no rule."""
         row = self.db.execute("SELECT box_id, prize FROM %s ORDER BY prize DESC, step ASC LIMIT 1"
                               % self.t["openings"]).fetchone()
         fallback = self._get("fallback")
-        if row is None or row[1] <= fallback:
+        if row is None:
             return fallback, None
-        return row[1], row[0]
+        return max(fallback, row[1]), row[0]
 
     def _paid(self):
         return -self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s WHERE kind = 'fee'"
@@ -455,7 +459,7 @@ class World:
 
     def tool_view_best(self):
         best, box = self._best()
-        return {"best_prize": best, "from_box": box, "fallback": self._get("fallback"),
+        return {"best_prize": best, "best_box": box, "fallback": self._get("fallback"),
                 "currency": self.v["currency"]}
 
     def tool_view_fees_paid(self):
@@ -496,7 +500,7 @@ class World:
 
     def tool_stop_and_take(self):
         best, box = self._stop("prize taken")
-        return {"prize_taken": best, "from_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
+        return {"prize_taken": best, "best_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
                 "currency": self.v["currency"]}
 
     # -- what the player reads --------------------------------------------------------------
@@ -549,7 +553,8 @@ TOOLS = (
              "and their weights.", _NO_ARGS, reveals=("prize_values", "prize_weights")),
     ToolSpec("list_boxes", "observe", "List the boxes at the {site} with their labels, whether each is open and "
              "the prize found in it.", _NO_ARGS),
-    ToolSpec("view_best", "observe", "Show the best prize found so far (or the fallback prize) in {currency}.",
+    ToolSpec("view_best", "observe", "Show the prize you would keep now (the best prize found or the fallback "
+             "prize, whichever is higher) in {currency}, and the opened box with the highest prize.",
              _NO_ARGS),
     ToolSpec("view_fees_paid", "observe", "Show the total opening fees paid so far, in {currency}.", _NO_ARGS),
     ToolSpec("view_openings", "observe", "Show how many boxes have been opened and how many may still be opened.",
@@ -568,7 +573,7 @@ TOOLS = (
 
 register(Family(
     name="pandora",
-    version="1",
+    version="2",  # 2: the sampled cap binds (max_open < n_boxes); best_box names the best opened box, ties or not
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",

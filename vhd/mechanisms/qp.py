@@ -253,19 +253,42 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return x * (budget / x.sum()) * float(rng.random())
 
 
+def _over_budget_by_tol(theta: dict, amounts: list[float], asset: int) -> float | None:
+    """An amount for `asset` that makes the World's total, summed as World.tool_allocate sums it
+    (the other amounts in project order, then this one), equal to budget + TOL to the last bit:
+    the largest plan `total > budget + TOL` accepts. None when no float near it does."""
+    target = theta["budget"] + World.TOL
+    x = target - (sum(amounts) - amounts[asset])
+    for _ in range(64):
+        total = 0.0
+        for v in amounts:
+            total += v
+        total = total - amounts[asset] + x
+        if total == target:
+            return x
+        x = float(np.nextafter(x, np.inf if total < target else -np.inf))
+    return None
+
+
 def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary decisions for the reference_agreement gate: each project at exactly its cap
     (and a hair above: refused), in a random order, until the budget is spent to the unit; then
-    the last project's amount raised by one (refused: over budget)."""
+    the last project's amount raised until the total is budget + TOL exactly (accepted: the
+    budget check is `>`, not `>=`), and raised by one (refused: over budget)."""
     left, calls = float(theta["budget"]), []
+    amounts = [0.0] * theta["assets"]
     order = [int(a) for a in rng.permutation(theta["assets"])]
     for asset in order:
         cap = float(theta["caps"][asset])
         calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": cap + 1e-6}})
         amount = min(cap, left)
         calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": amount}})
+        amounts[asset] = amount
         left -= amount
         if left <= 0:
+            hair = _over_budget_by_tol(theta, amounts, asset)
+            if hair is not None:
+                calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": hair}})
             calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": amount + 1}})
             break
     return [calls + [{"tool": "commit_allocation", "arguments": {}}]]

@@ -411,7 +411,7 @@ class World:
         db.execute("CREATE TABLE %s (staff_id INTEGER REFERENCES %s(staff_id), day INTEGER, shift_id INTEGER, "
                    "available INTEGER, PRIMARY KEY (staff_id, day, shift_id))" % (t["availability"], t["staff"]))
         db.execute("CREATE TABLE %s (staff_id INTEGER REFERENCES %s(staff_id), day INTEGER, shift_id INTEGER "
-                   "REFERENCES %s(shift_id), assigned_at INTEGER, PRIMARY KEY (staff_id, day))"
+                   "REFERENCES %s(shift_id), PRIMARY KEY (staff_id, day))"
                    % (t["roster"], t["staff"], t["shifts"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, staff_id INTEGER, day INTEGER, "
                    "shift_id INTEGER)" % t["log"])
@@ -426,9 +426,8 @@ class World:
                        [(s, d, j, 1 if params["availability"][s][d][j] else 0)
                         for s in range(n) for d in range(days) for j in range(k)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("sheet_read", 0), ("wages_read", 0), ("rules_read", 0), ("terms_read", 0),
-                        ("forecasts", 0), ("shortage_penalty", params["shortage_penalty"]), ("published", 0),
-                        ("steps", 0)])
+                       [("sheet_read", 0), ("wages_read", 0), ("terms_read", 0),
+                        ("forecasts", 0), ("shortage_penalty", params["shortage_penalty"]), ("published", 0)])
 
     @staticmethod
     def staff_label(s):
@@ -460,11 +459,6 @@ class World:
     def _log(self, action, staff=None, day=None, shift=None):
         self.db.execute("INSERT INTO %s (action, staff_id, day, shift_id) VALUES (?, ?, ?, ?)" % self.t["log"],
                         (action, staff, day, shift))
-
-    def _step(self):
-        steps = self._get("steps") + 1
-        self._set("steps", steps)
-        return steps
 
     def _staff(self, staff):
         n = self.p["n_staff"]
@@ -585,7 +579,6 @@ class World:
                 "available": [{"day": d, "shifts": days[d]} for d in range(self.p["horizon"])]}
 
     def tool_get_work_rules(self):
-        self._set("rules_read", 1)
         rows = self.db.execute("SELECT staff_id, label, max_shifts FROM %s ORDER BY staff_id" % self.t["staff"]).fetchall()
         names = self.p["shift_names"]
         return {"max_shifts": [{"staff": s, "label": label, "max_shifts": m} for s, label, m in rows],
@@ -680,7 +673,7 @@ class World:
         if shift == k - 1 and day + 1 < p["horizon"] and self._shift_of(staff, day + 1) == 0:
             raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
                              % (label, staff, names[0], day + 1, names[k - 1], day))
-        self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % self.t["roster"], (staff, day, shift, self._step()))
+        self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["roster"], (staff, day, shift))
         self._log("assign", staff, day, shift)
         return {"assigned": {"staff": staff, "label": label, "day": day, "shift": names[shift]},
                 "heads_on_shift": self._heads()[day][shift], "shifts_assigned": self._worked(staff)}
@@ -692,7 +685,6 @@ class World:
         if current is None:
             raise AgentError("%s (staff %d) is off on day %d" % (World.staff_label(staff), staff, day))
         self.db.execute("DELETE FROM %s WHERE staff_id = ? AND day = ?" % self.t["roster"], (staff, day))
-        self._step()
         self._log("unassign", staff, day, current)
         return {"unassigned": {"staff": staff, "day": day, "shift": self.p["shift_names"][current]},
                 "shifts_assigned": self._worked(staff)}
@@ -704,7 +696,6 @@ class World:
         if count == 0:
             raise AgentError("nobody is rostered on day %d" % day)
         self.db.execute("DELETE FROM %s WHERE day = ?" % self.t["roster"], (day,))
-        self._step()
         self._log("clear day", None, day, None)
         return {"cleared_day": day, "removed_shifts": count}
 
@@ -822,7 +813,7 @@ TOOLS = (
 
 register(Family(
     name="rostering",
-    version="1",
+    version="2",  # 2: the write-only step counter, assigned_at column and rules_read flag are gone
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",

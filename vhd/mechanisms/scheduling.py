@@ -15,7 +15,7 @@ Model
 State
     the job catalog (processing time of every job), the machines, the assignment table (job →
     machine, at most one row per job), the inspections made, an action log and a state table
-    (dispatched or not, step counter).
+    (dispatched or not).
 
 Tools
     probes: inspect one job (its processing time), read the whole job list (every job at once,
@@ -229,8 +229,8 @@ class World:
                    % t["jobs"])
         db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY, label TEXT NOT NULL)" % t["machines"])
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), machine_id INTEGER NOT NULL "
-                   "REFERENCES %s(machine_id), step INTEGER NOT NULL)" % (t["assignments"], t["jobs"], t["machines"]))
-        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), first_step INTEGER)"
+                   "REFERENCES %s(machine_id))" % (t["assignments"], t["jobs"], t["machines"]))
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id))"
                    % (t["inspections"], t["jobs"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER, machine_id INTEGER)"
                    % t["log"])
@@ -238,7 +238,7 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["jobs"],
                        [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j]) for j in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["machines"], [(k, "M%d" % k) for k in range(m)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("dispatched", 0), ("steps", 0)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("dispatched", 0)])
 
     # -- state helpers --------------------------------------------------------------------
     def _get(self, key):
@@ -246,11 +246,6 @@ class World:
 
     def _set(self, key, value):
         self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _step(self):
-        steps = self._get("steps") + 1
-        self._set("steps", steps)
-        return steps
 
     def _log(self, action, job, machine):
         self.db.execute("INSERT INTO %s (action, job_id, machine_id) VALUES (?, ?, ?)" % self.t["log"],
@@ -293,9 +288,8 @@ class World:
             % (self.t["jobs"], self.t["assignments"]))]
 
     def _dispatch(self, why):
-        step = self._get("steps")
         for job in self._unassigned():
-            self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["assignments"], (job, 0, step))
+            self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["assignments"], (job, 0))
         self._set("dispatched", 1)
         self._log(why, None, None)
 
@@ -311,7 +305,7 @@ class World:
 
     # -- probes -----------------------------------------------------------------------------
     def _inspect(self, job):
-        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?, ?)" % self.t["inspections"], (job, self._get("steps")))
+        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?)" % self.t["inspections"], (job,))
         label, proc = self.db.execute("SELECT label, processing FROM %s WHERE job_id = ?" % self.t["jobs"],
                                       (job,)).fetchone()
         return {"job": job, "label": label, "processing_time": proc}
@@ -330,8 +324,7 @@ class World:
         already = self._machine_of(job)
         if already is not None:
             raise AgentError("job %d is already assigned to machine %d; unassign it first" % (job, already))
-        step = self._step()
-        self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["assignments"], (job, machine, step))
+        self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["assignments"], (job, machine))
         self._log("assign", job, machine)
         load = [l for k, _, _, l in self._loads() if k == machine][0]
         return {"assigned": job, "machine": machine, "machine_load": load}
@@ -343,7 +336,6 @@ class World:
         if machine is None:
             raise AgentError("job %d is not assigned to any machine" % job)
         self.db.execute("DELETE FROM %s WHERE job_id = ?" % self.t["assignments"], (job,))
-        self._step()
         self._log("unassign", job, machine)
         return {"unassigned": job, "was_on_machine": machine}
 
@@ -353,7 +345,6 @@ class World:
         if count == 0:
             raise AgentError("no job is assigned yet")
         self.db.execute("DELETE FROM %s" % self.t["assignments"])
-        self._step()
         self._log("clear", None, None)
         return {"cleared": count}
 
@@ -464,7 +455,7 @@ TOOLS = (
 
 register(Family(
     name="scheduling",
-    version="1",
+    version="2",  # 2: the write-only step counter and step/first_step columns are gone
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",

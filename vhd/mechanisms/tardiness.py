@@ -16,8 +16,7 @@ Model
 
 State
     the job catalog (processing time, due date, weight of every job), the inspections made, the
-    sequence built so far (position → job), an action log and a state table (released or not,
-    step counter).
+    sequence built so far (position → job), an action log and a state table (released or not).
 
 Tools
     probes: inspect one job (its processing time, due date and weight), read the whole job
@@ -218,7 +217,7 @@ class World:
         t = self.t
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL, "
                    "due INTEGER NOT NULL, weight INTEGER NOT NULL)" % t["catalog"])
-        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), first_step INTEGER)"
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id))"
                    % (t["inspections"], t["catalog"]))
         db.execute("CREATE TABLE %s (position INTEGER PRIMARY KEY, job_id INTEGER NOT NULL UNIQUE REFERENCES "
                    "%s(job_id), released INTEGER NOT NULL DEFAULT 0)" % (t["sequence"], t["catalog"]))
@@ -227,7 +226,7 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["catalog"],
                        [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j], params["due"][j],
                          params["weights"][j]) for j in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("released", 0), ("steps", 0)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("released", 0)])
 
     # -- state helpers --------------------------------------------------------------------
     def _get(self, key):
@@ -235,11 +234,6 @@ class World:
 
     def _set(self, key, value):
         self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _step(self):
-        steps = self._get("steps") + 1
-        self._set("steps", steps)
-        return steps
 
     def _log(self, action, job):
         self.db.execute("INSERT INTO %s (action, job_id) VALUES (?, ?)" % self.t["log"], (action, job))
@@ -299,7 +293,7 @@ class World:
 
     # -- probes -----------------------------------------------------------------------------
     def _inspect(self, job):
-        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?, ?)" % self.t["inspections"], (job, self._get("steps")))
+        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?)" % self.t["inspections"], (job,))
         label, proc, due, weight = self.db.execute(
             "SELECT label, processing, due, weight FROM %s WHERE job_id = ?" % self.t["catalog"], (job,)).fetchone()
         return {"job": job, "label": label, "processing_time": proc, "due": due, "weight": weight}
@@ -322,7 +316,6 @@ class World:
             raise AgentError("job %d is already in the sequence, at position %d"
                              % (job, self._sequence().index(job)))
         position = self._append(job, 0)
-        self._step()
         self._log("schedule", job)
         return {"scheduled": job, "position": position, "sequence": self._sequence()}
 
@@ -333,7 +326,6 @@ class World:
             raise AgentError("the sequence is empty; there is no last job to unschedule")
         self.db.execute("DELETE FROM %s WHERE position = (SELECT MAX(position) FROM %s)"
                         % (self.t["sequence"], self.t["sequence"]))
-        self._step()
         self._log("unschedule", sequence[-1])
         return {"unscheduled": sequence[-1], "sequence": sequence[:-1]}
 
@@ -342,7 +334,6 @@ class World:
         if not self._sequence():
             raise AgentError("the sequence is already empty")
         self.db.execute("DELETE FROM %s" % self.t["sequence"])
-        self._step()
         self._log("clear", None)
         return {"sequence": []}
 
@@ -457,7 +448,7 @@ TOOLS = (
 
 register(Family(
     name="tardiness",
-    version="1",
+    version="2",  # 2: the write-only step counter and first_step column are gone
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
