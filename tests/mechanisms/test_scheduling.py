@@ -427,7 +427,7 @@ def gated():
     verdicts = []
     for output in outputs:
         mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        verdicts += check_batch(FAM, output, mine)
+        verdicts += check_batch(FAM, output, mine, every_candidate=True)  # out-of-band θ played too
     return outputs, candidates, verdicts
 
 

@@ -29,12 +29,15 @@ class CheckedBatch:
 
 def check_models(family: Family, count: int, seed: int, batch: str = "t", presentations: tuple[str, ...] = ("I", "A"),
                  passages: list[PassageRecord] | None = None) -> CheckedBatch:
-    """sample → solve → synthesize → check, every module's candidates in one sandbox batch."""
+    """sample → solve → synthesize → check, every module's candidates in one sandbox batch, and
+    every candidate played whatever its θ (`every_candidate`: a family's tests judge its module
+    on the θ that default_band rejects too)."""
     models = sample_models(family, count, seed, batch)
     solutions = {s.model_id: s for s in solve_models(family, models)}
     passages = passages if passages is not None else builtin_passages()
     outputs, assignment = synthesize(family, models, passages)
     candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs}, assignment,
                                  presentations, {p.passage_id: p for p in passages})
-    verdicts = [v for output, group in by_module(outputs, candidates) for v in check_batch(family, output, group)]
+    verdicts = [v for output, group in by_module(outputs, candidates)
+                for v in check_batch(family, output, group, every_candidate=True)]
     return CheckedBatch(models, outputs, candidates, verdicts)
