@@ -396,38 +396,31 @@ def test_the_gates_admit_the_family_in_both_presentations(gated):
         assert v.instruction and len(v.tools) == len(FAM.tools)
 
 
-def test_a_world_with_doubled_opening_costs_is_rejected(gated):
+def _mutant_verdicts(gated, which, old, new):
+    """Every gate on the candidates of module `which` with `old` (found once) replaced by `new`;
+    none may be admitted."""
     outputs, candidates, _ = gated
-    output = outputs[0]
-    old = "SELECT COALESCE(SUM(opening_cost), 0)"
+    output = outputs[which]
     assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, "SELECT COALESCE(SUM(2 * opening_cost), 0)")})
+    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
     mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
     verdicts = check_batch(FAM, wrong, mine)
     assert not any(v.admitted for v in verdicts)
+    return verdicts
+
+
+def test_a_world_with_doubled_opening_costs_is_rejected(gated):
+    verdicts = _mutant_verdicts(gated, 0, "SELECT COALESCE(SUM(opening_cost), 0)",
+                                "SELECT COALESCE(SUM(2 * opening_cost), 0)")
     assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
 
 
 def test_a_world_that_serves_from_closed_depots_is_rejected(gated):
-    outputs, candidates, _ = gated
-    output = outputs[-1]
-    old = "ON d.site_id = c.site_id AND d.is_open = 1 "
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, "ON d.site_id = c.site_id ")})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
-    assert not any(v.admitted for v in verdicts)
+    verdicts = _mutant_verdicts(gated, -1, "ON d.site_id = c.site_id AND d.is_open = 1 ", "ON d.site_id = c.site_id ")
     # the assignment view is an observation (the cost is `_cost`): its numbers differ from the reference World's
     assert "reference_agreement" in _failed(verdicts)
 
 
 def test_a_world_whose_cost_serves_from_closed_depots_is_rejected(gated):
-    outputs, candidates, _ = gated
-    output = outputs[-1]
-    old = '"WHERE site_id IN (%s) GROUP BY town_id)"'
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, '"GROUP BY town_id)"')})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
-    assert not any(v.admitted for v in verdicts)
+    verdicts = _mutant_verdicts(gated, -1, '"WHERE site_id IN (%s) GROUP BY town_id)"', '"GROUP BY town_id)"')
     assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}

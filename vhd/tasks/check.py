@@ -694,12 +694,12 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, everyone: l
     for c in everyone:
         t0 = time.perf_counter()
         passed, message = gate_default_band(Evidence(family, c, all_refs[c.env_id], None, None, [], ""))
-        if not passed and not every_candidate:
-            verdict = verdicts[c.env_id] = Verdict(c, all_refs[c.env_id])
-            for name, _ in GATES:
-                verdict.gates.append(GateResult(name, False, NOT_RUN + "θ is outside the family's default band, so "
-                                                "the module was not played on it") if name != "default_band" else
-                                     GateResult(name, False, message, time.perf_counter() - t0))
+        if passed or every_candidate:
+            continue
+        band = GateResult("default_band", False, message, time.perf_counter() - t0)
+        skipped = NOT_RUN + "θ is outside the family's default band, so the module was not played on it"
+        verdicts[c.env_id] = Verdict(c, all_refs[c.env_id], gates=[band if name == band.name else
+                                                                   GateResult(name, False, skipped) for name, _ in GATES])
     candidates = [c for c in everyone if c.env_id not in verdicts]
     if candidates:
         verdicts.update(_play_and_judge(family, setter_output, candidates, [all_refs[c.env_id] for c in candidates],
