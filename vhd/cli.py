@@ -623,7 +623,8 @@ def serve_env(env_id: str = typer.Argument(..., help="environment id (or a uniqu
               port: int = typer.Option(8765, "--port", help="TCP port (0 = any free port)"),
               host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback by default)"),
               db: Optional[Path] = DbOption) -> None:
-    """Serve one environment over HTTP: POST /reset, POST /step {"action": ...}, GET /state (JSON).
+    """Serve one environment over HTTP to many concurrent sessions: POST /reset (returns a
+    session_id), POST /step {"session_id", "action"}, POST /finish, GET /state?session_id= (JSON).
 
     The generated module runs inside this server process (see docs/TRAINING.md, trust model)."""
     from vhd.adapters.http import make_server

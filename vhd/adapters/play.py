@@ -11,7 +11,7 @@ from typing import Callable, TextIO
 from vhd.adapters.gym import TextToolEnv
 
 HELP = ("commands: TOOL {json arguments}  (e.g. end_day {} or place_order {\"quantity\": 3}); "
-        "tools = list the tools; help = this text; quit = stop (the rest of the episode is played by the clock)")
+        "tools = list the tools; help = this text; quit = stop (the episode is finished as when the turns run out)")
 
 
 def describe_tools(env: TextToolEnv) -> str:
@@ -29,6 +29,9 @@ def parse_line(line: str) -> dict:
         arguments = json.loads(rest) if rest else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"arguments of {name} are not JSON ({exc.msg}); expected TOOL {{json object}}") from None
+    except (RecursionError, ValueError):
+        raise ValueError(f"arguments of {name} are nested too deeply or hold a number too long; "
+                         "expected TOOL {json object}") from None
     if not isinstance(arguments, dict):
         raise ValueError(f"arguments of {name} must be a JSON object; expected TOOL {{json object}}")
     return {"tool": name, "arguments": arguments}
@@ -60,13 +63,10 @@ def play(env: TextToolEnv, lines: TextIO, out: Callable[[str], None]) -> float:
             continue
         observation, r, terminated, truncated, info = env.step(call)
         out(observation)
-        if terminated or truncated:
-            out(f"episode {'ended' if terminated else 'truncated at the turn budget'}: "
-                f"utility {info['utility']:g}, reward {r:.4f}")
+        if terminated:
+            out(f"episode ended: utility {info['utility']:g}, reward {r:.4f}")
             return r
-    # quit or end of input: the grader plays the remaining days with the clock alone
-    while True:
-        observation, r, terminated, truncated, info = env.step({"tool": env.clock, "arguments": {}})
-        if terminated or truncated:
-            out(f"stopped; the clock played the rest: utility {info['utility']:g}, reward {r:.4f}")
-            return r
+    # quit or end of input: the episode is finished by the module's rule, as every surface does
+    r, info = env.finish()
+    out(f"stopped; the episode was finished as when the turns run out: utility {info['utility']:g}, reward {r:.4f}")
+    return r

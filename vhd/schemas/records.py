@@ -214,7 +214,9 @@ class EnvironmentRecord(Record):
     turn_budget: int = Field(gt=0)
     knobs: dict[str, Any]
     u_star: float = Field(description="utility of π* on this episode seed (reward 1)")
-    u_default: float = Field(description="utility of the default policy on this episode seed (reward 0)")
+    u_default: float = Field(description="utility of the default policy on this episode seed")
+    u_idle: float | None = Field(None, description="utility of doing nothing on this episode seed (the episode "
+                                                  "finished at once); the reward's zero is max(u_default, u_idle)")
     reference_trajectory: list[dict[str, Any]]
     default_trajectory: list[dict[str, Any]]
     instruction: str

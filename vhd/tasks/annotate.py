@@ -66,7 +66,7 @@ def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[
         env_id=c.env_id, family=family.name, presentation=c.presentation, split=c.split or family.split,
         model_id=c.model.model_id, solution_id=c.solution.solution_id, setter_output_id=c.setter_output.setter_output_id,
         episode_seed=c.episode_seed, turn_budget=c.turn_budget, knobs=c.model.knobs,
-        u_star=u_star, u_default=u_default, reference_trajectory=reference, default_trajectory=default,
+        u_star=u_star, u_default=u_default, u_idle=verdict.idle, reference_trajectory=reference, default_trajectory=default,
         instruction=verdict.instruction, tools=verdict.tools, admitted=verdict.admitted, reason=verdict.reason,
         gate_seconds={g.name: round(g.seconds, 6) for g in verdict.gates}, annotator_version=CODE_VERSION,
     )

@@ -32,6 +32,7 @@ def export_row(env: EnvironmentRecord, model: ModelRecord, output: SetterOutputR
         "split": env.split,
         "module": output.module,
         "player": {"instruction": env.instruction, "tools": env.tools, "config": player_config(env, model.theta, family)},
-        "grader": {"u_star": env.u_star, "u_default": env.u_default, "reference_trajectory": env.reference_trajectory,
+        "grader": {"u_star": env.u_star, "u_default": env.u_default, "u_idle": env.u_idle,
+                   "reference_trajectory": env.reference_trajectory,
                    "config": env.config(model.theta)},
     }

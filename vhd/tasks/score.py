@@ -1,10 +1,16 @@
 """Score trajectories on an admitted environment: replay in the sandbox, reward of DESIGN §1.
 
     >>> score(env, setter_output, theta, family, [[{"tool": "end_shift", "arguments": {}}]])
-    [{'utility': -31.0, 'reward': 0.0, 'error': None, 'terminal': True}]
+    [{'utility': -31.0, 'reward': 0.0, 'error': None, 'terminal': True, ...}]
 
-A trajectory that stops before the episode ends is finished by the clock tool alone (the
-remaining days are played with no decisions), as when the turn budget runs out.
+The one reward of every surface (`vhd score`, `vhd.adapters.reward`, the Gym wrapper,
+`serve-env`, `play`, `eval`): a trajectory that stops before the episode ends is finished by
+the module's `Env.finish()` (the instruction's own rule for running out of turns), and
+
+    r = clip01((u − u0) / (u* − u0)),   u0 = max(u_default, u_idle)
+
+where u_idle is what doing nothing realizes (finishing the episode at once), so that neither
+the default nor doing nothing earns reward.
 """
 
 from __future__ import annotations
@@ -19,12 +25,33 @@ from vhd.schemas.records import EnvironmentRecord, SetterOutputRecord
 from vhd.tasks.sandbox import Limits, run_job
 
 
-def reward(utility: float, u_star: float, u_default: float) -> float:
-    """r = clip01((u − u0) / (u* − u0))."""
-    span = u_star - u_default
-    if not math.isfinite(utility) or span <= 0:
+def reward(utility: float | None, u_star: float, u_default: float, u_idle: float | None = None) -> float:
+    """r = clip01((u − u0) / (u* − u0)) with u0 = max(u_default, u_idle); 0 for no utility."""
+    zero = u_default if u_idle is None else max(u_default, u_idle)
+    span = u_star - zero
+    if utility is None or not math.isfinite(utility) or span <= 0:
         return 0.0
-    return min(1.0, max(0.0, (utility - u_default) / span))
+    return min(1.0, max(0.0, (utility - zero) / span))
+
+
+def replay(module: str, config: dict[str, Any], trajectories: list[list[dict[str, Any]]],
+           limits: Limits = Limits()) -> list[dict[str, Any]]:
+    """Play each trajectory in the sandbox and finish it by the contract's rule (`Env.finish()`).
+    One row per trajectory: utility (None if the module failed), error, terminal, refused calls."""
+    job = {"module": module, "episodes": [{"key": "score", "config": config, "finish": True,
+                                           "trajectories": trajectories}]}
+    result = run_job(job, limits)
+    if result.status != "ok":
+        return [{"utility": None, "error": result.message, "terminal": False} for _ in trajectories]
+    rows = []
+    for played in result.episodes["score"]["trajectories"]:
+        if played.get("exception"):
+            rows.append({"utility": None, "error": played["exception"].splitlines()[-1], "terminal": False})
+        else:
+            rows.append({"utility": played["utility"], "error": None, "terminal": played["terminal"],
+                         "rejected_calls": played["errors"], "first_error": played.get("first_error"),
+                         "obs_digest": played.get("obs_digest"), "turns_used": played.get("turns_used")})
+    return rows
 
 
 def parse_trajectories(text: str, source: str = "trajectories") -> list[list[dict[str, Any]]]:
@@ -37,6 +64,9 @@ def parse_trajectories(text: str, source: str = "trajectories") -> list[list[dic
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TrajectoryFormatError(f"{source}:{number}: not JSON ({exc.msg}); expected a list of tool calls") from None
+        except (RecursionError, ValueError):  # nested past the parser's depth, an integer past 4300 digits
+            raise TrajectoryFormatError(f"{source}:{number}: nested too deeply or a number too long; "
+                                        "expected a list of tool calls") from None
         if not isinstance(value, list) or not all(
             isinstance(s, dict) and set(s) == {"tool", "arguments"} and isinstance(s["tool"], str)
             and isinstance(s["arguments"], dict) for s in value
@@ -50,25 +80,11 @@ def parse_trajectories(text: str, source: str = "trajectories") -> list[list[dic
 
 def score(env: EnvironmentRecord, setter_output: SetterOutputRecord, theta: dict[str, Any], family: Family,
           trajectories: list[list[dict[str, Any]]], limits: Limits = Limits()) -> list[dict[str, Any]]:
+    """Reward of each trajectory on a stored environment (F: the written plan's grader)."""
     if env.presentation == "F":
         from vhd.tasks import written
 
         return [written.score_trajectory(family, theta, env.u_star, env.u_default, env.reference_trajectory, t)
                 for t in trajectories]
-    clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
-    job = {"module": setter_output.module,
-           "episodes": [{"key": "score", "config": env.config(theta), "pad_with": clock, "trajectories": trajectories}]}
-    result = run_job(job, limits)
-    if result.status != "ok":
-        return [{"utility": None, "reward": 0.0, "error": result.message, "terminal": False} for _ in trajectories]
-    rows = []
-    for played in result.episodes["score"]["trajectories"]:
-        if played.get("exception"):
-            rows.append({"utility": None, "reward": 0.0, "error": played["exception"].splitlines()[-1], "terminal": False})
-            continue
-        utility = played["utility"]
-        rows.append({"utility": utility, "reward": reward(utility, env.u_star, env.u_default),
-                     "error": None, "terminal": played["terminal"], "rejected_calls": played["errors"],
-                     "first_error": played.get("first_error"), "obs_digest": played.get("obs_digest"),
-                     "turns_used": played.get("turns_used")})
-    return rows
+    rows = replay(setter_output.module, env.config(theta), trajectories, limits)
+    return [{"reward": reward(row["utility"], env.u_star, env.u_default, env.u_idle), **row} for row in rows]

@@ -17,9 +17,15 @@ import json  # noqa: F401  (SKIN = json.loads(...) and World use it)
 import math
 import random  # noqa: F401  (for World)
 import sqlite3
+import threading
 
-ENV_API = 1
+ENV_API = 2  # 2: Env.finish(), the call limit, callable from any thread
 PRESENTATIONS = ("I", "A")
+
+
+def call_limit(turn_budget):
+    """Tool calls an episode accepts in all, refused ones included: twice the turn budget plus 50."""
+    return 2 * turn_budget + 50
 
 
 class AgentError(Exception):
@@ -34,6 +40,18 @@ _JSON_TYPES = {
 }
 
 
+def _shown(value):
+    """A short, safe description of an argument's value for a refusal (no deep or long repr)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return "an integer of %d bits" % value.bit_length()
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)[:40]
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    return "a JSON %s" % ("array" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict)
+                           else type(value).__name__)
+
+
 def schema_problem(schema, arguments):
     """The first way `arguments` break the (object, flat) `schema`, or None."""
     if not isinstance(arguments, dict):
@@ -45,16 +63,20 @@ def schema_problem(schema, arguments):
     for name, value in arguments.items():
         spec = properties.get(name)
         if spec is None:
-            return "unknown argument %r; expected only %s" % (name, sorted(properties) or "no arguments")
+            return "unknown argument %r; expected only %s" % (name[:64], sorted(properties) or "no arguments")
         kind = spec.get("type")
         if kind in _JSON_TYPES and not _JSON_TYPES[kind](value):
-            return "argument %r must be of type %s, got %r" % (name, kind, value)
+            return "argument %r must be of type %s, got %s" % (name, kind, _shown(value))
+        if kind not in _JSON_TYPES and not isinstance(value, (bool, int, float, str)):
+            return "argument %r must be a single value, got %s" % (name, _shown(value))
         if "minimum" in spec and value < spec["minimum"]:
-            return "argument %r must be >= %s, got %r" % (name, spec["minimum"], value)
+            return "argument %r must be >= %s, got %s" % (name, spec["minimum"], _shown(value))
         if "maximum" in spec and value > spec["maximum"]:
-            return "argument %r must be <= %s, got %r" % (name, spec["maximum"], value)
+            return "argument %r must be <= %s, got %s" % (name, spec["maximum"], _shown(value))
+        if "maxLength" in spec and len(value) > spec["maxLength"]:
+            return "argument %r must be at most %d characters, got %d" % (name, spec["maxLength"], len(value))
         if "enum" in spec and value not in spec["enum"]:
-            return "argument %r must be one of %s, got %r" % (name, spec["enum"], value)
+            return "argument %r must be one of %s, got %s" % (name, spec["enum"], _shown(value))
     return None
 
 
@@ -81,26 +103,47 @@ class Env:
             raise ValueError(problem)
         self._presentation = config["presentation"]
         self._budget = config["turn_budget"]
+        self._limit = call_limit(self._budget)
         self._turns = 0
-        self._db = sqlite3.connect(":memory:", isolation_level=None)
+        self._calls = 0
+        self._finished = False
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._world = World(self._db, config["params"], config["episode_seed"], SKIN)  # noqa: F821  (both follow)
         self._specs = {tool["name"]: tool for tool in SKIN["tools"]}  # noqa: F821
         self.tools = [
             {"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
             for t in SKIN["tools"]  # noqa: F821
         ]
-        self.instruction = self._world.instruction(self._presentation, self._budget)
+        self.instruction = "%s\n\n%s" % (self._world.instruction(self._presentation, self._budget), self.rules())
+
+    def rules(self):
+        """The rules of play every environment shares (the end of the instruction)."""
+        return ("Rules of play: a refused call (its answer has \"ok\": false) changes nothing and uses no turn. "
+                "The episode also ends after %d tool calls in all, refused ones included; an episode that ends "
+                "early, or that you stop, is finished as when the turns run out." % self._limit)
 
     @property
     def done(self):
-        return self._world.over() or self._turns >= self._budget
+        with self._lock:
+            return self._finished or self._world.over() or self._turns >= self._budget
 
     def call(self, name, arguments):
-        if self.done:
-            return {"ok": False, "error": "the episode is over; no more tool calls are accepted"}
+        with self._lock:
+            if self.done:
+                return {"ok": False, "error": "the episode is over; no more tool calls are accepted"}
+            self._calls += 1
+            answer = self._call(name, arguments)
+            if self._calls >= self._limit and not self.done:
+                self.finish()
+                answer["episode_over"] = "the episode ended: %d tool calls in all is the limit" % self._limit
+            return answer
+
+    def _call(self, name, arguments):
         spec = self._specs.get(name) if isinstance(name, str) else None
         if spec is None:
-            return {"ok": False, "error": "unknown tool %r; expected one of %s" % (name, sorted(self._specs))}
+            shown = repr(name[:64]) if isinstance(name, str) else _shown(name)
+            return {"ok": False, "error": "unknown tool %s; expected one of %s" % (shown, sorted(self._specs))}
         problem = schema_problem(spec["input_schema"], arguments)
         if problem:
             return {"ok": False, "error": "%s: %s" % (name, problem)}
@@ -123,13 +166,26 @@ class Env:
         result["turns_left"] = self._budget - self._turns
         return result
 
+    def finish(self):
+        """End the episode now, by the instruction's rule for running out of turns (the World's
+        `run_out`): what every surface does with an episode the player stopped or left unfinished.
+        Idempotent; returns outcome()."""
+        with self._lock:
+            if not self.done:
+                self._world.run_out()
+            self._finished = True
+            return self.outcome()
+
     def outcome(self):
-        return {"utility": float(self._world.utility()), "terminal": self.done, "turns_used": self._turns}
+        with self._lock:
+            return {"utility": float(self._world.utility()), "terminal": self.done, "turns_used": self._turns,
+                    "calls_used": self._calls}
 
     def state_digest(self):
         """SHA-256 of the whole world state (for the gates' rollback and determinism checks)."""
-        dump = "\n".join(self._db.iterdump())
-        return hashlib.sha256(("%s|%d" % (dump, self._turns)).encode("utf-8")).hexdigest()
+        with self._lock:
+            dump = "\n".join(self._db.iterdump())
+            return hashlib.sha256(("%s|%d" % (dump, self._turns)).encode("utf-8")).hexdigest()
 
 
 def create(config):
