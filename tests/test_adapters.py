@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 from vhd.adapters import load_row, reward
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
+from vhd.tasks.setters.runtime import call_limit
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def _play(env, calls):
     env.reset(seed=0)
     for call in calls:
         observation, r, terminated, truncated, info = env.step(json.dumps(call))
-        if terminated or truncated:
+        if terminated:
             return r, terminated, truncated, info
     raise AssertionError("episode did not end")
 
@@ -49,22 +50,50 @@ def test_reference_gives_one_default_zero(exported):
         assert (r, terminated, truncated) == (1.0, True, False)
         assert reward(grader, grader["reference_trajectory"], row["module"]) == 1.0
     row = rows[0]
-    clock = row["grader"]["reference_trajectory"][-1]
-    r, terminated, _, info = _play(TextToolEnv(row), [clock] * row["grader"]["config"]["turn_budget"])
-    assert terminated and r == 0.0 == reward(row["grader"], [], row["module"])
+    env = TextToolEnv(row)
+    env.reset(seed=0)
+    r, info = env.finish()
+    assert r == 0.0 == reward(row["grader"], [], row["module"])
 
 
-def test_truncated_at_turn_budget(exported):
-    # actions that never reach the module (not JSON) use no module turn, so only the wrapper's
-    # budget ends the episode: truncated, and the clock plays the rest as the grader does
+def test_malformed_actions_count_toward_the_call_limit_like_refused_calls(exported):
+    # a malformed action reaches the module as a refused call, so the module's call limit ends
+    # the episode, and the recorded trajectory replays to the same reward everywhere
     _, rows = exported
     row = rows[0]
     env = TextToolEnv(row)
     env.reset(seed=0)
-    for _ in range(env.turn_budget):
+    for steps in range(1, 10_000):
         observation, r, terminated, truncated, info = env.step("{bad")
-    assert truncated and not terminated and info["steps"] == env.turn_budget
-    assert r == reward(row["grader"], [], row["module"]) == 0.0
+        if terminated:
+            break
+    assert steps == call_limit(env.turn_budget) and not truncated
+    assert "episode_over" in json.loads(observation)
+    assert r == reward(row["grader"], env.trajectory, row["module"]) == 0.0
+
+
+def test_refused_calls_use_no_turn_on_the_wrapper(exported):
+    # regression: the wrapper counted every call as a turn, so k refusals before π* scored 0
+    _, rows = exported
+    for row in rows:
+        optimal = row["grader"]["reference_trajectory"]
+        calls = [{"tool": "no_such_tool", "arguments": {}}] * 20 + optimal
+        r, terminated, _, info = _play(TextToolEnv(row), calls)
+        assert (r, terminated) == (1.0, True) and info["turns_used"] <= row["grader"]["config"]["turn_budget"]
+        assert reward(row["grader"], calls, row["module"]) == 1.0
+
+
+def test_deeply_nested_actions_are_one_line_errors(exported):
+    _, rows = exported
+    env = TextToolEnv(rows[0])
+    env.reset(seed=0)
+    for action in ("[" * 1500 + "]" * 1500, '{"tool": "x", "arguments": ' + "[" * 5000 + "]" * 5000 + "}",
+                   "9" * 5000, "x" * 100_000):
+        body = json.loads(env.step(action)[0])
+        assert body["ok"] is False and "\n" not in body["error"], body
+    name = rows[0]["player"]["tools"][0]["name"]
+    body = json.loads(env.step({"tool": name, "arguments": {"day": [[[[[]]]]] * 3, "x" * 10_000: 1}})[0])
+    assert body["ok"] is False and len(body["error"]) < 1000
 
 
 def test_bad_action_is_a_one_line_error_observation(exported):
@@ -95,6 +124,7 @@ def test_http_round_trip_equals_in_process(exported):
         assert [list(x) for x in got] == [json.loads(json.dumps(list(x))) for x in expected]
         state = client.state()
         assert state["steps"] == len(calls) and state["finished"] and state["trajectory"] == calls
+        assert state["session_id"] == client.session_id and state["result"]["reward"] == 1.0
         client.close()
     finally:
         server.shutdown()
@@ -121,6 +151,7 @@ def test_play_with_scripted_stdin(exported):
     quit_ = subprocess.run([sys.executable, "-m", "vhd.cli", "play", row["env_id"], "--db", db],
                            input="quit\n", capture_output=True, text=True, timeout=120)
     assert quit_.returncode == 0 and quit_.stdout.rstrip().endswith("reward 0.0000")
+    assert reward(row["grader"], [], row["module"]) == 0.0
 
 
 def test_unknown_env_id_is_one_line_exit_1(exported):
@@ -155,3 +186,74 @@ def test_training_md_worked_example_runs(exported):
         server.server_close()
     assert r == 1.0 and trajectory == row["grader"]["reference_trajectory"]
     assert messages[0]["content"] == row["player"]["instruction"]
+
+
+def _post(url, path, body):
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # a new connection per request
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.fixture()
+def served(exported):
+    _, rows = exported
+    server = make_server(rows[0])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield rows[0], f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_serve_env_answers_every_request_on_a_new_connection(served):
+    # regression: the module's SQLite connection was bound to the thread that made it, so a
+    # request served by another thread lost its step (5 of 20 unanswered)
+    row, url = served
+    calls = row["grader"]["reference_trajectory"]
+    status, opened = _post(url, "/reset", {})
+    assert status == 200
+    session = opened["session_id"]
+    answers = [_post(url, "/step", {"session_id": session, "action": call}) for call in calls[:20]]
+    assert all(status == 200 for status, _ in answers), answers
+    for _ in range(20 - len(answers)):
+        assert _post(url, "/reset", {"session_id": "again"})[0] == 200
+    for body in ("[" * 100_000 + "]" * 100_000, '{"session_id": 3, "action": {}}', "{not json"):
+        import urllib.request
+
+        request = urllib.request.Request(url + "/step", data=body.encode(), method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=60)
+            raise AssertionError("a bad body was accepted")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 400 and "error" in json.loads(exc.read())
+
+
+def test_serve_env_plays_fifty_concurrent_sessions(served):
+    row, url = served
+    calls = row["grader"]["reference_trajectory"]
+    plays = {k: calls[: len(calls) * (k % 5) // 4] for k in range(50)}  # π* cut at 0, ¼, ½, ¾ and whole
+    expected = {k: reward(row["grader"], p, row["module"]) for k, p in list(plays.items())[:5]}
+    got: dict[int, float] = {}
+
+    def player(k):
+        client = HttpEnvClient(url)
+        client.reset()
+        r, terminated = 0.0, False
+        for call in plays[k]:
+            _, r, terminated, _, _ = client.step(call)
+        got[k] = r if terminated else client.finish()[0]
+        client.close()
+
+    threads = [threading.Thread(target=player, args=(k,)) for k in plays]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == {k: expected[k % 5] for k in plays}
+    assert expected[4] == 1.0 and expected[0] == 0.0

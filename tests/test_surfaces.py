@@ -5,7 +5,9 @@ own stages: sample, solve, render, check, annotate, export) is played on the sam
 through every surface a trainer touches — the scorer of `vhd score` and `vhd eval`
 (`tasks.score.score`), `vhd.adapters.reward`, the Gym wrapper, a `serve-env` client and
 `vhd play` — and every surface gives the same reward: on the empty trajectory (0), π* cut at
-every quarter, refusals only (until the call limit ends the episode), π* with a refusal after
+every quarter and without its last call (stopping's last call
+is the decision to sell: it scored 1 when the surfaces finished the episode with π*'s last
+call), refusals only (until the call limit ends the episode), π* with a refusal after
 every call (1, refusals use no turn) and π* itself (1).
 """
 
@@ -68,7 +70,8 @@ def trajectories(row):
     interleaved = [step for call in optimal for step in (call, REFUSED)]
     refusals = [REFUSED] * (call_limit(row["grader"]["config"]["turn_budget"]) + 3)
     return {"empty": [], "quarter": quarters[0], "half": quarters[1], "three_quarters": quarters[2],
-            "refusals_only": refusals, "interleaved": interleaved, "optimal": optimal}
+            "all_but_the_last_call": optimal[:-1], "refusals_only": refusals, "interleaved": interleaved,
+            "optimal": optimal}
 
 
 def gym_reward(env, calls):
