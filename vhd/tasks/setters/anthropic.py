@@ -31,14 +31,16 @@ from vhd.tasks.setters.settings import LLMSettings
 from vhd.tasks.setters.template import render_module
 
 SETTER = "anthropic"
-SETTER_VERSION = "1"
+SETTER_VERSION = "2"
 THETA_GATES = ("default_band",)
 _CODE = re.compile(r"```(python|json)[^\n]*\n(.*?)```", re.S)
 
 SYSTEM = (
     "You write reinforcement-learning environments as one self-contained Python module (standard library "
-    "only; sqlite3 in memory for the relational world). The module defines ENV_API = 1, create(config) and an "
-    "Env with instruction, tools, call(name, arguments), done and outcome(), exactly like the exemplars. "
+    "only; sqlite3 in memory for the relational world). The module defines ENV_API = 2, create(config) and an "
+    "Env with instruction, tools, call(name, arguments), done, outcome() and finish() (ends an unfinished "
+    "episode by the rule for running out of turns), with the exemplars' turn rule and call limit, exactly like "
+    "the exemplars; an Env must work when called from any thread. "
     "Every tool call must be all-or-nothing and never raise for a player's mistake. In presentation 'A' no "
     "observation may reveal the hidden parameters, the optimum or the optimal policy; probes cost turns. "
     "Reply with one ```python block (the whole module) and one ```json block: a list of "

@@ -22,7 +22,7 @@ from vhd.schemas.records import PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
 
 SETTER = "template"
-SETTER_VERSION = "1"
+SETTER_VERSION = "2"
 _RUNTIME = Path(__file__).with_name("runtime.py")
 
 
