@@ -329,15 +329,26 @@ def test_probes_and_observations_report_theta():
     assert len(chosen_of(plan)) >= 2
     for i in chosen_of(plan):
         assert call("add_item", item=i)["ok"]
+    # the sums count the inspected lots of the selection only (lot 3 at most) and name the others
     sel = call("view_selection")
-    assert sel["selected"] == chosen_of(plan) and sel["value"] == FAM.evaluate(theta, plan)
-    used = [sum(theta["weights"][r][i] for i in chosen_of(plan)) for r in range(theta["n_resources"])]
-    assert list(sel["load"].values()) == used
-    assert list(call("view_headroom")["headroom"].values()) == [c - u for c, u in zip(theta["capacities"], used)]
+    counted = [i for i in chosen_of(plan) if i == 3]
+    assert sel["selected"] == chosen_of(plan) and sel["not_counted"] == [i for i in chosen_of(plan) if i != 3]
+    assert sel["value"] == worth(theta, counted)
+    assert list(sel["load"].values()) == [sum(theta["weights"][r][i] for i in counted)
+                                          for r in range(theta["n_resources"])]
     listed = call("list_items")["lots"]
     assert [x["selected"] for x in listed] == [bool(x) for x in plan.tolist()]
     assert [x["inspected"] for x in listed] == [i == 3 for i in range(theta["n_items"])]
     assert [x["item"] for x in call("view_inspected")["lots"]] == [3]
+    for i in chosen_of(plan):
+        assert call("inspect_item", item=i)["ok"]
+    sel = call("view_selection")
+    assert sel["value"] == FAM.evaluate(theta, plan) and sel["not_counted"] == []
+    used = [sum(theta["weights"][r][i] for i in chosen_of(plan)) for r in range(theta["n_resources"])]
+    assert list(sel["load"].values()) == used
+    headroom = call("view_headroom")
+    assert list(headroom["headroom"].values()) == [c - u for c, u in zip(theta["capacities"], used)]
+    assert headroom["not_counted"] == []
     assert call("view_log", limit=2)["log"][0]["action"] == "add"
     assert call("remove_item", item=chosen_of(plan)[0])["ok"]
     assert call("clear_selection")["ok"] and call("view_selection")["value"] == 0
@@ -409,6 +420,72 @@ def test_presentation_a_hides_the_numbers_that_i_states():
         assert all(" %d" % c in i_text for c in theta["capacities"]), caps
         assert out.tool_name("inspect_item") in a_text and out.tool_name("read_capacities") in a_text
         assert "lot 0: value" not in a_text
+
+
+def test_a_refused_lot_never_shows_a_hidden_load():
+    """Issue 14: "floor space would hold 74 + 20 > capacity 75" told the player an uninspected
+    lot's load. Worlds that differ only in hidden θ give the same refusal text: the broken rule."""
+    small = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
+    large = make([50, 40, 30], [[5, 2, 2], [0, 1, 1]], [6, 4])  # lot 1 misfits on resource 0 for another reason
+    out, _ = generated(1)
+    texts = []
+    for theta in (small, large):
+        env = make_env(1, theta, "A")
+        call = lambda tool, **args: env.call(out.tool_name(tool), args)
+        assert call("read_capacities")["ok"] and call("add_item", item=0)["ok"]
+        refused = call("add_item", item=1)
+        assert refused["ok"] is False
+        texts.append(refused["error"])
+    assert texts[0] == texts[1]
+    assert "capacity" in texts[0] and not re.search(r"\d+ \+ \d+|> capacity \d", texts[0])
+    for number in ("3", "4", "6", "7"):  # lot 1's load, the load so far, the capacity, their sum
+        assert not re.search(r"(?<![\w-])%s(?![\w-])" % number, texts[0].replace("lot 1", "")), texts[0]
+
+
+def test_before_an_inspection_the_selection_shows_no_hidden_value_or_load():
+    small = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
+    large = make([50, 40, 30], [[5, 2, 2], [0, 1, 1]], [7, 5])
+    out, _ = generated(2)
+    answers = []
+    for theta in (small, large):
+        env = make_env(2, theta, "A")
+        call = lambda tool, **args: env.call(out.tool_name(tool), args)
+        assert call("add_item", item=0)["ok"]
+        selection = call("view_selection")
+        assert selection["value"] == 0 and selection["not_counted"] == [0]
+        assert call("read_capacities")["ok"]
+        headroom = call("view_headroom")
+        assert list(headroom["headroom"].values()) == theta["capacities"] and headroom["not_counted"] == [0]
+        answers.append({k: v for k, v in selection.items() if k != "turns_left"})
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("theta,field", [
+    (make([1, 1], [[1.9, 1.9]], [2.5]), "weights"),     # issue 14: solved as 2.0, the true optimum is 1
+    (make([1.5, 0.5], [[1, 1]], [2]), "values"),
+    (make([1, 1], [[1, 1]], [2.5]), "capacities"),
+    (make([1, 1], [[1, 1]], [-1]), "capacities"),
+    (make([1, -1], [[1, 1]], [2]), "values"),
+    (make([1, 1], [[1, float("nan")]], [2]), "weights"),
+    (make([1, 1], [[1, 1]], [True]), "capacities"),
+])
+def test_solve_refuses_theta_that_is_not_whole_and_non_negative(theta, field):
+    with pytest.raises(InvalidParams, match=r"knapsack θ\['%s'\].*whole number" % field):
+        FAM.solve(theta)
+
+
+def test_solve_refuses_sizes_past_its_limits_and_malformed_theta():
+    too_many = make([1] * 51, [[1] * 51], [10])
+    with pytest.raises(InvalidParams, match=r"n_items.*1 … 50"):
+        FAM.solve(too_many)
+    with pytest.raises(InvalidParams, match=r"n_resources.*1 … 12"):
+        FAM.solve(make([1], [[1]] * 13, [1] * 13))
+    with pytest.raises(InvalidParams, match=r"weights.*2 entries"):
+        FAM.solve(dict(make([1, 1], [[1, 1]], [2]), weights=[[1]]))
+    with pytest.raises(InvalidParams, match="lacks the field 'values'"):
+        FAM.solve({k: v for k, v in make([1], [[1]], [1]).items() if k != "values"})
+    # a whole number written as a float is the number itself
+    assert FAM.solve(make([3.0, 2], [[2.0, 1]], [2.0])).u_star == 3.0
 
 
 # ---------------------------------------------------------------------------------------------

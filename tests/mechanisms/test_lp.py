@@ -378,8 +378,10 @@ def test_invalid_calls_are_refused_and_leave_state_unchanged(k):
     digest = env.state_digest()
     assert env.call(n("reset_plan"), {})["ok"] is False  # already empty
     assert env.state_digest() == digest
-    # a plan that uses a resource exactly is accepted, observations report it
+    # a plan that uses a resource exactly is accepted, observations report it (once the usage is read)
     assert env.call(n("set_production"), {"product": 0, "quantity": 3})["ok"]
+    assert env.call(n("view_resource_use"), {})["ok"] is False
+    assert env.call(n("get_usage_table"), {})["ok"]
     use = env.call(n("view_resource_use"), {})
     assert [u["hours"] for u in use["hours_used"]] == [3.0, 9.0]
     assert env.call(n("set_production"), {"product": 1, "quantity": 1e-10})["ok"]  # within 1e-9
@@ -422,6 +424,73 @@ def test_presentation_a_hides_what_i_states(k):
     assert [r["hours_by_resource"] for r in table] == [[4, 2], [1, 5], [6, 3]]
     caps = env.call(out.tool_name("get_capacity_sheet"), {})["capacity_hours"]
     assert [c["capacity"] for c in caps] == [41, 37]
+
+
+def _twins():
+    """Two θ that differ only in the hidden fields (profit, usage, capacity); demand is public."""
+    mine = make([3, 5], [[6, 3], [2, 1]], [54, 9], [9, 9])
+    other = make([4, 7], [[8, 5], [1, 2]], [40, 11], [9, 9])
+    return mine, other
+
+
+def test_a_refused_plan_never_shows_hidden_hours():
+    """Issue 14: "would need 54.0 hours of resource 1" told the player usage × quantity and the
+    capacity. Worlds that differ only in hidden θ give the same refusal text: the broken rule."""
+    out, _ = generated(0)
+    texts = []
+    for theta in _twins():
+        env = env_for(0, theta, "A")
+        refused = env.call(out.tool_name("set_production"), {"product": 0, "quantity": 9})
+        assert refused["ok"] is False
+        texts.append(refused["error"])
+    assert texts[0] == texts[1] and "hours" in texts[0]
+    assert not any(ch.isdigit() for ch in texts[0]), texts[0]
+
+
+def test_before_a_probe_decisions_and_observations_show_no_hidden_number():
+    out, _ = generated(1)
+    answers = []
+    for theta in _twins():
+        env = env_for(1, theta, "A")
+        call = lambda tool, **args: env.call(out.tool_name(tool), args)
+        seen = [call("set_production", product=1, quantity=2), call("view_plan"), call("view_resource_use")]
+        assert seen[0]["ok"] and "hours_used" not in seen[0] and seen[2]["ok"] is False
+        assert call("get_usage_table")["ok"]
+        after = call("set_production", product=1, quantity=3)
+        assert [u["hours"] for u in after["hours_used"]] == [3.0 * row[1] for row in theta["usage"]]
+        answers.append([{k: v for k, v in a.items() if k != "turns_left"} for a in seen])
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("theta,field", [
+    (make([3, 5], [[1, 2], [3, 1]], [8.5, 9], [5, 5]), "capacity"),
+    (make([3, 5], [[1, 2.5], [3, 1]], [8, 9], [5, 5]), "usage"),
+    (make([3.25, 5], [[1, 2], [3, 1]], [8, 9], [5, 5]), "profit"),
+    (make([3, 5], [[1, 2], [3, 1]], [8, 9], [5, 0.5]), "demand"),
+    (make([3, 5], [[1, 2], [3, 1]], [8, -1], [5, 5]), "capacity"),
+    # afiro-like: negative usage and capacity make producing nothing infeasible (a raw ValueError before)
+    (make([3, 5], [[-1, 1], [3, 1]], [-1, 9], [5, 5]), "usage"),
+])
+def test_solve_refuses_theta_that_is_not_of_the_declared_form(theta, field):
+    with pytest.raises(InvalidParams, match=r"lp θ\['%s'\].*whole number" % field):
+        FAM.solve(theta)
+
+
+def test_solve_refuses_sizes_past_its_limits():
+    with pytest.raises(InvalidParams, match=r"products.*2 … 8"):
+        FAM.solve(make([1] * 9, [[1] * 9, [1] * 9], [5, 5], [1] * 9))
+    with pytest.raises(InvalidParams, match=r"resources.*2 … 6"):
+        FAM.solve(make([1, 1], [[1, 1]] * 7, [5] * 7, [1, 1]))
+    with pytest.raises(InvalidParams, match=r"usage.*2 entries"):
+        FAM.solve(dict(make([1, 1], [[1, 1], [1, 1]], [5, 5], [1, 1]), usage=[[1, 1], [1]]))
+
+
+def test_a_solver_failure_is_a_solver_error_with_a_reason(monkeypatch):
+    from vhd.schemas.errors import SolverError
+
+    monkeypatch.setattr(lp, "_highs", lambda theta: (_ for _ in ()).throw(ValueError("HiGHS status 2: infeasible")))
+    with pytest.raises(SolverError, match="infeasible"):
+        FAM.solve(HAND[0])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,8 +35,11 @@ def certified(
     started = time.perf_counter()
     try:
         value, plan, *proof = run()
-    except (ArithmeticError, ValueError, MemoryError) as exc:
-        raise SolverError(f"{method} failed: {exc}") from exc
+    except MemoryError as exc:  # its message is usually empty: say what happened
+        raise SolverError(f"{method} failed: out of memory ({str(exc) or 'MemoryError'}); the instance is too large "
+                          "for this solver") from exc
+    except (ArithmeticError, ValueError) as exc:
+        raise SolverError(f"{method} failed: {str(exc) or type(exc).__name__}") from exc
     seconds = time.perf_counter() - started
     if not math.isfinite(value):
         raise SolverError(f"{method} returned a non-finite optimum {value!r}; expected a finite utility")

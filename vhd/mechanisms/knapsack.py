@@ -10,7 +10,9 @@ Model
     lots one at a time in any order, since a subset of a feasible selection is feasible.
     Solved exactly as a 0/1 integer program (maximise v·x subject to W x ≤ c, x ∈ {0,1}^n) by
     HiGHS through scipy.optimize.milp with a zero relative MIP gap; the optimum is re-checked
-    in integer arithmetic.
+    in integer arithmetic. Limits: solve() takes 1 … 50 lots (MAX_ITEMS) and 1 … 12 resources
+    (MAX_RESOURCES) with whole values, loads and capacities ≥ 0; any other θ (a fractional weight
+    such as 1.9, a negative capacity, 51 lots) is refused with InvalidParams, never truncated.
 
 State
     the lot catalog (value, whether inspected), the resources (capacity, whether read), the
@@ -21,8 +23,10 @@ Tools
     probes: inspect a lot (its value and its load on every resource), read the capacities;
     decisions: add a lot to the selection, remove a lot, clear the selection; clock: submit the
     selection (ends the episode); observations: list the lots, view the selection (value and
-    load so far), view the headroom left (once the capacities are read), view inspected lots,
-    view the action log.
+    load of its inspected lots), view the headroom left (once the capacities are read, after the
+    inspected lots of the selection), view inspected lots, view the action log. Nothing but the
+    two probes shows a value, a load or a capacity: sums leave uninspected lots out (and name
+    them), and a refused lot is told only that it would push some resource past its capacity.
 
 Reward
     utility = total value of the submitted selection (the empty selection scores 0).
@@ -43,18 +47,21 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
+from vhd.mechanisms._theta import ThetaCheck
 
-MAX_ITEMS = 50  # Params/tool-schema bound (mknap1's largest problem); the sampler still draws 6…14 lots
-MAX_RESOURCES = 12
+MAX_ITEMS = 50  # Params/tool-schema/solve bound (mknap1's largest problem); the sampler still draws 6…14 lots
+MAX_RESOURCES = 12  # Params/solve bound
 HIDDEN = ("values", "weights", "capacities")
 
 
 class Params(BaseModel):
     """Difficulty knobs of a knapsack instance."""
 
-    size: int = Field(10, ge=1, le=MAX_ITEMS, description="number of candidate lots (items) n, in lots")
+    size: int = Field(10, ge=1, le=MAX_ITEMS, description="number of candidate lots (items) n, in lots; solve() "
+                                                          "refuses θ with more than MAX_ITEMS = 50")
     horizon: int = Field(5, ge=1, le=MAX_RESOURCES,
-                         description="number of resource constraints m (each a capacity in resource units)")
+                         description="number of resource constraints m (each a capacity in resource units); "
+                                     "solve() refuses θ with more than MAX_RESOURCES = 12")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -80,6 +87,17 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # Plans: a 0/1 vector over the lots.
+
+
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_ITEMS lots, 1 … MAX_RESOURCES
+    resources, whole values, loads and capacities ≥ 0 (fractions are refused, never truncated)."""
+    check = ThetaCheck("knapsack", theta)
+    n = check.count("n_items", 1, MAX_ITEMS)
+    m = check.count("n_resources", 1, MAX_RESOURCES)
+    check.whole("values", (n,), low=0)
+    check.whole("weights", (m, n), low=0)
+    check.whole("capacities", (m,), low=0)
 
 
 def _arrays(theta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,7 +155,10 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
 
 
 def solve(theta: dict) -> Solution:
-    """u* and π* (the 0/1 selection vector, int8) by MILP; values of the default and idle plans."""
+    """u* and π* (the 0/1 selection vector, int8) by MILP; values of the default and idle plans.
+    InvalidParams first if θ is not of the declared form (`check_theta`)."""
+    check_theta(theta)
+
     def run():
         value, (plan, gap, bound) = _milp(theta)
         return value, plan, {"gap": gap, "bound": bound}
@@ -308,17 +329,29 @@ class World:
     def _selected(self):
         return [row[0] for row in self.db.execute("SELECT item_id FROM %s ORDER BY item_id" % self.t["selection"])]
 
-    def _used(self):
-        """Load of the current selection on every resource, in resource order."""
+    def _used(self, inspected_only=False):
+        """Load of the current selection (only its inspected lots, if asked) on every resource, in resource order."""
+        only = " AND l.item_id IN (SELECT item_id FROM %s WHERE inspected = 1)" % self.t["catalog"] \
+            if inspected_only else ""
         rows = self.db.execute(
             "SELECT r.resource_id, COALESCE(SUM(l.load), 0) FROM %s r LEFT JOIN %s l ON l.resource_id = r.resource_id "
-            "AND l.item_id IN (SELECT item_id FROM %s) GROUP BY r.resource_id ORDER BY r.resource_id"
-            % (self.t["resources"], self.t["loads"], self.t["selection"])).fetchall()
+            "AND l.item_id IN (SELECT item_id FROM %s)%s GROUP BY r.resource_id ORDER BY r.resource_id"
+            % (self.t["resources"], self.t["loads"], self.t["selection"], only)).fetchall()
         return [row[1] for row in rows]
 
     def _value(self):
         return self.db.execute("SELECT COALESCE(SUM(c.value), 0) FROM %s c JOIN %s s ON s.item_id = c.item_id"
                                % (self.t["catalog"], self.t["selection"])).fetchone()[0]
+
+    def _inspected_value(self):
+        """Value of the inspected lots of the selection."""
+        return self.db.execute("SELECT COALESCE(SUM(value), 0) FROM %s WHERE inspected = 1 AND item_id IN "
+                               "(SELECT item_id FROM %s)" % (self.t["catalog"], self.t["selection"])).fetchone()[0]
+
+    def _uninspected_selected(self):
+        return [row[0] for row in self.db.execute(
+            "SELECT s.item_id FROM %s s JOIN %s c ON c.item_id = s.item_id WHERE c.inspected = 0 ORDER BY s.item_id"
+            % (self.t["selection"], self.t["catalog"]))]
 
     def _loads_of(self, item):
         return [row[0] for row in self.db.execute("SELECT load FROM %s WHERE item_id = ? ORDER BY resource_id"
@@ -362,17 +395,19 @@ class World:
                          for i, label, ins, sel in rows],
                 "resources": [World.resource_name(r) for r in range(self.p["n_resources"])]}
 
+    # A lot's value and loads are shown only once it is inspected (hidden θ in presentation A): the
+    # sums below count the inspected lots of the selection and name the ones they leave out.
     def tool_view_selection(self):
         names = [World.resource_name(r) for r in range(self.p["n_resources"])]
-        return {"selected": self._selected(), "value": self._value(), "currency": self.v["currency"],
-                "load": dict(zip(names, self._used()))}
+        return {"selected": self._selected(), "value": self._inspected_value(), "currency": self.v["currency"],
+                "load": dict(zip(names, self._used(True))), "not_counted": self._uninspected_selected()}
 
     def tool_view_headroom(self):
         if not self._get("capacities_read"):
             raise AgentError("the capacities have not been read yet; call %s first" % self.name["read_capacities"])
         names = [World.resource_name(r) for r in range(self.p["n_resources"])]
-        left = [c - u for c, u in zip(self._capacities(), self._used())]
-        return {"headroom": dict(zip(names, left))}
+        left = [c - u for c, u in zip(self._capacities(), self._used(True))]
+        return {"headroom": dict(zip(names, left)), "not_counted": self._uninspected_selected()}
 
     def tool_view_inspected(self):
         rows = self.db.execute("SELECT item_id, label, value FROM %s WHERE inspected = 1 ORDER BY item_id"
@@ -390,13 +425,9 @@ class World:
         if item in self._selected():
             raise AgentError("lot %d is already in the selection" % item)
         loads, used, caps = self._loads_of(item), self._used(), self._capacities()
-        for r in range(self.p["n_resources"]):
-            if used[r] + loads[r] > caps[r]:
-                if self._get("capacities_read"):
-                    raise AgentError("lot %d does not fit: %s would hold %d + %d > capacity %d"
-                                     % (item, World.resource_name(r), used[r], loads[r], caps[r]))
-                raise AgentError("lot %d does not fit: it would exceed the capacity of %s"
-                                 % (item, World.resource_name(r)))
+        if any(u + w > c for u, w, c in zip(used, loads, caps)):
+            # the rule only: which resource overflows, and by how much, depends on hidden loads
+            raise AgentError("lot %d does not fit: it would push some resource past its capacity" % item)
         self.db.execute("INSERT INTO %s VALUES (?)" % self.t["selection"], (item,))
         self._log("add", item)
         return {"added": item, "selected": self._selected()}
@@ -468,10 +499,12 @@ TOOLS = (
              reveals=("capacities",)),
     ToolSpec("list_items", "observe", "List the candidate lots from the {supplier} with their labels and whether "
              "each is inspected and selected.", _NO_ARGS),
-    ToolSpec("view_selection", "observe", "Show the current selection: its lots, total value in {currency} and "
-             "load on every resource.", _NO_ARGS),
-    ToolSpec("view_headroom", "observe", "Show how many units of every resource are still free (after the "
-             "capacities have been read).", _NO_ARGS),
+    ToolSpec("view_selection", "observe", "Show the current selection: its lots, and the total value in "
+             "{currency} and load on every resource of its inspected lots (the uninspected ones are listed as "
+             "not counted).", _NO_ARGS),
+    ToolSpec("view_headroom", "observe", "Show how many units of every resource are still free after the "
+             "inspected lots of the selection (once the capacities have been read; uninspected lots are listed as "
+             "not counted).", _NO_ARGS),
     ToolSpec("view_inspected", "observe", "List every lot inspected so far with its value and loads.", _NO_ARGS),
     ToolSpec("view_log", "observe", "List the most recent additions, removals and clears.",
              {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
@@ -487,7 +520,7 @@ TOOLS = (
 
 register(Family(
     name="knapsack",
-    version="2",  # 2: the write-only step counter and added_at column are gone
+    version="3",  # 3: refusals and sums show no uninspected load or value (hidden θ); solve() refuses non-integer θ
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",

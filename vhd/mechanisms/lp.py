@@ -13,18 +13,24 @@ Model
     is the linear programme max{profit·x : usage·x ≤ capacity, 0 ≤ x ≤ demand}, solved with
     HiGHS (scipy.optimize.linprog); its basic optimal vertex is then recomputed exactly in
     rational arithmetic from the tight constraints, so π* is exactly feasible, and the HiGHS
-    dual bound is kept in the certificate.
+    dual bound is kept in the certificate. Limits: solve() takes 2 … 8 products (MAX_PRODUCTS)
+    and 2 … 6 resources (MAX_RESOURCES) with whole profits and whole usage, capacities and
+    demands ≥ 0, so producing nothing is always feasible; any other θ (a fraction, a negative
+    capacity, a general LP such as netlib's afiro) is refused with InvalidParams.
 
 State
     the product catalog (profit, demand limit), the resources (capacity), the usage table
-    (product × resource → hours per unit), the current plan (a quantity per product) and
-    whether the plan has been closed.
+    (product × resource → hours per unit), the current plan (a quantity per product), whether
+    the usage table has been read and whether the plan has been closed.
 
 Tools
     probes: profit sheet (unit profits), usage table (hours per unit on each resource),
     capacity sheet (hours per resource); decisions: set a product's quantity, clear one
     product, reset the whole plan; clock: close the plan (produce and sell it); observations:
-    the plan, the resource hours it uses, the product list with demand limits, the resources.
+    the plan, the resource hours it uses (once the usage table is read), the product list with
+    demand limits, the resources. Nothing but the three probes shows a profit, a usage or a
+    capacity: a decision's answer reports hours used only after the usage table is read, and a
+    refused plan is told only that it needs more hours of some resource than it offers.
 
 Reward
     utility = Σ_j profit[j] · x[j] of the closed plan (a float, in currency). Idle (produce
@@ -48,16 +54,23 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._solve import certified, quiet_native_stdout
+from vhd.mechanisms._theta import ThetaCheck
+from vhd.schemas.errors import SolverError
 
 TOLERANCE = 1e-9  # a limit counts as exceeded only beyond this (World and evaluate alike)
+MAX_PRODUCTS = 8  # Params, tool schema and solve() bound
+MAX_RESOURCES = 6  # Params and solve() bound
 
 
 class Params(BaseModel):
     """Difficulty knobs of a production-planning instance."""
 
-    size: int = Field(4, ge=2, le=8, description="number of products (decision variables), in products")
-    horizon: int = Field(3, ge=2, le=6, description="number of shared resources / machines (constraints), in "
-                                                   "resources; not a time horizon: the plan is one run")
+    size: int = Field(4, ge=2, le=MAX_PRODUCTS, description="number of products (decision variables), in products; "
+                                                            "solve() refuses θ outside 2 … MAX_PRODUCTS = 8")
+    horizon: int = Field(3, ge=2, le=MAX_RESOURCES,
+                         description="number of shared resources / machines (constraints), in resources; not a "
+                                     "time horizon: the plan is one run; solve() refuses θ outside 2 … "
+                                     "MAX_RESOURCES = 6")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -94,6 +107,19 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # The LP and its exact vertex.
+
+
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 2 … MAX_PRODUCTS products, 2 …
+    MAX_RESOURCES resources, whole profits, whole usage, capacities and demands ≥ 0. Then producing
+    nothing is always feasible (netlib's afiro, with negative right-hand sides, is not of this form)."""
+    check = ThetaCheck("lp", theta)
+    n = check.count("products", 2, MAX_PRODUCTS)
+    m = check.count("resources", 2, MAX_RESOURCES)
+    check.whole("profit", (n,))
+    check.whole("usage", (m, n), low=0)
+    check.whole("capacity", (m,), low=0)
+    check.whole("demand", (n,), low=0)
 
 
 def _check_theta(theta: dict) -> tuple[int, int]:
@@ -187,8 +213,12 @@ def _highs(theta: dict) -> tuple[float, np.ndarray, float]:
 
 
 def solve(theta: dict) -> Solution:
-    """u* and π* by HiGHS plus exact vertex recovery; values of the default and idle plans."""
-    n, m = _check_theta(theta)
+    """u* and π* by HiGHS plus exact vertex recovery; values of the default and idle plans.
+    InvalidParams first if θ is not of the declared form (`check_theta`); SolverError for any
+    failure after that."""
+    check_theta(theta)
+    n, m = theta["products"], theta["resources"]
+
     def run():
         value, policy, dual = _highs(theta)
         return value, policy, {"bound": dual, "gap": max(0.0, float(dual) - value)}
@@ -196,8 +226,11 @@ def solve(theta: dict) -> Solution:
     # state space: the bases that can define a vertex (n tight constraints out of m + 2n)
     u_star, policy, cert = certified(run, method="HiGHS LP + exact vertex recovery", solver="scipy.optimize.linprog "
                                      "(HiGHS)", solver_version=scipy.__version__, state_space=math.comb(m + 2 * n, n))
-    return Solution(u_star=u_star, policy=policy, u_default=evaluate(theta, default_policy(theta)),
-                    u_idle=evaluate(theta, idle_policy(theta)), certificate=cert)
+    try:
+        u_default, u_idle = evaluate(theta, default_policy(theta)), evaluate(theta, idle_policy(theta))
+    except ValueError as exc:  # cannot happen for a checked θ; never let it out raw
+        raise SolverError(f"the default or idle plan of this θ is infeasible: {exc}") from exc
+    return Solution(u_star=u_star, policy=policy, u_default=u_default, u_idle=u_idle, certificate=cert)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +358,7 @@ class World:
                 db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["usage"], (j, i, params["usage"][i][j]))
         db.execute("INSERT INTO %s VALUES ('closed', 0)" % t["state"])
         db.execute("INSERT INTO %s VALUES ('changes', 0)" % t["state"])
+        db.execute("INSERT INTO %s VALUES ('usage_read', 0)" % t["state"])
 
     # -- state helpers --------------------------------------------------------------------
     def _get(self, key):
@@ -361,12 +395,14 @@ class World:
         caps = self.db.execute("SELECT resource, capacity FROM %s ORDER BY resource" % self.t["resources"]).fetchall()
         for (resource, capacity), hours in zip(caps, used):
             if hours > capacity + self.TOLERANCE:
-                raise AgentError("this plan would need %r hours of resource %d, more than its capacity"
-                                 % (hours, resource))
+                # the rule only: the hours needed reveal the usage table and the capacity (hidden θ)
+                raise AgentError("this plan would need more hours of some resource than it offers")
         self.db.execute("UPDATE %s SET quantity = ? WHERE product = ?" % self.t["plan"], (plan[product], product))
         self._set("changes", self._get("changes") + 1)
-        return {"product": product, "quantity": plan[product],
-                "hours_used": [{"resource": r, "hours": h} for (r, _), h in zip(caps, used)]}
+        answer = {"product": product, "quantity": plan[product]}
+        if self._get("usage_read"):  # hours used follow from the usage table, hidden until it is read
+            answer["hours_used"] = [{"resource": r, "hours": h} for (r, _), h in zip(caps, used)]
+        return answer
 
     # -- episode ----------------------------------------------------------------------------
     def over(self):
@@ -390,6 +426,7 @@ class World:
                 "currency": self.v["currency"]}
 
     def tool_get_usage_table(self):
+        self._set("usage_read", 1)
         rows = self.db.execute("SELECT product, resource, hours FROM %s ORDER BY product, resource" % self.t["usage"])
         table = {}
         for product, resource, hours in rows:
@@ -413,6 +450,8 @@ class World:
                 "changes": self._get("changes"), "closed": bool(self._get("closed"))}
 
     def tool_view_resource_use(self):
+        if not self._get("usage_read"):
+            raise AgentError("the hours per unit have not been read yet; call %s first" % self.name["get_usage_table"])
         used = self._used(self._plan())
         return {"hours_used": [{"resource": i, "hours": h} for i, h in enumerate(used)]}
 
@@ -480,7 +519,7 @@ class World:
 
 
 _NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_PRODUCT = {"type": "integer", "minimum": 0, "maximum": 7, "description": "product number, from 0"}
+_PRODUCT = {"type": "integer", "minimum": 0, "maximum": MAX_PRODUCTS - 1, "description": "product number, from 0"}
 
 TOOLS = (
     ToolSpec("get_profit_sheet", "probe", "Read the {site}'s profit per unit of each product, in {currency}.",
@@ -493,7 +532,8 @@ TOOLS = (
              _NO_ARGS),
     ToolSpec("view_resources", "observe", "List the shared resources (machines, lines) of the {site}.", _NO_ARGS),
     ToolSpec("view_plan", "observe", "Show the quantity currently planned for each product.", _NO_ARGS),
-    ToolSpec("view_resource_use", "observe", "Show the hours the current plan uses on each resource.", _NO_ARGS),
+    ToolSpec("view_resource_use", "observe", "Show the hours the current plan uses on each resource (once the "
+             "usage table has been read).", _NO_ARGS),
     ToolSpec("set_production", "decision", "Set the quantity of one product in the plan (replaces its previous "
              "quantity; fractions allowed). Refused if a resource or the demand limit would be exceeded.",
              {"type": "object", "properties": {
@@ -510,7 +550,7 @@ TOOLS = (
 
 register(Family(
     name="lp",
-    version="1",
+    version="2",  # 2: no hours used shown before the usage table is read, refusals without hidden numbers; θ checked
     group="near_ood",
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",
