@@ -79,7 +79,7 @@ def test_the_report_is_read_after_a_stall(tmp_path, monkeypatch):
         return code
 
     proc.poll = noticing_poll
-    data, _, status = _collect(proc, read_end, sandbox.Limits())
+    data, _, status, _ = _collect(proc, read_end, sandbox.Limits())
     assert clock.after_exit is not None and clock.after_exit > 1, "the stall was never simulated"
     assert status == "done"
     assert len(data) == REPORT
@@ -88,13 +88,13 @@ def test_the_report_is_read_after_a_stall(tmp_path, monkeypatch):
 def test_a_report_over_the_cap_is_still_oversize(tmp_path, monkeypatch):
     proc, read_end = _child(tmp_path)
     monkeypatch.setattr(sandbox, "select", _Select(proc))
-    data, _, status = _collect(proc, read_end, sandbox.Limits(result_bytes=REPORT // 2))
+    data, _, status, _ = _collect(proc, read_end, sandbox.Limits(result_bytes=REPORT // 2))
     assert status == "oversize"
     assert len(data) <= REPORT // 2
 
 
 def test_a_report_over_the_cap_read_while_the_child_runs_is_oversize(tmp_path):
     proc, read_end = _child(tmp_path, size=4 * REPORT)
-    data, _, status = _collect(proc, read_end, sandbox.Limits(result_bytes=REPORT))
+    data, _, status, _ = _collect(proc, read_end, sandbox.Limits(result_bytes=REPORT))
     assert status == "oversize"
     assert len(data) <= REPORT

@@ -436,7 +436,7 @@ def reference_runs(family: Family, candidates: list[Candidate], sequences: list[
     job = {"module": output.module, "episodes": [
         {"key": c.env_id, "config": c.config(), "pad_with": None,
          "trajectories": [tailed(family, output, calls) for calls in seqs]} for c, seqs in zip(candidates, sequences)]}
-    result = run_job(job, limits, hash_seed=0)
+    result = run_job(job, limits, hash_seed=0).settled()  # a wall_timeout is retried, not a verdict
     failed = {"exception": f"the reference World's sandbox run ended {result.status}: {result.message}"}
     return [result.episodes[c.env_id]["trajectories"] if result.status == "ok" and c.env_id in result.episodes
             else [failed] * len(seqs) for c, seqs in zip(candidates, sequences)]
@@ -714,12 +714,13 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
     expected = reference_runs(family, candidates, sequences, limits)
     reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
     job = _job(family, setter_output, candidates, refs, sequences)
-    first = run_job(job, limits, hash_seed=1)
+    first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
     # the second process replays what `determinism` compares: the candidates' trajectories
     # (not the fuzz, the twins or the extra θ, which only the first run's gates read)
     keys = {c.env_id for c in candidates}
     replay = {**job, "episodes": [{**e, "fuzz": None} for e in job["episodes"] if e["key"] in keys]}
-    second = run_job(replay, limits, hash_seed=2) if first.status == "ok" else SandboxResult(first.status)
+    second = (run_job(replay, limits, hash_seed=2).settled() if first.status == "ok"
+              else SandboxResult(first.status))
     share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),
              "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2,
              "reference_agreement": reference_seconds}

@@ -1,6 +1,6 @@
 """Run generated modules out of process, under limits set from outside the child.
 
-    >>> result = run_job({"module": source, "episodes": [...]}, Limits(wall_seconds=30))
+    >>> result = run_job({"module": source, "episodes": [...]}, Limits(cpu_seconds=30))
     >>> result.status, len(result.episodes)
     ('ok', 1)
 
@@ -17,7 +17,10 @@ Where the launch has a PID namespace, `run_job` forks the child from a warm zygo
 the same boundary instead of spawning an interpreter (`sandbox.pool`; `pool=False` or
 VHD_SANDBOX_POOL=0 spawns).
 
-Statuses: ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid.
+Statuses: ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid,
+and wall_timeout, which is not a verdict: the wall-clock backstop stopped a job that was waiting
+for a CPU on a busy machine (`_wall_expired`); `SandboxResult.settled()` raises it as a
+transient `SandboxError`, to be retried.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from vhd.schemas.errors import SandboxError
+
 RUNNER = Path(__file__).with_name("runner.py")
 SANDBOX_UID = 65534  # nobody / nogroup
 MARKER = "VHD_SANDBOX_ID"
@@ -49,7 +54,14 @@ MARKER = "VHD_SANDBOX_ID"
 
 @dataclass(frozen=True)
 class Limits:
-    wall_seconds: float = 120.0
+    """What one job may use. `cpu_seconds` (RLIMIT_CPU, per process: SIGXCPU at cpu_seconds,
+    SIGKILL at cpu_seconds + 1, which is where PID 1 of a namespace, deaf to SIGXCPU, ends)
+    decides "too slow": status `timeout`. The wall clock is only a backstop, `wall` =
+    max(wall_seconds, wall_factor × (cpu_seconds + 1)): a job is never cut before it could have
+    used its whole CPU allowance with 1/wall_factor of a core, and what an expiry means is
+    decided by `_wall_expired`."""
+
+    wall_seconds: float = 0.0  # a floor under the backstop, never below wall_factor × (cpu_seconds + 1)
     cpu_seconds: int = 120
     memory_bytes: int = 2 << 30
     result_bytes: int = 64 << 20
@@ -57,11 +69,20 @@ class Limits:
     open_files: int = 256
     processes: int = 64  # RLIMIT_NPROC of the sandbox uid (enforced only once privileges are dropped)
     stderr_bytes: int = 64 << 10
+    wall_factor: float = 5.0
+
+    @property
+    def wall(self) -> float:
+        """Seconds of wall clock after which the parent stops the job (the backstop)."""
+        return max(self.wall_seconds, self.wall_factor * (self.cpu_seconds + 1))
+
+
+TRANSIENT = ("wall_timeout",)  # statuses that are not a verdict on the module: retry the job
 
 
 @dataclass
 class SandboxResult:
-    # ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid
+    # ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid; wall_timeout (transient)
     status: str
     episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     message: str = ""
@@ -69,6 +90,18 @@ class SandboxResult:
     violations: list[str] = field(default_factory=list)
     isolation: str = ""
     scratch: str = ""
+
+    @property
+    def transient(self) -> bool:
+        """The machine, not the module, ended the job: no verdict may be drawn from it."""
+        return self.status in TRANSIENT
+
+    def settled(self) -> "SandboxResult":
+        """This result when it is a verdict on the module; SandboxError (a transient fault, which
+        the flows retry) when it is not."""
+        if self.transient:
+            raise SandboxError(self.message or f"sandbox {self.status}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -153,7 +186,7 @@ _PROBE = ("import os, json, fractions, hashlib\n"
 def _probe(mode: str, uid: int | None) -> bool:
     try:
         result = _run({"module": _PROBE, "episodes": [{"key": "p", "config": {}, "trajectories": []}]},
-                      Limits(wall_seconds=20), 0, Plan(mode, uid))
+                      Limits(wall_seconds=20, cpu_seconds=10), 0, Plan(mode, uid))
     except OSError:
         return False
     described = result.episodes.get("p", {}).get("describe", {}).get("exception", "")
@@ -239,12 +272,13 @@ def _run(job: dict[str, Any], limits: Limits, hash_seed: int, how: Plan) -> Sand
         finally:
             os.close(write_end)
         try:
-            data, stderr, status = _collect(proc, read_end, limits, started, how, marker)
+            data, stderr, status, note = _collect(proc, read_end, limits, started, how, marker)
         finally:
             os.close(read_end)
             proc.stderr.close()
         expected = [episode["key"] for episode in job.get("episodes", [])]
-        result = _parse(data, status, _signal_of(proc.returncode, how, bytes(stderr)), proc.returncode, stderr, key, expected)
+        result = _parse(data, status, _signal_of(proc.returncode, how, bytes(stderr)), proc.returncode, stderr, key, expected,
+                        note)
         result.seconds = time.perf_counter() - started
         result.isolation = how.mode + (f", uid {how.uid}" if how.uid is not None else f", uid {os.getuid()} (not dropped)")
         result.scratch = str(scratch)
@@ -349,15 +383,116 @@ class _Channel:
         return "done"
 
 
+# --- the wall-clock backstop: a verdict or the machine? -----------------------------------
+
+@dataclass(frozen=True)
+class Usage:
+    """What a job's processes did with their lives, measured when the backstop expired."""
+
+    cpu: float  # seconds on a CPU: every live process's own (all its threads), plus its reaped children's
+    waited: float | None  # seconds runnable but waiting for a CPU (run-queue delay, /proc/*/task/*/schedstat);
+    #                       None where the kernel does not keep it
+    life: float  # seconds since the oldest of the processes started
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (through /proc/PID/task/TID/children), not `root` itself."""
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            stack += children
+    return found
+
+
+def usage(pids: list[int]) -> Usage | None:
+    """CPU, run-queue wait and lifetime of these processes (None when none of them can be read)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu, waited, born, seen, sched = 0.0, 0.0, math.inf, False, True
+    try:
+        with open("/proc/uptime", encoding="ascii") as handle:
+            now = float(handle.read().split()[0])
+    except (OSError, ValueError):
+        return None
+    for pid in set(pids):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            utime, stime, cutime, cstime = (int(f) for f in fields[11:15])  # stat fields 14-17
+            start = int(fields[19]) / tick  # field 22
+            wait = 0
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
+                        wait += int(handle.read().split()[1])
+                except FileNotFoundError:  # a thread that just ended, or a kernel without schedstat
+                    if os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                        sched = False
+        except (OSError, ValueError, IndexError):
+            continue
+        seen = True
+        cpu += (utime + stime + cutime + cstime) / tick
+        waited += wait / 1e9
+        born = min(born, start)
+    if not seen:
+        return None
+    return Usage(cpu, waited if sched else None, max(0.0, now - born))
+
+
+def _wall_expired(measured: Usage | None, limits: Limits) -> tuple[str, str]:
+    """The status of a job the wall-clock backstop stopped before it ended.
+
+    `wall_timeout` (transient, not a verdict) when the job was starved: it wanted a CPU (running,
+    or runnable and waiting in the run queue) for at least half of its life, and got less than
+    half of one core. A single process that is still under its CPU limit when the backstop
+    (≥ wall_factor × (cpu_seconds + 1)) expires got less than 1/wall_factor of a core, so if it
+    was runnable, other work held the CPUs. Otherwise `timeout`, a verdict: the job spent most of its
+    life neither running nor runnable (it slept or blocked: hostile or broken, whatever the load),
+    or it kept half a core or more busy itself (its waiting was its own processes crowding each
+    other out). Without run-queue figures the load average stands in: starved when the job's CPU
+    reached half the share a runnable process gets at this load (cores / load, at most 1)."""
+    wall = limits.wall
+    if measured is None:
+        return "wall_timeout", (f"sandbox wall_timeout: the {wall:g} s wall-clock backstop expired and the job's "
+                                f"processes could not be measured; not a verdict")
+    cpu, life = measured.cpu, max(measured.life, 1e-9)
+    if measured.waited is not None:
+        wanted = cpu + measured.waited
+        starved = wanted >= 0.5 * life and cpu < 0.5 * life
+        how = f"it ran {cpu:.2f} s and waited {measured.waited:.2f} s for a CPU in {life:.2f} s"
+    else:
+        share = min(1.0, (os.cpu_count() or 1) / max(os.getloadavg()[0], 1e-9))
+        starved = 0.5 * share * life <= cpu < 0.5 * life
+        how = f"it ran {cpu:.2f} s in {life:.2f} s at a load average of {os.getloadavg()[0]:.1f}"
+    if starved:
+        return "wall_timeout", (f"sandbox wall_timeout: the {wall:g} s wall-clock backstop expired on a busy machine "
+                                f"({how}, under its CPU limit of {limits.cpu_seconds} s); not a verdict, retry")
+    return "timeout", (f"sandbox timeout: the {wall:g} s wall-clock backstop expired while the module was not "
+                       f"waiting for a CPU ({how}): it slept, blocked or crowded out its own processes")
+
+
 def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, how: Plan,
-             marker: str) -> tuple[bytes, bytes, str]:
+             marker: str) -> tuple[bytes, bytes, str, str]:
+    """The result channel and stderr, and how the job ended: 'done', 'oversize', or on the
+    backstop 'timeout' or 'wall_timeout' with the measurement that decided it."""
     channel = _Channel(fd, proc.stderr.fileno(), limits)
-    status, deadline, exited = "done", started + limits.wall_seconds, False
+    status, note, deadline, exited = "done", "", started + limits.wall, False
     while channel.open:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             if not exited:
-                status = "timeout"
+                pids = [proc.pid, *descendants(proc.pid)] + (marked_processes(marker) if how.mode == "none" else [])
+                status, note = _wall_expired(usage(pids), limits)
             break
         ready, _, _ = select.select(list(channel.open), [], [], min(remaining, 0.25))
         oversize = any(channel.take(ready_fd) == "oversize" for ready_fd in ready)
@@ -369,10 +504,10 @@ def _collect(proc: subprocess.Popen, fd: int, limits: Limits, started: float, ho
         if oversize:
             _kill(proc, how, marker)
             _drain(channel.open)
-            return channel.data, bytes(channel.stderr), "oversize"
+            return channel.data, bytes(channel.stderr), "oversize", ""
     _kill(proc, how, marker)
     _drain(channel.open)
-    return channel.data, bytes(channel.stderr), status
+    return channel.data, bytes(channel.stderr), status, note
 
 
 def _drain(fds: set[int], seconds: float = 3.0) -> None:
@@ -470,12 +605,12 @@ def _lines(data: bytes, key: bytes) -> tuple[list[dict[str, Any]], str]:
 
 
 def _parse(data: bytes, status: str, killed_by: int | None, returncode: int | None, stderr: bytes, key: bytes,
-           expected: list[str]) -> SandboxResult:
+           expected: list[str], note: str = "") -> SandboxResult:
     stderr_tail = stderr[-2000:].decode("utf-8", "replace")
-    if status in ("timeout", "oversize"):
-        return SandboxResult(status, message=f"sandbox {status}: the module exceeded its limits")
+    if status in ("timeout", "wall_timeout", "oversize"):
+        return SandboxResult(status, message=note or f"sandbox {status}: the module exceeded its limits")
     if killed_by in (signal.SIGXCPU, signal.SIGKILL):
-        return SandboxResult("timeout", message=f"sandbox timeout: killed by signal {killed_by} (CPU limit)")
+        return SandboxResult("timeout", message=f"sandbox timeout: killed by signal {killed_by} (the CPU limit)")
     if killed_by == signal.SIGXFSZ:
         return SandboxResult("oversize", message="sandbox killed by SIGXFSZ: a file exceeded the file-size limit")
     records, forged = _lines(data, key)

@@ -10,10 +10,11 @@ one idle zygote of its hash seed exclusively, and the zygote forks one fresh chi
 session, own scratch dir, rlimits before the module runs). The parent keeps everything that
 decides the verdict: it creates the scratch dir and the job file, holds the read ends of the
 result and stderr pipes (size-capped, HMAC-checked by `_parse`, exactly as for a spawned child),
-enforces the wall timeout, and on a timeout, an oversize channel, or anything it does not expect
-kills the whole zygote (its PID namespace takes every descendant with it). A zygote that dies
-during a check is replaced and the check retried once on a fresh one; if that dies too the
-check is `crashed`, never passed. The pool is used only where the child gets its own PID
+enforces the wall-clock backstop (the child's RLIMIT_CPU decides "too slow"; a backstop expiry is
+judged from the child's CPU and run-queue figures, `sandbox._wall_expired`), and on a timeout, an
+oversize channel, or anything it does not expect kills the whole zygote (its PID namespace takes
+every descendant with it). A zygote that dies during a check is replaced and the check retried
+once on a fresh one; if that dies too the check is `crashed`, never passed. The pool is used only where the child gets its own PID
 namespace (plan mode bwrap or unshare); elsewhere `run_job` spawns as before.
 
 `run_job(..., pool=False)` or `VHD_SANDBOX_POOL=0` selects the spawn path.
@@ -37,7 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vhd.tasks.sandbox import MARKER, RUNNER, Limits, Plan, SandboxResult, _Channel, _drain, _masks, _parse, plan
+from vhd.tasks.sandbox import (MARKER, RUNNER, Limits, Plan, SandboxResult, _Channel, _drain, _masks, _parse,
+                               _wall_expired, descendants, plan, usage)
 
 ZYGOTE = RUNNER.with_name("zygote.py")
 ENV_SWITCH = "VHD_SANDBOX_POOL"
@@ -194,13 +196,13 @@ class Zygote:
                 os.close(result_w)
                 os.close(err_w)
             try:
-                data, stderr, status, returncode, reusable = self._collect(result_r, err_r, limits, started)
+                data, stderr, status, note, returncode, reusable = self._collect(result_r, err_r, limits, started)
             finally:
                 os.close(result_r)
                 os.close(err_r)
             expected = [episode["key"] for episode in job.get("episodes", [])]
             killed_by = -returncode if returncode is not None and returncode < 0 else None
-            result = _parse(data, status, killed_by, returncode, stderr, key, expected)
+            result = _parse(data, status, killed_by, returncode, stderr, key, expected, note)
             result.seconds = time.perf_counter() - started
             result.isolation = (self.how.mode + ", warm pool"
                                 + (f", uid {self.how.uid}" if self.how.uid is not None else f", uid {os.getuid()} (not dropped)"))
@@ -211,20 +213,23 @@ class Zygote:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _collect(self, result_fd: int, err_fd: int, limits: Limits,
-                 started: float) -> tuple[bytes, bytes, str, int | None, bool]:
+                 started: float) -> tuple[bytes, bytes, str, str, int | None, bool]:
         channel = _Channel(result_fd, err_fd, limits)
-        deadline = started + limits.wall_seconds
+        deadline = started + limits.wall
         returncode, status, control_open = None, "done", True
 
-        def give_up(why: str) -> tuple[bytes, bytes, str, int | None, bool]:
+        def give_up(why: str, note: str = "") -> tuple[bytes, bytes, str, str, int | None, bool]:
             self.kill()
             _drain(channel.open)
-            return channel.data, bytes(channel.stderr), why, returncode, False
+            return channel.data, bytes(channel.stderr), why, note, returncode, False
 
         while channel.open or returncode is None:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                return give_up("timeout" if returncode is None else status)
+                if returncode is not None:
+                    return give_up(status)
+                # the child and whatever it left in the namespace: everything below the zygote
+                return give_up(*_wall_expired(usage(descendants(self.pid)), limits))
             watch = list(channel.open) + ([self.control] if control_open and returncode is None else [])
             if not watch:  # the control socket closed before the status: the zygote died
                 self.kill()
@@ -249,7 +254,7 @@ class Zygote:
             if not control_open and returncode is None and not self.alive():
                 self.kill()
                 raise ZygoteDied("the zygote died during the check")
-        return channel.data, bytes(channel.stderr), status, returncode, True
+        return channel.data, bytes(channel.stderr), status, "", returncode, True
 
 
 def _no_core() -> None:
