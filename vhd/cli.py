@@ -141,16 +141,28 @@ def refresh(
         if families:
             _fail("--preset chooses the families itself; drop --families")
         chosen = find_preset(preset, registry.all(), scale).presentations
+    _bounded_per_family(per_family)
     path = db or default_path()
-    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.refresh import refresh as refresh_flow
     from vhd.flows.refresh import with_workers
+    from vhd.flows.server import prefect_api
 
-    summary = with_workers(refresh_flow, workers)(
-        families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path), presentations=chosen,
-        preset=preset, scale=scale, setter=setter)
+    with prefect_api():
+        summary = with_workers(refresh_flow, workers)(
+            families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path), presentations=chosen,
+            preset=preset, scale=scale, setter=setter)
     _report(summary, path, as_json)
+
+
+def _bounded_per_family(per_family: int) -> None:
+    """One line for a --per-family past the bound (a round holds all of its θ in memory)."""
+    from vhd.tasks.sample import MAX_PER_FAMILY
+
+    if per_family > MAX_PER_FAMILY:
+        _fail(f"--per-family {per_family}: at most {MAX_PER_FAMILY:,} θ draws per family and run; "
+              "run several batches (--batch) for more")
 
 
 def _report(summary: dict, path: Path, as_json: bool) -> None:
@@ -369,6 +381,9 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
         text = trajectories.read_text(encoding="utf-8")
     except OSError as exc:
         raise TrajectoryFormatError(f"cannot read {trajectories}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TrajectoryFormatError(f"{trajectories}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                    f"{exc.start}); expected JSONL of tool-call lists") from None
     parsed = parse_trajectories(text, str(trajectories))
     with _reader(db) as wh:
         env = wh.get(EnvironmentRecord, _resolve(wh, env_id))
@@ -553,6 +568,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
 
     if format not in ("jsonl", "parquet"):
         _fail(f"--format must be jsonl or parquet, got {format!r}")
+    _output_directory(out)
     with _reader(db) as wh:
         if corpus_version is None:
             envs = wh.environments()
@@ -564,20 +580,33 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
             envs = [wh.get(EnvironmentRecord, env_id) for env_id in version.manifest["env_ids"]]
         rows = [export_row(e, wh.get(ModelRecord, e.model_id), wh.get(SetterOutputRecord, e.setter_output_id),
                            registry.get(e.family)) for e in envs]
-    out.mkdir(parents=True, exist_ok=True)
     target = out / f"environments.{format}"
     partial = target.with_suffix(target.suffix + ".partial")
-    if format == "jsonl":
-        partial.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-    else:
-        import polars as pl
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if format == "jsonl":
+            partial.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+        else:
+            import polars as pl
 
-        flat = [{**r, "player": json.dumps(r["player"], sort_keys=True), "grader": json.dumps(r["grader"], sort_keys=True)}
-                for r in rows]
-        pl.DataFrame(flat, schema={k: pl.Utf8 for k in ("env_id", "family", "presentation", "split", "module",
-                                                          "player", "grader")}).write_parquet(partial)
-    partial.replace(target)  # never a half-written export
+            flat = [{**r, "player": json.dumps(r["player"], sort_keys=True),
+                     "grader": json.dumps(r["grader"], sort_keys=True)} for r in rows]
+            pl.DataFrame(flat, schema={k: pl.Utf8 for k in ("env_id", "family", "presentation", "split", "module",
+                                                              "player", "grader")}).write_parquet(partial)
+        partial.replace(target)  # never a half-written export
+    except OSError as exc:  # a full disk, a read-only directory
+        partial.unlink(missing_ok=True)
+        _fail(f"cannot write {target}: {exc.strerror or exc}; nothing was exported")
     console.print(f"{len(rows)} environments → {target}")
+
+
+def _output_directory(out: Path) -> None:
+    """One line for an --out that cannot be a directory: an existing file, or a path under one."""
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            _fail(f"--out {out}: {path} is a file, not a directory; pass a directory to write into")
+        if path.exists():
+            return
 
 
 # --- issue 5, LLM setter: vhd yield ----------------------------------------------------------
@@ -629,7 +658,12 @@ def serve_env(env_id: str = typer.Argument(..., help="environment id (or a uniqu
     The generated module runs inside this server process (see docs/TRAINING.md, trust model)."""
     from vhd.adapters.http import make_server
 
-    server = make_server(_adapter_env(env_id, db), host, port)
+    if not 0 <= port <= 65535:
+        _fail(f"--port {port}: a TCP port is 0–65535 (0 = any free port)")
+    try:
+        server = make_server(_adapter_env(env_id, db), host, port)
+    except OSError as exc:  # the port is taken, the host is not ours
+        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
     console.print(f"serving {env_id} on http://{server.server_address[0]}:{server.server_address[1]}", highlight=False)
     try:
         server.serve_forever()
@@ -703,10 +737,12 @@ def eval_(
             select_envs(wh, families, chosen, corpus_version, per_cell, preset_name)
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         from vhd.flows.evaluate import evaluate as evaluate_flow
+        from vhd.flows.server import prefect_api
 
-        out = evaluate_flow(agent=agent, preset=preset_name, presentations=list(chosen), episodes=episodes,
-                            per_cell=per_cell, corpus_version=corpus_version, db_path=str(path),
-                            batch_size=batch_size, report_dir=str(report_dir) if report_dir else None)
+        with prefect_api():
+            out = evaluate_flow(agent=agent, preset=preset_name, presentations=list(chosen), episodes=episodes,
+                                per_cell=per_cell, corpus_version=corpus_version, db_path=str(path),
+                                batch_size=batch_size, report_dir=str(report_dir) if report_dir else None)
         result, version, stored = out["summary"], out["corpus_version"], out["episodes"]
         extra = {"artifacts": out["artifacts"], **({"report": out["report"]} if "report" in out else {})}
     else:
@@ -776,8 +812,10 @@ def report(
     if flow:
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         from vhd.flows.evaluate import report as report_flow
+        from vhd.flows.server import prefect_api
 
-        result = report_flow(out=str(out), agents=agents, db_path=str(db or default_path()), image_url=image_url)
+        with prefect_api():
+            result = report_flow(out=str(out), agents=agents, db_path=str(db or default_path()), image_url=image_url)
         files = result["files"]
         console.print(f"{result['episodes']} episodes → {', '.join(files)}; Prefect artifacts "
                       f"{', '.join(result['artifacts'].values())}", highlight=False)
@@ -811,14 +849,17 @@ def backfill(
         _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
     if batch is not None and (batch.startswith("import:") or not batch.strip()):
         _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    _bounded_per_family(per_family)
     path = db or default_path()
-    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.backfill import backfill as backfill_flow
     from vhd.flows.refresh import with_workers
+    from vhd.flows.server import prefect_api
 
-    summary = with_workers(backfill_flow, workers)(family=family, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
-                            presentations=chosen)
+    with prefect_api():
+        summary = with_workers(backfill_flow, workers)(family=family, per_family=per_family, seed=seed, batch=batch,
+                                                       db_path=str(path), presentations=chosen)
     _report(summary, path, as_json)
 
 
@@ -836,8 +877,9 @@ def serve(
     See docs/OPERATIONS.md for running against a Prefect server and watching runs in the UI."""
     from vhd.warehouse import Warehouse, default_path
 
+    _bounded_per_family(per_family)
     path = (db or default_path()).resolve()
-    Warehouse.open(path).close()  # fail fast (busy, unreadable) before Prefect starts
+    Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from vhd.flows.serve import nightly, serve as serve_deployment
 

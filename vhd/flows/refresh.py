@@ -25,7 +25,7 @@ from prefect.utilities.annotations import quote
 
 from vhd import __version__
 from vhd.mechanisms import registry
-from vhd.schemas.errors import SandboxError, SetterUnavailable
+from vhd.schemas.errors import InvalidParams, SandboxError, SetterUnavailable
 from vhd.schemas.records import (
     CorpusVersionRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
@@ -245,7 +245,8 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
             count = wh.model_count(name, family.version, batch)
         else:
             rate = filled / seen if seen else FIRST_GUESS
-            count = math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1
+            count = min(sample_stage.MAX_PER_FAMILY,  # a round's memory is bounded; more rounds fill the slot
+                        math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1)
         started = time.perf_counter()
         models = sample_task(name, count, seed, batch, cursor)
         seconds["sample"] += time.perf_counter() - started
@@ -352,6 +353,9 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
     artifact. With `only`, superseded marks are limited to those families (a backfill touches
     no other family's rows)."""
     started = time.perf_counter()
+    if per_family > sample_stage.MAX_PER_FAMILY:
+        raise InvalidParams(f"per_family {per_family}: at most {sample_stage.MAX_PER_FAMILY:,} θ draws per family "
+                            "and run; run several batches for more")
     plan = presets.preset(preset, registry.all(), scale) if preset else None
     run = RunRecord(run_id=str(flow_run.id or "local"), flow=flow_name, started_at=_now(), code_version=__version__,
                     parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch,
@@ -367,6 +371,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             llm, setter_note = None, "template (no ANTHROPIC_API_KEY: the LLM setter was not used)"
     with Warehouse.open(db_path) as wh:
         with wh.transaction():
+            interrupted = wh.mark_interrupted(run.run_id, _now())  # runs whose process died: we hold the only lock
             wh.upsert_run(run)
             stored = wh.present(PassageRecord, [p.passage_id for p in passages])
             wh.insert([p for p in passages if p.passage_id not in stored])
@@ -396,6 +401,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
         summary["failed"] = {name: row["failed"] for name, row in per.items() if row.get("failed")}
         summary["quality"] = quality
         summary["superseded"] = marked
+        summary["interrupted"] = interrupted
         summary["worlds"] = wh.worlds()
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))

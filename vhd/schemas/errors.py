@@ -58,3 +58,7 @@ class PassageFormatError(VhdError):
 
 class SetterUnavailable(SetterError):
     """The LLM API could not be reached or kept failing (after its retries): nothing is stored."""
+
+
+class PrefectUnavailable(VhdError):
+    """Prefect's API could not be reached: its temporary server did not start in time."""

@@ -17,6 +17,10 @@ from vhd.mechanisms import Family
 from vhd.schemas.hashing import sha256_hex
 from vhd.schemas.records import ModelRecord
 
+# θ draws per family in one run, and per round of a preset's slot: a round holds all of its
+# candidates (records, reference episodes, verdicts) in memory, ~50–100 MB per 1,000 (BENCHMARKS.md)
+MAX_PER_FAMILY = 1000
+
 
 def _key(text: str) -> int:
     return int(sha256_hex(text)[:8], 16)

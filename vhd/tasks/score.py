@@ -54,6 +54,20 @@ def replay(module: str, config: dict[str, Any], trajectories: list[list[dict[str
     return rows
 
 
+MAX_DEPTH = 64  # arrays and objects inside one trajectory line; deeper ones cannot reach the sandbox's encoder
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def parse_trajectories(text: str, source: str = "trajectories") -> list[list[dict[str, Any]]]:
     """JSONL, one trajectory a line: a list of {"tool": str, "arguments": object}."""
     trajectories = []
@@ -66,6 +80,9 @@ def parse_trajectories(text: str, source: str = "trajectories") -> list[list[dic
             raise TrajectoryFormatError(f"{source}:{number}: not JSON ({exc.msg}); expected a list of tool calls") from None
         except (RecursionError, ValueError):  # nested past the parser's depth, an integer past 4300 digits
             raise TrajectoryFormatError(f"{source}:{number}: nested too deeply or a number too long; "
+                                        "expected a list of tool calls") from None
+        if _depth(value) > MAX_DEPTH:
+            raise TrajectoryFormatError(f"{source}:{number}: nested deeper than {MAX_DEPTH} levels; "
                                         "expected a list of tool calls") from None
         if not isinstance(value, list) or not all(
             isinstance(s, dict) and set(s) == {"tool", "arguments"} and isinstance(s["tool"], str)

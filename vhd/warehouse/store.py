@@ -29,6 +29,7 @@ from vhd.schemas.records import (
     SetterAttemptRecord, SetterOutputRecord,
     SolutionRecord,
 )
+from vhd.warehouse import files
 from vhd.warehouse.migrate import available, migrate
 
 def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:
@@ -85,34 +86,48 @@ class Warehouse:
     @classmethod
     def open(cls, path: str | Path | None = None, *, read_only: bool = False) -> "Warehouse":
         path = Path(path) if path is not None else default_path()
-        if read_only and not path.exists():
-            raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh` first or pass --db PATH")
-        if not read_only:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        files.check_path(path, read_only)  # missing, a directory, under a file, no such directory, 0 bytes
+        if not read_only and not path.exists():
+            files.create(path, migrate)  # whole or not at all: a full disk leaves no file behind
+        con = files.connect(path, read_only)  # waits a bounded time for readers (or, reading, for a writer)
         try:
-            con = duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:
-            holder = re.search(r"PID (\d+)", str(exc))
-            if holder:
-                raise WarehouseBusy(f"warehouse {path} is in use by PID {holder.group(1)}; wait for it to finish") from exc
-            raise WarehouseError(f"cannot open warehouse {path}: {str(exc).splitlines()[0]}") from exc
-        except duckdb.Error as exc:
-            raise WarehouseError(f"cannot open warehouse {path}: {str(exc).splitlines()[0]}") from exc
-        if not read_only:
-            migrate(con)
-        elif not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'environments'").fetchall()[0][0]:
-            con.close()
-            raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
-        else:
-            pending = [v for v, _, _ in available() if v not in _applied(con)]  # numbers may have gaps
-            if pending:
-                con.close()
+            files.check_complete(con, path)
+            pending = files.pending_migrations(con, path)  # refuses another application's or a newer file
+            if read_only and not con.execute(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'environments'").fetchall()[0][0]:
+                raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
+            if read_only and pending:
                 raise WarehouseError(f"{path} needs migration {pending[0]:03d}; open it once for writing "
                                      "(e.g. `vhd refresh`) to upgrade it")
+            if not read_only and pending:
+                migrate(con)
+        except BaseException as exc:
+            if not read_only:
+                files.drop_empty_wal(path)  # a migration that failed on a full disk
+            con.close()
+            if isinstance(exc, duckdb.Error):
+                raise WarehouseError(f"cannot open warehouse {path}: {str(exc).strip().splitlines()[0]}") from None
+            raise
         return cls(con, path, read_only)
 
+    @classmethod
+    def preflight(cls, path: str | Path) -> None:
+        """Fail now, not after Prefect has started, where `open(path)` would: an existing file is
+        opened for writing once (busy, truncated, foreign, newer, migrated); for a new one only the
+        path is checked, so a command that fails later leaves no file behind."""
+        path = Path(path)
+        if path.exists() or path.is_dir():
+            cls.open(path).close()
+        else:
+            files.check_path(path, read_only=False)
+
     def close(self) -> None:
-        self.con.close()
+        if not self.read_only:
+            files.drop_empty_wal(self.path)  # a failed commit's empty WAL; we alone hold the file
+        try:
+            self.con.close()
+        except duckdb.Error as exc:
+            raise WarehouseError(f"cannot close warehouse {self.path}: {str(exc).strip().splitlines()[0]}") from None
 
     def __enter__(self) -> "Warehouse":
         return self
@@ -125,10 +140,23 @@ class Warehouse:
         self.con.execute("BEGIN TRANSACTION")
         try:
             yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
+        except BaseException as exc:
+            if not isinstance(exc, duckdb.Error):
+                self.con.execute("ROLLBACK")
+                raise
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # DuckDB already aborted it
+            if isinstance(exc, duckdb.IOException):  # e.g. a full disk while writing the WAL
+                raise WarehouseError(f"cannot write warehouse {self.path}: {str(exc).strip().splitlines()[0]}; "
+                                     "nothing of this transaction was stored") from None
             raise
-        self.con.execute("COMMIT")
+        try:
+            self.con.execute("COMMIT")
+        except duckdb.Error as exc:  # a full disk at commit: DuckDB rolls the transaction back
+            raise WarehouseError(f"cannot commit to warehouse {self.path}: {str(exc).strip().splitlines()[0]}; "
+                                 "nothing of this transaction was stored") from None
 
     # -- writing ----------------------------------------------------------------------------
     def insert(self, records: Sequence[Any]) -> None:
@@ -142,6 +170,13 @@ class Warehouse:
             self.con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT * FROM _vhd_batch")
         finally:
             self.con.unregister("_vhd_batch")
+
+    def mark_interrupted(self, run_id: str, at: str) -> list[str]:
+        """Mark every run still `running` but `run_id` as `interrupted` (finished at `at`) and return
+        their ids: called by a writer, which holds the only lock, so their processes are gone."""
+        rows = self.con.execute("UPDATE runs SET status = 'interrupted', finished_at = ? "
+                                "WHERE status = 'running' AND run_id <> ? RETURNING run_id", [at, run_id]).fetchall()
+        return sorted(row[0] for row in rows)
 
     def upsert_run(self, run: RunRecord) -> None:
         self.con.execute("DELETE FROM runs WHERE run_id = ?", [run.run_id])

@@ -1,0 +1,173 @@
+"""The warehouse file itself: which paths may be opened or created, how long to wait for a lock,
+and which DuckDB files are refused. Every refusal is one `WarehouseError` line naming the file.
+
+    >>> check_path(Path("data/vhd.duckdb"), read_only=False)       # None, or one WarehouseError line
+    >>> con = connect(Path("data/vhd.duckdb"), read_only=True)     # waits a bounded time for a writer
+
+- A new warehouse is created whole or not at all (`create`): it is built and migrated under a
+  temporary name beside the target and linked into place, so a full disk leaves no 0-byte file.
+- Locks: DuckDB lets one writer or any number of readers hold a file. A writer that finds
+  readers, and a reader that finds a writer, wait up to `VHD_LOCK_WAIT_SECONDS` (default 60),
+  saying so once on stderr; a second writer is refused at once (`WarehouseBusy`).
+- A file that is not a whole vhd warehouse is refused, never adopted: a DuckDB file shorter than
+  its header says (`check_complete`), another application's DuckDB file, or one written by a
+  newer vhd (`pending_migrations`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
+from vhd.warehouse.migrate import available
+
+DEFAULT = Path("data/vhd.duckdb")   # the one path whose directory is created on first use
+WAIT_ENV = "VHD_LOCK_WAIT_SECONDS"
+DEFAULT_WAIT = 60.0
+HEADER_BYTES = 3 * 4096             # DuckDB's main header and two database headers, before block 0
+_HOLDER = re.compile(r"PID (\d+)")
+
+
+def lock_wait() -> float:
+    """Seconds to wait for a conflicting lock: $VHD_LOCK_WAIT_SECONDS, else 60."""
+    raw = os.environ.get(WAIT_ENV, "")
+    try:
+        return max(0.0, float(raw)) if raw.strip() else DEFAULT_WAIT
+    except ValueError:
+        raise WarehouseError(f"{WAIT_ENV}={raw!r}: expected a number of seconds") from None
+
+
+def check_path(path: Path, read_only: bool) -> None:
+    """Refuse a path before DuckDB touches it: a directory, a path under a regular file, a
+    missing directory (only the default `data/` is created), a 0-byte file, a missing file
+    for a reader."""
+    if path.is_dir():
+        raise WarehouseError(f"{path} is a directory; --db takes a warehouse file, e.g. {path / 'vhd.duckdb'}")
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise WarehouseError(f"{parent} is a file, not a directory: no warehouse can be at {path}")
+            break
+    if not path.exists():
+        if read_only:
+            raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh` first or pass --db PATH")
+        if not path.parent.is_dir() and path != DEFAULT:
+            raise WarehouseError(f"directory {path.parent} does not exist; create it first (vhd creates no "
+                                 f"directory but the default {DEFAULT.parent}/)")
+        return
+    if path.stat().st_size == 0:
+        raise WarehouseError(f"{path} is an empty file (0 bytes), not a warehouse; remove it or pass another --db")
+
+
+def create(path: Path, setup: Callable[[duckdb.DuckDBPyConnection], object]) -> None:
+    """Create a warehouse at `path` whole or not at all: built and `setup` (migrated) under a
+    temporary name in the same directory, checkpointed, then linked into place. On any failure
+    (a full disk) the temporary files are removed and nothing is at `path`. Another process that
+    created `path` first wins; its file is kept."""
+    path.parent.mkdir(exist_ok=True)  # only reached for the default data/ (check_path refuses the rest)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    try:
+        con = duckdb.connect(str(partial))
+        try:
+            setup(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass
+    except (duckdb.Error, OSError) as exc:
+        raise WarehouseError(f"cannot create warehouse {path}: {_first_line(exc)}; nothing was left behind") from None
+    finally:
+        for leftover in (partial, partial.with_name(partial.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+
+
+def connect(path: Path, read_only: bool, wait: float | None = None) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect`, waiting up to `wait` seconds (default `lock_wait()`) while the file is
+    held by readers (for a writer) or by a writer (for a reader); a second writer is refused."""
+    wait = lock_wait() if wait is None else wait
+    deadline, told, pause = time.monotonic() + wait, False, 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            holder = _HOLDER.search(text)
+            if not holder:
+                raise WarehouseError(f"cannot open warehouse {path}: {_first_line(exc)}") from None
+            pid, readers_hold = holder.group(1), "read-only mode" in text
+            if not read_only and not readers_hold:
+                raise WarehouseBusy(f"warehouse {path} is in use by PID {pid}; wait for it to finish") from None
+            holding = "reading" if readers_hold else "writing"
+            if time.monotonic() >= deadline:
+                raise WarehouseBusy(f"warehouse {path} is in use by PID {pid} ({holding}) after waiting {wait:g} s "
+                                    f"({WAIT_ENV}); try again when it is done") from None
+            if not told:
+                print(f"warehouse {path} is open for {holding} by PID {pid}; waiting up to {wait:g} s ({WAIT_ENV})",
+                      file=sys.stderr, flush=True)
+                told = True
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.5)
+        except duckdb.Error as exc:
+            raise WarehouseError(f"cannot open warehouse {path}: {_first_line(exc)}") from None
+
+
+def check_complete(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Refuse a file shorter than the blocks its header counts (a truncated copy, a torn
+    download): DuckDB reads blocks lazily, so such a file opens and fails, or answers short, later."""
+    blocks, block_size = con.execute("SELECT total_blocks, block_size FROM pragma_database_size()").fetchall()[0]
+    expected, size = HEADER_BYTES + blocks * block_size, path.stat().st_size
+    if size < expected:
+        raise WarehouseError(f"{path} is truncated: {size:,} bytes where its header counts {expected:,} "
+                             "(a partial copy?); restore it from a whole copy")
+
+
+def pending_migrations(con: duckdb.DuckDBPyConnection, path: Path) -> list[int]:
+    """The migrations this vhd would apply to the file, in order; refuses a DuckDB file that holds
+    tables but is not a vhd warehouse, and one that records migrations this vhd does not know."""
+    tables = sorted(r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall())
+    known = {version: name for version, name, _ in available()}
+    if not tables:
+        return sorted(known)
+    try:
+        applied = dict(con.execute("SELECT version, name FROM schema_migrations").fetchall())
+    except duckdb.Error:
+        shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+        raise WarehouseError(f"{path} is a DuckDB file of another application (tables {shown}), not a vhd "
+                             "warehouse; refusing to adopt it: pass another --db") from None
+    newer = sorted(v for v in applied if v not in known)
+    if newer:
+        raise WarehouseError(f"{path} was written by a newer vhd (migration {newer[0]:03d} {applied[newer[0]]!r} is "
+                             f"unknown here, the last known is {max(known):03d}); upgrade vhd to open it")
+    foreign = [v for v in applied if applied[v] != known[v]]
+    if foreign:
+        v = foreign[0]
+        raise WarehouseError(f"{path} is not a vhd warehouse: its migration {v:03d} is {applied[v]!r} where vhd's is "
+                             f"{known[v]!r}; refusing to adopt it: pass another --db")
+    return sorted(v for v in known if v not in applied)
+
+
+def drop_empty_wal(path: Path) -> None:
+    """Remove the 0-byte WAL that DuckDB leaves after a commit that failed (a full disk). Called
+    by the writer before it closes, while it alone holds the file: such a WAL holds nothing."""
+    wal = path.with_name(path.name + ".wal")
+    try:
+        if wal.stat().st_size == 0:
+            wal.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
