@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from vhd.mechanisms._plan import PlanSpec
 from vhd.schemas.errors import InvalidParams, UnknownFamily
 
 Group = Literal["train", "near_ood", "far_ood", "probe_budgeted", "beyond"]
@@ -118,6 +119,9 @@ class Family:
     turn_budget: Callable[[dict[str, Any]], int]
     stochastic: bool = True
     plan_format: str = ""
+    # the form of θ's plans (shape, integer or real, bounds of every entry): presentation F refuses any
+    # other plan before `evaluate`, and `evaluate` checks it again (vhd/mechanisms/_plan.py)
+    plan_spec: Callable[[dict[str, Any]], PlanSpec] | None = None
     tables: tuple[str, ...] = ()
     vocabulary: tuple[str, ...] = ("site", "currency")
     # near-boundary decisions for the reference_agreement gate: θ, rng → canonical call sequences

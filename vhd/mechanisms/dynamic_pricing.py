@@ -59,6 +59,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 PER_MILLE = 1000
@@ -166,15 +167,14 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     return float(Fraction(value, scale)), policy
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [period, units left] → a price level 0 … K − 1, or K = len(prices): sales closed."""
+    return PlanSpec(shape=(theta["horizon"], theta["capacity"] + 1), integer=True, low=0, high=len(theta["prices"]))
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> np.ndarray:
-    plan = np.asarray(policy)
-    shape = (theta["horizon"], theta["capacity"] + 1)
-    if plan.shape != shape or not np.issubdtype(plan.dtype, np.integer):
-        raise ValueError(f"a plan is an integer table of shape {shape}, got {plan.dtype} {plan.shape}")
-    closed = len(theta["prices"])
-    if (plan < 0).any() or (plan > closed).any():
-        raise ValueError(f"actions must lie in 0 … {closed} ({closed} = sales closed)")
-    return plan
+    """The plan as an int64 table; InvalidPlan (a ValueError) naming the first entry not of the declared form."""
+    return plan_spec(theta).check(policy)
 
 
 def _exact_value(theta: dict, policy: np.ndarray) -> Fraction:
@@ -535,6 +535,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

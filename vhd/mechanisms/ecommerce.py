@@ -75,6 +75,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 
 WEIGHT_TOTAL = 1000
@@ -316,23 +317,25 @@ def solve(theta: dict) -> Solution:
     )
 
 
-def _check_plan(theta: dict, proc: _Process, policy: np.ndarray) -> np.ndarray:
-    plan = np.asarray(policy)
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [day, stock, cash] → (order 0 … capacity, price level 0 … 2, ad level 0 … 2);
+    what the warehouse and the day's cash allow is `_check_plan`'s."""
     shape = (theta["horizon"], theta["capacity"] + 1, theta["cash_cap"] + 1, 3)
-    if plan.shape != shape or not np.issubdtype(plan.dtype, np.integer):
-        raise ValueError(f"a plan is an integer array of shape {shape}, got {plan.dtype} {plan.shape}")
-    plan = plan.reshape(theta["horizon"], proc.n_states, 3).astype(np.int64)
-    if (plan[..., 1:] < 0).any() or (plan[..., 1:] >= LEVELS).any():
-        raise ValueError("price and ad levels must be 0, 1 or 2")
+    return PlanSpec(shape=shape, integer=True, low=0, high=np.array([theta["capacity"], LEVELS - 1, LEVELS - 1]))
+
+
+def _check_plan(theta: dict, proc: _Process, policy: np.ndarray) -> np.ndarray:
+    """The plan as int64 [day, state, 3]; InvalidPlan (a ValueError) naming the first entry not of the declared
+    form or ordering more than the warehouse or the day's cash allow."""
+    plan = plan_spec(theta).check(policy).reshape(theta["horizon"], proc.n_states, 3)
     q = plan[..., 0]
-    if (q < 0).any() or (q > theta["capacity"]).any():
-        raise ValueError(f"order quantities must lie in 0 … {theta['capacity']}")
     rows = np.arange(proc.n_states)[None, :]
     bad = proc.choice[rows, q] == proc.no_post
     if bad.any():
         day, n = (int(x[0]) for x in np.nonzero(bad))
-        raise ValueError(f"day {day}, stock {n // proc.n_cash}, cash {n % proc.n_cash}: ordering {q[day, n]} "
-                         "exceeds the warehouse or today's cash")
+        stock, cash = divmod(n, proc.n_cash)
+        raise InvalidPlan(f"entry [{day}, {stock}, {cash}, 0] is {q[day, n]}; expected an order that fits the "
+                          f"warehouse ({stock} in stock) and the day's cash ({cash})")
     return plan
 
 
@@ -888,6 +891,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

@@ -49,6 +49,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 WEIGHT_TOTAL = 1000
@@ -177,17 +178,17 @@ def solve(theta: dict) -> Solution:
     )
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [hour, soc s, regime] → a signed trade k with |k| ≤ power and 0 ≤ s + k ≤ capacity."""
+    C, P = theta["capacity"], theta["power"]
+    soc = np.arange(C + 1)[:, None]
+    return PlanSpec(shape=(theta["horizon"], C + 1, len(theta["regime_prices"])), integer=True,
+                    low=np.maximum(-P, -soc), high=np.minimum(P, C - soc))
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> np.ndarray:
-    plan = np.asarray(policy)
-    shape = (theta["horizon"], theta["capacity"] + 1, len(theta["regime_prices"]))
-    if plan.shape != shape or not np.issubdtype(plan.dtype, np.integer):
-        raise ValueError(f"a plan is an integer array of shape {shape}, got {plan.dtype} {plan.shape}")
-    soc = np.arange(theta["capacity"] + 1)[None, :, None]
-    if (np.abs(plan) > theta["power"]).any():
-        raise ValueError(f"a plan trades more than the power limit of {theta['power']} units in some hour")
-    if ((soc + plan) < 0).any() or ((soc + plan) > theta["capacity"]).any():
-        raise ValueError(f"a plan leaves the charge outside 0 … {theta['capacity']} in some state")
-    return plan.astype(np.int64)
+    """The plan as an int64 array; InvalidPlan (a ValueError) naming the first entry not of the declared form."""
+    return plan_spec(theta).check(policy)
 
 
 def evaluate(theta: dict, policy: np.ndarray) -> float:
@@ -632,6 +633,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

@@ -47,6 +47,7 @@ import scipy
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 
 MAX_SITES = 8
@@ -94,13 +95,14 @@ def _arrays(theta: dict) -> tuple[np.ndarray, np.ndarray]:
     return f, c
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: one integer 0 or 1 per candidate depot."""
+    return PlanSpec(shape=(theta["n_sites"],), integer=True, low=0, high=1)
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> np.ndarray:
-    """The plan as an int64 0/1 vector; ValueError if it is malformed or opens no depot."""
-    y = np.asarray(policy)
-    if y.shape != (theta["n_sites"],):
-        raise ValueError(f"a plan is a 0/1 vector of length {theta['n_sites']}, got shape {y.shape}")
-    if not np.isin(y, (0, 1)).all():
-        raise ValueError(f"a plan opens each depot 0 or 1 times, got {y.tolist()}")
+    """The plan as an int64 0/1 vector; ValueError (InvalidPlan) if it is malformed or opens no depot."""
+    y = plan_spec(theta).check(policy)
     if not y.any():
         raise ValueError("a plan must open at least one depot")
     return y.astype(np.int64)
@@ -474,6 +476,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

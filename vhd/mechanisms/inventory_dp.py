@@ -39,6 +39,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 WEIGHT_TOTAL = 1000
@@ -181,9 +182,20 @@ def solve(theta: dict) -> Solution:
     )
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [day, start-of-day state] → an order of 0 … what storage allows there."""
+    return _spec(_Process(theta))
+
+
+def _spec(proc: _Process) -> PlanSpec:
+    return PlanSpec(shape=(proc.theta["horizon"], len(proc.states)), integer=True, low=0, high=proc.max_order)
+
+
 def evaluate(theta: dict, policy: np.ndarray) -> float:
-    """Exact expected utility of a Markov policy table [day, state] → order quantity."""
+    """Exact expected utility of a Markov policy table [day, state] → order quantity (InvalidPlan, a
+    ValueError, unless it is of the declared form: an entry −1 is refused, never read from the end)."""
     proc = _Process(theta)
+    policy = _spec(proc).check(policy)
     value = np.zeros(len(proc.states))
     for day in range(theta["horizon"] - 1, -1, -1):
         pairs = proc.pair_index[np.arange(len(proc.states)), policy[day]]
@@ -497,6 +509,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

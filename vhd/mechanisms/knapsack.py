@@ -46,6 +46,7 @@ import scipy
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
 
@@ -107,14 +108,14 @@ def _arrays(theta: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return values, weights, capacities
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: one integer 0 or 1 per lot."""
+    return PlanSpec(shape=(theta["n_items"],), integer=True, low=0, high=1)
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> np.ndarray:
-    """The plan as an int64 0/1 vector; ValueError if it is malformed or breaks a capacity."""
-    x = np.asarray(policy)
-    if x.shape != (theta["n_items"],):
-        raise ValueError(f"a plan is a 0/1 vector of length {theta['n_items']}, got shape {x.shape}")
-    if not np.isin(x, (0, 1)).all():
-        raise ValueError(f"a plan takes each lot 0 or 1 times, got {x.tolist()}")
-    x = x.astype(np.int64)
+    """The plan as an int64 0/1 vector; ValueError (InvalidPlan) if it is malformed or breaks a capacity."""
+    x = plan_spec(theta).check(policy)
     _, weights, capacities = _arrays(theta)
     load = weights @ x
     over = np.flatnonzero(load > capacities)
@@ -532,6 +533,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

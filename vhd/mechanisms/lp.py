@@ -53,6 +53,7 @@ import scipy
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
 from vhd.schemas.errors import SolverError
@@ -256,8 +257,16 @@ def plan_problem(theta: dict, policy) -> str | None:
     return None
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: a real quantity 0 … demand[j] per product (TOLERANCE past the demand still counts)."""
+    return PlanSpec(shape=(theta["products"],), integer=False, low=0, high=np.array(theta["demand"], dtype=float),
+                    tolerance=TOLERANCE)
+
+
 def evaluate(theta: dict, policy: np.ndarray) -> float:
-    """Exact utility of a plan: Σ profit·x in index order (as the World sums it)."""
+    """Exact utility of a plan: Σ profit·x in index order (as the World sums it); ValueError (InvalidPlan
+    first, for a plan not of the declared form: a bool, a string, a wrong length) if it is no plan."""
+    policy = plan_spec(theta).check(policy)
     problem = plan_problem(theta, policy)
     if problem:
         raise ValueError(problem)
@@ -562,6 +571,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

@@ -58,6 +58,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 
 WEIGHT_TOTAL = 1000
@@ -188,17 +189,19 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     return m.value(later[m.start]), policy
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [day, condition] → 0 (run), 1 (maintain) or 2 (replace)."""
+    return PlanSpec(shape=(int(theta["horizon"]), int(theta["n_conditions"])), integer=True, low=RUN, high=REPLACE)
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> list[list[int]]:
-    table = np.asarray(policy)
-    shape = (int(theta["horizon"]), int(theta["n_conditions"]))
-    if table.shape != shape or not np.issubdtype(table.dtype, np.integer):
-        raise ValueError(f"a plan is an integer table of shape {list(shape)} (days × conditions), "
-                         f"got {table.dtype} {list(table.shape)}")
-    if ((table < RUN) | (table > REPLACE)).any():
-        raise ValueError("action codes are 0 (run), 1 (maintain) and 2 (replace)")
+    """The plan as int lists; InvalidPlan (a ValueError) naming the first entry not of the declared form."""
+    table = plan_spec(theta).check(policy)
+    failed = table.shape[1] - 1
     if (table[:, -1] == MAINTAIN).any():
-        raise ValueError(f"a failed machine (condition {shape[1] - 1}) cannot be maintained: run (stand idle) or "
-                         "replace it")
+        day = int(np.flatnonzero(table[:, -1] == MAINTAIN)[0])
+        raise InvalidPlan(f"entry [{day}, {failed}] is 1; expected 0 or 2: a failed machine (condition {failed}) "
+                          "cannot be maintained: run (stand idle) or replace it")
     return [[int(a) for a in row] for row in table]
 
 
@@ -596,6 +599,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

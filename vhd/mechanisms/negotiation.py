@@ -46,6 +46,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 WEIGHT_TOTAL = 100
@@ -136,16 +137,15 @@ def solve(theta: dict) -> Solution:
     )
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [round, bound b] → PASS (−2), WALK (−1) or a price 0 … max_price (one above b is
+    surely rejected, as in the World)."""
+    return PlanSpec(shape=(theta["horizon"], theta["max_price"] + 1), integer=True, low=PASS, high=theta["max_price"])
+
+
 def _check(theta: dict, policy: np.ndarray) -> np.ndarray:
-    table = np.asarray(policy)
-    shape = (theta["horizon"], theta["max_price"] + 1)
-    if table.shape != shape:
-        raise ValueError(f"a policy is a table of shape {shape} (round, bound), got {table.shape}")
-    if not np.issubdtype(table.dtype, np.integer):
-        raise ValueError(f"a policy holds integer codes, got dtype {table.dtype}")
-    if table.min() < PASS or table.max() > theta["max_price"]:
-        raise ValueError(f"policy codes must lie in {PASS} … {theta['max_price']}")
-    return table.astype(np.int64)
+    """The plan as an int64 table; InvalidPlan (a ValueError) naming the first entry not of the declared form."""
+    return plan_spec(theta).check(policy)
 
 
 def evaluate(theta: dict, policy: np.ndarray) -> float:
@@ -479,6 +479,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

@@ -48,6 +48,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 
 MAX_BOXES = 7
@@ -175,15 +176,26 @@ def _backward(theta: dict) -> tuple[float, np.ndarray]:
     return value[0][proc.index[theta["fallback"]]], policy
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [opened mask, best level] → a box 0 … n_boxes − 1 to open, or −1 to stop."""
+    return _spec(_Process(theta))
+
+
+def _spec(proc: _Process) -> PlanSpec:
+    return PlanSpec(shape=proc.shape, integer=True, low=-1, high=proc.n - 1)
+
+
 def _check_policy(proc: _Process, policy: np.ndarray) -> np.ndarray:
-    table = np.asarray(policy)
-    if table.shape != proc.shape or not np.issubdtype(table.dtype, np.integer):
-        raise ValueError(f"a policy is an integer table of shape {proc.shape}, got {table.dtype} {table.shape}")
+    """The plan as an int64 table; InvalidPlan (a ValueError) naming the first entry that is not of the
+    declared form or opens a box its opened set does not allow."""
+    table = _spec(proc).check(policy)
     for mask in range(proc.shape[0]):
         allowed = set(proc.valid_actions(mask))
-        for a in set(int(x) for x in table[mask]):
-            if a not in allowed:
-                raise ValueError(f"policy opens box {a} in opened-set {mask:b}; allowed {sorted(allowed)}")
+        row = table[mask].tolist()
+        if not set(row) <= allowed:
+            k = next(k for k, a in enumerate(row) if a not in allowed)
+            raise InvalidPlan(f"entry [{mask}, {k}] is {row[k]}; expected one of {sorted(allowed)} (box {row[k]} "
+                              f"cannot be opened in opened-set {mask:b})")
     return table
 
 
@@ -585,6 +597,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

@@ -43,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 FEASIBILITY_TOL = 1e-9  # the World accepts a plan exceeding a cap or the budget by at most this
@@ -216,9 +217,16 @@ def solve(theta: dict) -> Solution:
     )
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: a real amount 0 … caps[i] per project (FEASIBILITY_TOL past a cap still counts)."""
+    return PlanSpec(shape=(theta["assets"],), integer=False, low=0, high=np.array(theta["caps"], dtype=float),
+                    tolerance=FEASIBILITY_TOL)
+
+
 def evaluate(theta: dict, policy: np.ndarray) -> float:
-    """Exact objective f(x) of an allocation vector x (ValueError when it is infeasible)."""
-    x = np.asarray(policy, dtype=float)
+    """Exact objective f(x) of an allocation vector x (ValueError when it is infeasible; InvalidPlan first
+    when it is not of the declared form: a bool, a string, a wrong length)."""
+    x = plan_spec(theta).check(policy)
     n, caps, budget = theta["assets"], theta["caps"], theta["budget"]
     if x.shape != (n,) or not np.isfinite(x).all():
         raise ValueError(f"an allocation is {n} finite amounts, got shape {x.shape}")
@@ -573,6 +581,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

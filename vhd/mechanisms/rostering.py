@@ -67,6 +67,7 @@ import scipy
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 
 # ruff: noqa: UP031  (printf-style formatting: the house style of every family's World, copied into modules)
@@ -134,14 +135,16 @@ def _wage(theta: dict, s: int, k: int) -> int:
     return int(theta["base_wages"][s]) + int(theta["shift_premiums"][k])
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: [staff, day] → a shift 0 … n_shifts − 1, or −1 (off)."""
+    return PlanSpec(shape=(theta["n_staff"], theta["horizon"]), integer=True, low=-1, high=theta["n_shifts"] - 1)
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> list[list[int]]:
-    """The plan as nested int lists; ValueError if it is malformed or breaks a rule."""
-    x = np.asarray(policy)
+    """The plan as nested int lists; ValueError (InvalidPlan for one not of the declared form) if it is
+    malformed or breaks a rule."""
+    x = plan_spec(theta).check(policy)
     n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
-    if x.shape != (n, days) or not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"a plan is an integer matrix of shape ({n}, {days}), got {x.dtype} {x.shape}")
-    if (x < -1).any() or (x >= k).any():
-        raise ValueError(f"entries are shifts 0 … {k - 1} or −1 (off), got {x.tolist()}")
     plan = [[int(v) for v in row] for row in x]
     for s in range(n):
         worked = [d for d in range(days) if plan[s][d] >= 0]
@@ -825,6 +828,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
     tools=TOOLS,

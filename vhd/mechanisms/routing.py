@@ -46,6 +46,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 GRID = 30  # coordinates are integers in 0..GRID
@@ -168,13 +169,17 @@ def solve(theta: dict) -> Solution:
 # Plans: a visiting order of stops 1..n, padded with -1.
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: n_stops entries, each a stop 1 … n_stops or the padding −1 (0, the depot, is in
+    range but never a stop: `_route` refuses it with the other rules)."""
+    return PlanSpec(shape=(theta["n_stops"],), integer=True, low=-1, high=theta["n_stops"])
+
+
 def _route(theta: dict, policy) -> list[int]:
-    """The stops of a plan in order; ValueError unless it is a valid plan under the driving rule."""
+    """The stops of a plan in order; ValueError (InvalidPlan for one not of the declared form) unless it is
+    a valid plan under the driving rule."""
     n, t, budget = theta["n_stops"], theta["travel"], theta["budget"]
-    array = np.asarray(policy)
-    if array.shape != (n,) or not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"a plan is an integer vector of {n} entries (stops then -1 padding), got {array.dtype} "
-                         f"{array.shape}")
+    array = plan_spec(theta).check(policy)
     values = [int(x) for x in array]
     route = []
     for k, stop in enumerate(values):
@@ -530,6 +535,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

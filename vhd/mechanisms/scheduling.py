@@ -41,6 +41,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 MIN_JOBS, MAX_JOBS = 4, 10
@@ -78,18 +79,15 @@ def _check_theta(theta: dict) -> tuple[list[int], int]:
     return [int(x) for x in p], int(m)
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: one machine 0 … n_machines − 1 per job, or −1 (unassigned)."""
+    return PlanSpec(shape=(theta["n_jobs"],), integer=True, low=-1, high=theta["n_machines"] - 1)
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> list[int]:
-    """The plan as a list of machine numbers (−1 = unassigned); ValueError if it is malformed."""
-    x = np.asarray(policy)
-    n, m = theta["n_jobs"], theta["n_machines"]
-    if x.ndim != 1 or x.shape[0] != n:
-        raise ValueError(f"a plan gives each of the {n} jobs a machine, got shape {x.shape}")
-    if x.size and not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"a plan lists machine numbers (integers), got dtype {x.dtype}")
-    plan = [int(k) for k in x.tolist()]
-    if any(not -1 <= k < m for k in plan):
-        raise ValueError(f"machines are numbered 0 … {m - 1} (or −1 for unassigned), got {plan}")
-    return plan
+    """The plan as a list of machine numbers (−1 = unassigned); InvalidPlan (a ValueError) naming the
+    first entry not of the declared form."""
+    return [int(k) for k in plan_spec(theta).check(policy).tolist()]
 
 
 def _makespan(theta: dict, plan: list[int]) -> int:
@@ -467,6 +465,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

@@ -49,6 +49,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 
 WEIGHT_TOTAL = 1000
@@ -97,14 +98,14 @@ def _distribution(theta: dict) -> list[tuple[int, Fraction]]:
     return [(int(v), Fraction(int(w), total)) for v, w in zip(theta["values"], theta["weights"]) if w > 0]
 
 
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: one threshold 0 … max(values) + 1 (decline every offer) per day."""
+    return PlanSpec(shape=(theta["horizon"],), integer=True, low=0, high=max(theta["values"]) + 1)
+
+
 def _check_plan(theta: dict, policy: np.ndarray) -> list[int]:
-    t = np.asarray(policy)
-    if t.shape != (theta["horizon"],) or not np.issubdtype(t.dtype, np.integer):
-        raise ValueError(f"a plan is an integer threshold vector of length {theta['horizon']}, got {t.dtype} {t.shape}")
-    never = max(theta["values"]) + 1
-    if (t < 0).any() or (t > never).any():
-        raise ValueError(f"thresholds must lie in 0 … {never}, got {t.tolist()}")
-    return [int(x) for x in t]
+    """The thresholds as ints; InvalidPlan (a ValueError) naming the first entry not of the declared form."""
+    return [int(x) for x in plan_spec(theta).check(policy)]
 
 
 def _value(theta: dict, thresholds: list[int]) -> Fraction:
@@ -427,6 +428,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

@@ -45,6 +45,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 
 MAX_JOBS = 10
@@ -79,19 +80,19 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
 # (a prefix; the remaining jobs are appended in index order on release). π* is a full permutation.
 
 
-def _check_plan(theta: dict, policy: np.ndarray) -> list[int]:
-    """The plan as a list of distinct job numbers; ValueError if it is malformed."""
-    x = np.asarray(policy)
+def plan_spec(theta: dict) -> PlanSpec:
+    """The form of a plan: 0 … n_jobs entries, each a job 0 … n_jobs − 1 (distinct: `_check_plan`)."""
     n = theta["n_jobs"]
-    if x.ndim != 1 or x.shape[0] > n:
-        raise ValueError(f"a plan is a 1-d sequence of at most {n} jobs, got shape {x.shape}")
-    if x.size and not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"a plan lists job numbers (integers), got dtype {x.dtype}")
-    seq = [int(j) for j in x.tolist()]
-    if any(not 0 <= j < n for j in seq):
-        raise ValueError(f"jobs are numbered 0 … {n - 1}, got {seq}")
+    return PlanSpec(shape=(n,), integer=True, low=0, high=n - 1, min_length=0)
+
+
+def _check_plan(theta: dict, policy: np.ndarray) -> list[int]:
+    """The plan as a list of distinct job numbers; ValueError (InvalidPlan) naming the entry if it is malformed."""
+    seq = [int(j) for j in plan_spec(theta).check(policy).tolist()]
     if len(set(seq)) != len(seq):
-        raise ValueError(f"a plan schedules each job at most once, got {seq}")
+        k = next(k for k, j in enumerate(seq) if j in seq[:k])
+        raise InvalidPlan(f"entry [{k}] is {seq[k]}, already scheduled; expected a job not yet in the plan "
+                          "(a plan schedules each job at most once)")
     return seq
 
 
@@ -460,6 +461,7 @@ register(Family(
     idle_policy=idle_policy,
     random_policy=random_policy,
     evaluate=evaluate,
+    plan_spec=plan_spec,
     simulate=simulate,
     tools=TOOLS,
     world=World,

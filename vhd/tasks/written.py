@@ -1,8 +1,10 @@
 """Presentation F, written out: the whole instance in the prompt, one plan submitted once.
 
     >>> text = instruction(family, theta, narrative="A bakery sells sourdough.")
-    >>> score_plan(family, theta, solution, pi_star.tolist())["reward"]
+    >>> score_plan(family, theta, s.u_star, s.u_default, s.policy.tolist())["reward"]
     1.0
+    >>> score_plan(family, theta, s.u_star, s.u_default, [[-1] * 8] * 60)["error"]
+    'invalid plan: entry [0, 0] is -1; expected an integer in 0 … 7 (a plan is an integer array of shape [60, 8])'
 
 DESIGN §5: F is rendered by the pipeline from θ, never by a generated module. The player
 reads the family's model, every parameter of θ as JSON and the family's plan format, and
@@ -11,6 +13,13 @@ expectation, so u* and u₀ of an F environment are the solution's expected valu
 reward is r = clip01((E[u(plan)] − u₀) / (u* − u₀)). No player code runs anywhere, so the
 F gates run in this process: they prove the rendering is complete and that the grader gives
 π* reward 1, the default 0, no plan more than 1, and refuses malformed plans.
+
+Strict parsing (issue 14): a submitted plan must be of the form the family declares for θ
+(`Family.plan_spec`: shape, integer or real entries, the bounds of each entry). Anything else —
+a wrong length or depth, a float where integers are declared, a bool, a string, null, an entry
+out of range, a plan nested 10 000 deep — is refused with one line naming the entry and the
+expected form, and scores 0; the family's `evaluate` then checks the same form again and the
+rules a range cannot state (capacities, permutations), so it never reads −1 from the end.
 """
 
 from __future__ import annotations
@@ -25,16 +34,15 @@ import numpy as np
 from jsonschema import Draft202012Validator
 
 from vhd.mechanisms import Family
+from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.schemas.errors import TrajectoryFormatError
 from vhd.tasks.score import reward
 
 SUBMIT = "submit_plan"
 TURN_BUDGET = 1
 RANDOM_PLANS = 4
-
-
-class InvalidPlan(ValueError):
-    """A submitted plan that is not a plan of this family for this θ."""
+MESSAGE_CHARS = 300  # a refusal is one line of at most this many characters
+DEEP = 1500  # the nesting depth of the deep malformed plan (past json's and Python's recursion limits)
 
 
 def model_text(family: Family) -> str:
@@ -76,32 +84,32 @@ def instruction(family: Family, theta: dict[str, Any], narrative: str) -> str:
     ])
 
 
-def _numbers(value: Any, integer: bool) -> bool:
-    if isinstance(value, list):
-        return all(_numbers(v, integer) for v in value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return isinstance(value, int) if integer else math.isfinite(value)
+def plan_spec(family: Family, theta: dict[str, Any]) -> PlanSpec:
+    """The form the family declares for θ's plans; InvalidPlan if it declares none."""
+    if family.plan_spec is None:
+        raise InvalidPlan(f"{family.name} declares no plan form (Family.plan_spec), so no plan can be graded")
+    return family.plan_spec(theta)
 
 
-def parse_plan(plan: Any, integer: bool) -> np.ndarray:
-    """A JSON plan as a numpy array: a (nested, rectangular) list of integers or finite numbers."""
-    if not isinstance(plan, list) or not _numbers(plan, integer):
-        raise InvalidPlan(f"a plan is a (nested) list of {'integers' if integer else 'finite numbers'}")
-    try:
-        array = np.array(plan, dtype=np.int64 if integer else np.float64)
-    except (ValueError, OverflowError) as exc:
-        raise InvalidPlan(f"a plan must be a rectangular list of numbers ({exc})") from None
-    return array
+def parse_plan(family: Family, theta: dict[str, Any], plan: Any) -> np.ndarray:
+    """A JSON plan as the int64 (or float64) array of the declared form; InvalidPlan naming the
+    first entry that is not. Never recurses: a plan nested 10 000 deep is one line."""
+    return plan_spec(family, theta).check(plan)
 
 
-def plan_utility(family: Family, theta: dict[str, Any], plan: Any, integer: bool) -> float:
+def one_line(message: str) -> str:
+    """The first line of a message, at most MESSAGE_CHARS characters."""
+    line = (message.splitlines() or [""])[0]
+    return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 1] + "…"
+
+
+def plan_utility(family: Family, theta: dict[str, Any], plan: Any) -> float:
     """E[u] of a submitted plan under the family's exact evaluator; InvalidPlan if it is no plan."""
-    array = parse_plan(plan, integer)
+    array = parse_plan(family, theta, plan)
     try:
         value = float(family.evaluate(theta, array))
     except (ValueError, IndexError, TypeError) as exc:
-        raise InvalidPlan(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise InvalidPlan(one_line(str(exc)) or type(exc).__name__) from None
     if not math.isfinite(value):
         raise InvalidPlan(f"the plan's utility is {value}")
     return value
@@ -115,14 +123,21 @@ def graded_values(family: Family, theta: dict[str, Any], policy: np.ndarray) -> 
 
 
 def submission(trajectory: list[dict[str, Any]]) -> Any:
-    """The plan of an F trajectory: its one `submit_plan` call."""
+    """The plan of an F trajectory: its one `submit_plan` call, whose arguments are {"plan": ...}."""
+    if not isinstance(trajectory, list) or not all(isinstance(step, dict) for step in trajectory):
+        raise TrajectoryFormatError(f"a trajectory is a list of {{\"tool\", \"arguments\"}} calls")
     calls = [step for step in trajectory if step.get("tool") == SUBMIT]
-    others = sorted({step.get("tool") for step in trajectory} - {SUBMIT})
+    others = sorted({str(step.get("tool"))[:64] for step in trajectory} - {SUBMIT})
     if others:
-        raise TrajectoryFormatError(f"presentation F has one tool, {SUBMIT}; the trajectory calls {others}")
+        raise TrajectoryFormatError(f"presentation F has one tool, {SUBMIT}; the trajectory calls {others[:5]}")
     if len(calls) != 1:
         raise TrajectoryFormatError(f"presentation F takes exactly one {SUBMIT} call, got {len(calls)}")
-    return calls[0]["arguments"].get("plan")
+    arguments = calls[0].get("arguments")
+    if not isinstance(arguments, dict) or set(arguments) != {"plan"}:
+        keys = sorted(str(k)[:64] for k in arguments) if isinstance(arguments, dict) else None
+        raise TrajectoryFormatError(f"{SUBMIT} takes exactly one argument, plan; got "
+                                    f"{keys if keys is not None else type(arguments).__name__}")
+    return arguments["plan"]
 
 
 def calls_for(policy: np.ndarray) -> list[dict[str, Any]]:
@@ -131,29 +146,25 @@ def calls_for(policy: np.ndarray) -> list[dict[str, Any]]:
 
 
 def score_plan(family: Family, theta: dict[str, Any], u_star: float, u_default: float, plan: Any,
-               integer: bool) -> dict[str, Any]:
+               integer: bool | None = None) -> dict[str, Any]:
+    """Reward of one submitted plan; a plan not of the declared form scores 0 with a one-line error.
+    `integer` is not read: whether entries are integers is the family's declaration (`plan_spec`)."""
     try:
-        utility = plan_utility(family, theta, plan, integer)
+        utility = plan_utility(family, theta, plan)
     except InvalidPlan as exc:
-        return {"utility": None, "reward": 0.0, "error": f"invalid plan: {exc}", "terminal": True}
+        return {"utility": None, "reward": 0.0, "error": one_line(f"invalid plan: {exc}"), "terminal": True}
     return {"utility": utility, "reward": reward(utility, u_star, u_default), "error": None, "terminal": True}
-
-
-def _leaves_are_ints(value: Any) -> bool:
-    if isinstance(value, list):
-        return all(_leaves_are_ints(v) for v in value)
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def score_trajectory(family: Family, theta: dict[str, Any], u_star: float, u_default: float,
                      reference: list[dict[str, Any]], trajectory: list[dict[str, Any]]) -> dict[str, Any]:
-    """Score one F trajectory; plans are integer when the reference plan (π*) is."""
-    integer = _leaves_are_ints(reference[0]["arguments"]["plan"])
+    """Score one F trajectory. The plan's form is the family's declaration for θ (`plan_spec`),
+    not guessed from the reference trajectory, which is kept in the signature for the callers."""
     try:
         plan = submission(trajectory)
     except TrajectoryFormatError as exc:
-        return {"utility": None, "reward": 0.0, "error": str(exc), "terminal": True}
-    return score_plan(family, theta, u_star, u_default, plan, integer)
+        return {"utility": None, "reward": 0.0, "error": one_line(str(exc)), "terminal": True}
+    return score_plan(family, theta, u_star, u_default, plan)
 
 
 # --- the F gates -----------------------------------------------------------------------------
@@ -171,6 +182,12 @@ def gate_interface(family: Family, theta: dict[str, Any], text: str, policy: np.
         return False, f"{SUBMIT}'s input schema is not valid JSON Schema 2020-12: {str(exc).splitlines()[0]}"
     if not family.plan_format.strip():
         return False, f"{family.name} declares no plan format, so the player cannot write a plan"
+    if family.plan_spec is None:
+        return False, f"{family.name} declares no plan form (Family.plan_spec), so no plan can be checked"
+    try:
+        Draft202012Validator.check_schema(family.plan_spec(theta).schema())
+    except Exception as exc:  # jsonschema.SchemaError
+        return False, f"{family.name}'s plan form is not valid JSON Schema 2020-12: {str(exc).splitlines()[0]}"
     if json.dumps(theta, sort_keys=True) not in text:
         return False, "the written-out instruction does not state θ in full"
     return True, f"one tool ({SUBMIT}); θ and the plan format are written out"
@@ -189,18 +206,18 @@ def gate_default_band(family: Family, u_star: float, u_default: float, u_idle: f
 
 
 def gate_plan_grader(family: Family, theta: dict[str, Any], policy: np.ndarray, u_star: float, u_default: float,
-                     integer: bool, rng: np.random.Generator) -> tuple[bool, str]:
+                     rng: np.random.Generator) -> tuple[bool, str]:
     """π* through the JSON round trip scores 1, the default 0, random plans at most 1."""
-    optimal = score_plan(family, theta, u_star, u_default, json.loads(json.dumps(policy.tolist())), integer)
+    optimal = score_plan(family, theta, u_star, u_default, json.loads(json.dumps(policy.tolist())))
     if optimal["error"] or not _close(optimal["utility"], u_star):
         return False, f"π* submitted as a plan scores {optimal['utility']} ({optimal['error']}), the solver says {u_star}"
-    default = score_plan(family, theta, u_star, u_default, family.default_policy(theta).tolist(), integer)
+    default = score_plan(family, theta, u_star, u_default, family.default_policy(theta).tolist())
     if default["error"] or not _close(default["utility"], u_default):
         return False, f"the default plan scores {default['utility']} ({default['error']}), expected {u_default}"
     tolerance = 1e-9 * max(1.0, abs(u_star))
     for k in range(RANDOM_PLANS):
         plan = family.random_policy(theta, rng).tolist()
-        played = score_plan(family, theta, u_star, u_default, plan, integer)
+        played = score_plan(family, theta, u_star, u_default, plan)
         if played["error"]:
             return False, f"a valid random plan was refused: {played['error']}"
         if played["utility"] > u_star + tolerance:
@@ -208,35 +225,131 @@ def gate_plan_grader(family: Family, theta: dict[str, Any], policy: np.ndarray, 
     return True, f"π* scores 1, the default 0, {RANDOM_PLANS} random plans ≤ u*"
 
 
+def _deep(depth: int) -> list:
+    plan: list = []
+    for _ in range(depth):
+        plan = [plan]
+    return plan
+
+
+def _with(plan: list, index: tuple[int, ...], value: Any) -> list:
+    """A copy of the nested list `plan` with one entry replaced (only the path to it is copied)."""
+    root = list(plan)
+    node = root
+    for i in index[:-1]:
+        node[i] = list(node[i])
+        node = node[i]
+    node[index[-1]] = value
+    return root
+
+
+def malformed_plans(spec: PlanSpec, policy: np.ndarray) -> dict[str, Any]:
+    """JSON values derived from a valid plan that are not plans of the form `spec`: an entry below
+    its minimum (−1 where −1 is not allowed) or past its maximum, past int16 or int64, a float
+    where integers are declared, a non-finite number, a bool, a string, null or a list as an
+    entry, one entry (or row) too few or too many, one dimension more or fewer, and no list at
+    all (null, a string, an object, a plan nested DEEP lists deep)."""
+    array = np.asarray(policy)
+    plan = array.tolist()
+    bad: dict[str, Any] = {"null": None, "a string": "[0, 1]", "a number": 1, "an object": {"plan": plan},
+                           "nested 1500 deep": _deep(DEEP), "one more dimension": [plan]}
+    low_length = spec.min_length if spec.min_length is not None else spec.shape[0]
+    if len(plan) - 1 < low_length:
+        bad["one row too few"] = plan[:-1]
+    if plan:
+        bad["one row too many"] = plan + [plan[-1]]
+        bad["one dimension fewer"] = plan[0]
+    if array.size == 0:
+        return bad
+    first, last = (0,) * array.ndim, tuple(n - 1 for n in array.shape)
+    low, high = spec.bounds(first)[0], spec.bounds(last)[1]
+    if low is not None:
+        bad["an entry below its minimum"] = _with(plan, first, low - 1)
+    if spec.bounds(last)[0] is not None and spec.bounds(last)[0] > -1:
+        bad["−1 in the last entry"] = _with(plan, last, -1)
+    if high is not None:
+        bad["an entry past its maximum"] = _with(plan, last, high + 1)
+        bad["an entry past int16"] = _with(plan, last, max(high + 1, 2 ** 15))
+    bad["an entry past int64"] = _with(plan, last, 2 ** 70)
+    value = array[first].item()
+    if spec.integer:
+        bad["a float entry"] = _with(plan, first, float(value))
+    bad["a NaN entry"] = _with(plan, first, float("nan"))
+    bad["an infinite entry"] = _with(plan, last, float("inf"))
+    bad["a bool entry"] = _with(plan, first, bool(value) if value in (0, 1) else True)
+    bad["a string entry"] = _with(plan, first, str(value))
+    bad["a null entry"] = _with(plan, first, None)
+    bad["a nested entry"] = _with(plan, first, [value])
+    bad["a deeply nested entry"] = _with(plan, last, _deep(DEEP))
+    if array.ndim > 1:
+        row = array[last[:-1]].tolist()
+        bad["a ragged row"] = _with(plan, last[:-1], row[:-1])
+        bad["a row with one entry too many"] = _with(plan, last[:-1], row + [row[-1]])
+    return bad
+
+
+def malformed_arrays(spec: PlanSpec, policy: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy arrays derived from a valid plan that the family's `evaluate` must refuse by itself
+    (a ValueError), without the JSON check in front: an entry below its minimum or past its
+    maximum, float, bool or string entries, one row too few or too many, one dimension more."""
+    array = np.asarray(policy).astype(np.int64 if spec.integer else np.float64)
+    bad: dict[str, np.ndarray] = {"one dimension more": array[None], "string entries": array.astype(str)}
+    if array.shape[0] - 1 < (spec.min_length if spec.min_length is not None else spec.shape[0]):
+        bad["one row too few"] = array[:-1]
+    if array.size == 0:
+        return bad
+    bad["one row too many"] = np.concatenate([array, array[-1:]])
+    first, last = (0,) * array.ndim, tuple(n - 1 for n in array.shape)
+    if spec.low is not None:
+        below = array.copy()
+        below[first] = spec.bounds(first)[0] - 1
+        bad["an entry below its minimum"] = below
+    if spec.high is not None:
+        above = array.copy()
+        above[last] = spec.bounds(last)[1] + 1
+        bad["an entry past its maximum"] = above
+    if spec.integer:
+        bad["float entries"] = array.astype(np.float64)
+    bad["bool entries"] = array.astype(bool)
+    return bad
+
+
 def gate_plan_validation(family: Family, theta: dict[str, Any], policy: np.ndarray, u_star: float, u_default: float,
-                         integer: bool) -> tuple[bool, str]:
-    """Malformed plans are refused with a message, never scored."""
-    plan = policy.tolist()
-    bad = {
-        "every entry 10**6": np.full(policy.shape, 10**6).tolist(),
-        "one more dimension": [plan],
-        "not a list": {"plan": plan},
-        "a string entry": ["seven"] + (plan[1:] if isinstance(plan, list) else []),
-    }
-    if integer:
-        bad["a fractional entry"] = (np.asarray(policy, dtype=float) + 0.5).tolist()
-    accepted = [name for name, value in bad.items()
-                if score_plan(family, theta, u_star, u_default, value, integer)["error"] is None]
+                         integer: bool | None = None) -> tuple[bool, str]:
+    """Malformed plans are refused with one line, never scored: as JSON through the grader, and
+    as arrays by the family's `evaluate` itself. (`integer` is not read: the form is declared.)"""
+    if family.plan_spec is None:
+        return False, f"{family.name} declares no plan form (Family.plan_spec)"
+    spec = family.plan_spec(theta)
+    accepted, multiline = [], []
+    for name, value in malformed_plans(spec, policy).items():
+        row = score_plan(family, theta, u_star, u_default, value)
+        if row["error"] is None:
+            accepted.append(name)
+        elif "\n" in row["error"] or len(row["error"]) > MESSAGE_CHARS:
+            multiline.append(name)
+    for name, array in malformed_arrays(spec, policy).items():
+        try:
+            family.evaluate(theta, array)
+        except (ValueError, IndexError, TypeError):
+            continue
+        accepted.append(f"{name} (evaluate)")
     if accepted:
         return False, f"malformed plans were scored instead of refused: {accepted}"
-    return True, f"{len(bad)} malformed plans refused"
+    if multiline:
+        return False, f"malformed plans were refused with more than one line: {multiline}"
+    return True, "malformed plans refused, as JSON and by evaluate"
 
 
 def gates(family: Family, theta: dict[str, Any], policy: np.ndarray, u_star: float, u_default: float, u_idle: float,
           text: str, seed: int) -> list[tuple[str, bool, str, float]]:
     """(name, passed, message, seconds) of every F gate."""
-    integer = bool(np.issubdtype(policy.dtype, np.integer))
     rng = np.random.default_rng([seed, 0xF])
     runs = [
         ("interface", lambda: gate_interface(family, theta, text, policy)),
         ("default_band", lambda: gate_default_band(family, u_star, u_default, u_idle)),
-        ("plan_grader", lambda: gate_plan_grader(family, theta, policy, u_star, u_default, integer, rng)),
-        ("plan_validation", lambda: gate_plan_validation(family, theta, policy, u_star, u_default, integer)),
+        ("plan_grader", lambda: gate_plan_grader(family, theta, policy, u_star, u_default, rng)),
+        ("plan_validation", lambda: gate_plan_validation(family, theta, policy, u_star, u_default)),
     ]
     results = []
     for name, run in runs:
