@@ -1,5 +1,11 @@
 """A refresh killed with SIGKILL at any point loses no committed row, duplicates none and leaves no
-environment without lineage; the rerun ends with exactly the rows of an uninterrupted run."""
+environment without lineage; the rerun ends with exactly the rows of an uninterrupted run.
+
+The kill points are states of the run, observed from outside, never fractions of a clock: the
+warehouse file appearing (migrations under way), the first sandbox process of the checks, and the
+first, second and third commit after the checks began (DuckDB appends each committed transaction to
+the write-ahead log `DB.wal`: its size grows once per commit, and the kill lands while that commit
+is being written or just after)."""
 
 import os
 import signal
@@ -25,13 +31,17 @@ def _start(api_url, db):
 
 
 def _rows(db):
+    """Every table's keys, and the environments without lineage or checks. A table that does not
+    exist yet (a run killed during its migrations, each one a transaction) holds no row."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = {t: con.execute(f"SELECT {key} FROM {t}").fetchall() for t, key in KEYS.items()}
+        present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        rows = {t: con.execute(f"SELECT {key} FROM {t}").fetchall() if t in present else [] for t, key in KEYS.items()}
         orphans = con.execute("""SELECT count(*) FROM environments e WHERE NOT EXISTS
                                  (SELECT 1 FROM lineage_edges x
                                   WHERE x.child_id = e.env_id AND x.relation = 'graded_by')
-                                 OR NOT EXISTS (SELECT 1 FROM checks c WHERE c.env_id = e.env_id)""").fetchall()[0][0]
+                                 OR NOT EXISTS (SELECT 1 FROM checks c WHERE c.env_id = e.env_id)""").fetchall()[0][0] \
+            if {"environments", "lineage_edges", "checks"} <= present else 0
     finally:
         con.close()
     return {t: [r[0] for r in v] for t, v in rows.items()}, orphans
@@ -41,26 +51,55 @@ def _rows(db):
 def reference(prefect_server, tmp_path_factory):
     db = tmp_path_factory.mktemp("crash") / "whole.duckdb"
     process = _start(prefect_server, db)
-    opened = _wait_for(db, process)
     assert process.wait(timeout=600) == 0
-    return _rows(db)[0], time.perf_counter() - opened
+    return _rows(db)[0]
 
 
-def _wait_for(db, process):
-    """When the warehouse file appears (the work starts after Prefect and the imports)."""
-    while not db.exists():
-        assert process.poll() is None, "refresh ended before it opened the warehouse"
-        time.sleep(0.01)
-    return time.perf_counter()
+def _checking(pid):
+    """Whether a sandbox process (a zygote or a runner) runs below `pid`."""
+    from vhd.tasks.sandbox import descendants
+
+    for child in descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as handle:
+                if any(part.endswith((b"/zygote.py", b"/runner.py")) for part in handle.read().split(b"\0")):
+                    return True
+        except OSError:
+            pass
+    return False
 
 
-@pytest.mark.parametrize("fraction", [0.2, 0.4, 0.55, 0.7, 0.9])
-def test_sigkill_then_rerun_loses_and_duplicates_nothing(prefect_server, reference, tmp_path, fraction):
-    whole, seconds = reference
+def _wait_for(point, db, process):
+    """Poll the run until it reaches `point` ("opened", "checking" or ("commit", k)); it must not
+    end first. Only states are compared: how long each takes does not matter."""
+    wal = db.with_name(db.name + ".wal")
+    checking, size, commits = False, 0, 0
+    while True:
+        assert process.poll() is None, f"refresh ended before it reached {point}"
+        if point == "opened" and db.exists():
+            return
+        checking = checking or _checking(process.pid)
+        if point == "checking" and checking:
+            return
+        try:
+            now = wal.stat().st_size
+        except FileNotFoundError:
+            now = 0
+        if checking and now > size:
+            commits += 1
+        size = now
+        if point == ("commit", commits):
+            return
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("point", ["opened", "checking", ("commit", 1), ("commit", 2), ("commit", 3)],
+                         ids=["migrating", "checking", "one-family", "two-families", "three-families"])
+def test_sigkill_then_rerun_loses_and_duplicates_nothing(prefect_server, reference, tmp_path, point):
+    whole = reference
     db = tmp_path / "killed.duckdb"
     process = _start(prefect_server, db)
-    _wait_for(db, process)
-    time.sleep(seconds * fraction)  # a fraction of the way through the work
+    _wait_for(point, db, process)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     if db.exists():
