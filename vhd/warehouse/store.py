@@ -29,7 +29,7 @@ from vhd.schemas.records import (
     SetterAttemptRecord, SetterOutputRecord,
     SolutionRecord,
 )
-from vhd.warehouse import files
+import vhd.warehouse.files as files
 from vhd.warehouse.migrate import available, migrate
 
 def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:
