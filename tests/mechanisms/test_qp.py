@@ -507,3 +507,37 @@ def test_a_budget_check_that_rejects_valid_plans_is_rejected(gated):
     verdicts = check_batch(FAM, wrong, mine)
     assert not any(v.admitted for v in verdicts)
     assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
+
+
+def test_the_world_and_evaluate_share_one_budget_sum():
+    """Issue 14, "two sums": at budget + TOL the module accepted a plan that `evaluate` refused
+    (the World summed the other amounts then this one, evaluate numpy's order), and the module's
+    utility then exceeded u*. Both now add the amounts in project order (`World.total`) under
+    one rule: on every amount around the boundary they accept and refuse alike, and agree on
+    the utility of what they accept."""
+    out, _ = generated(0)
+    theta = theta_of([12, 9, 4], [15, 15, 15], 15, [[1, 0, 2]], 1, 0.05)
+    a1, a2 = 5.029683110202227, 4.853921336806875  # amounts on projects 2 and 3 where the two sums differed
+    edge = theta["budget"] + TOL - ((0.0 + a1) + a2)  # the old World's largest accepted amount for project 1
+    amounts, x = [], edge
+    for _ in range(6):
+        x = float(np.nextafter(x, -np.inf))
+    for _ in range(12):
+        amounts.append(x)
+        x = float(np.nextafter(x, np.inf))
+    verdicts = set()
+    for x in amounts:
+        env = make_env(0, theta)
+        assert env.call(out.tool_name("allocate"), {"asset": 2, "amount": a1})["ok"]
+        assert env.call(out.tool_name("allocate"), {"asset": 3, "amount": a2})["ok"]
+        accepted = env.call(out.tool_name("allocate"), {"asset": 1, "amount": x})["ok"]
+        plan = np.array([x, a1, a2]) if accepted else np.array([0.0, a1, a2])
+        try:
+            value = FAM.evaluate(theta, np.array([x, a1, a2]))
+        except ValueError:
+            value = None
+        assert accepted == (value is not None), (x, accepted, value)
+        verdicts.add(accepted)
+        assert env.call(out.tool_name("commit_allocation"), {})["ok"]
+        assert env.outcome()["utility"] == FAM.evaluate(theta, plan)
+    assert verdicts == {True, False}  # the amounts straddle the boundary

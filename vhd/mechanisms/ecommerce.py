@@ -705,12 +705,12 @@ class World:
         p, v, pending = self.p, self.v, self._get("pending")
         stocked = self._on_hand() + self._in_transit() + pending
         if stocked + quantity > p["capacity"]:
-            raise AgentError(f"the warehouse holds {p['capacity']} {v['unit']}; on hand, in transit and ordered today "
-                             f"already come to {stocked}")
+            raise AgentError(f"the warehouse holds {p['capacity']} {v['unit']}: with {quantity} more, on hand, in "
+                             "transit and ordered today would exceed it")
         cost, cash = self._order_cost(pending + quantity), self._cash()
         if cost > cash:
-            raise AgentError(f"an order of {pending + quantity} {v['unit']} costs {cost} {v['currency']} (fee "
-                             f"included) but the cash is {cash}")
+            raise AgentError(f"an order of {pending + quantity} {v['unit']} today would cost more than the cash "
+                             "(the order fee included)")
         self._set("pending", pending + quantity)
         return {"ordered_today": pending + quantity, "order_cost": cost}
 
@@ -879,7 +879,7 @@ TOOLS = (
 
 register(Family(
     name="ecommerce",
-    version="1",
+    version="2",  # 2: order refusals show no cost, cash or stock figure (unit cost, fee and lead time are hidden)
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",

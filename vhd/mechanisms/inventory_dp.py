@@ -386,8 +386,8 @@ class World:
     def tool_place_order(self, quantity):
         stocked = self._get("on_hand") + self._in_transit() + self._get("pending")
         if stocked + quantity > self.p["capacity"]:
-            raise AgentError("storage holds %d %s; on hand, in transit and ordered today already come to %d"
-                             % (self.p["capacity"], self.v["unit"], stocked))
+            raise AgentError("storage holds %d %s: with %d more, on hand, in transit and ordered today would exceed it"
+                             % (self.p["capacity"], self.v["unit"], quantity))
         self._set("pending", self._get("pending") + quantity)
         return {"ordered_today": self._get("pending")}
 
@@ -497,7 +497,7 @@ TOOLS = (
 
 register(Family(
     name="inventory_dp",
-    version="2",  # 2: end_day receives the next day's arrivals unconditionally (the last-day guard was dead)
+    version="3",  # 3: the storage refusal shows no stock figure (in transit reveals the hidden lead time)
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",

@@ -232,8 +232,9 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
         raise ValueError(f"an allocation is {n} finite amounts, got shape {x.shape}")
     if (x < 0).any() or (x > np.array(caps) + FEASIBILITY_TOL).any():
         raise ValueError("an allocation must satisfy 0 ≤ x_i ≤ cap_i")
-    if float(x.sum()) > budget + FEASIBILITY_TOL:
-        raise ValueError(f"the allocation {float(x.sum())} exceeds the budget {budget}")
+    total = World.total([float(v) for v in x])  # the World's own sum and rule: one arithmetic, not two
+    if total > budget + World.TOL:
+        raise ValueError(f"the allocation {total} exceeds the budget {budget}")
     return float(World.objective(theta, [float(v) for v in x]))
 
 
@@ -262,16 +263,15 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
 
 
 def _over_budget_by_tol(theta: dict, amounts: list[float], asset: int) -> float | None:
-    """An amount for `asset` that makes the World's total, summed as World.tool_allocate sums it
-    (the other amounts in project order, then this one), equal to budget + TOL to the last bit:
-    the largest plan `total > budget + TOL` accepts. None when no float near it does."""
+    """An amount for `asset` that makes the World's total (`World.total`: the amounts in project
+    order, this one in its place) equal to budget + TOL to the last bit: the largest plan
+    `total > budget + TOL` accepts. None when no float near it does."""
     target = theta["budget"] + World.TOL
-    x = target - (sum(amounts) - amounts[asset])
+    trial = list(amounts)
+    x = target - (World.total(amounts) - amounts[asset])
     for _ in range(64):
-        total = 0.0
-        for v in amounts:
-            total += v
-        total = total - amounts[asset] + x
+        trial[asset] = x
+        total = World.total(trial)
         if total == target:
             return x
         x = float(np.nextafter(x, np.inf if total < target else -np.inf))
@@ -361,6 +361,14 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("committed", 0), ("changes", 0)])
 
     @staticmethod
+    def total(amounts):
+        """Σ x_i added in project order: the one sum of the budget rule (the World's and evaluate's)."""
+        total = 0.0
+        for x in amounts:
+            total += x
+        return total
+
+    @staticmethod
     def objective(params, amounts):
         """f(x) = Σ r_i x_i − λ (Σ_f (Σ_i A_fi x_i)² + ridge Σ x_i²), amounts in asset order."""
         ret = 0.0
@@ -390,10 +398,7 @@ class World:
         return [row[0] for row in rows]
 
     def _allocated(self):
-        total = 0.0
-        for x in self._amounts():
-            total += x
-        return total
+        return World.total(self._amounts())
 
     def _check_asset(self, asset):
         if not 1 <= asset <= self.p["assets"]:
@@ -461,14 +466,17 @@ class World:
     def tool_allocate(self, asset, amount):
         self._check_asset(asset)
         amount = float(amount)
-        cap = self.p["caps"][asset - 1]
-        if amount > cap + self.TOL:
-            raise AgentError("project %d takes at most %d %s, asked for %r" % (asset, cap, self.v["currency"], amount))
-        current = self._amounts()[asset - 1]
-        total = self._allocated() - current + amount
+        amounts = self._amounts()
+        amounts[asset - 1] = amount
+        total = World.total(amounts)
+        # the rule the player can check comes first; the cap's refusal names the rule, never the cap
         if total > self.p["budget"] + self.TOL:
             raise AgentError("the budget is %d %s; with %r on project %d the plan would use %r"
                              % (self.p["budget"], self.v["currency"], amount, asset, total))
+        cap = self.p["caps"][asset - 1]
+        if amount > cap + self.TOL:
+            raise AgentError("%r %s is over project %d's cap (%s lists the caps)"
+                             % (amount, self.v["currency"], asset, self.name["get_position_limits"]))
         self._write("allocate", asset, amount)
         return {"asset": asset, "amount": amount, "allocated": self._allocated(),
                 "left": self.p["budget"] - self._allocated()}
@@ -569,7 +577,7 @@ TOOLS = (
 
 register(Family(
     name="qp",
-    version="1",
+    version="2",  # 2: one budget sum (World.total) for the World and evaluate; a cap's refusal names no cap
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",

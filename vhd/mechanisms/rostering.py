@@ -661,14 +661,6 @@ class World:
         if current is not None:
             raise AgentError("%s (staff %d) already works the %s shift on day %d; unassign first"
                              % (label, staff, names[current], day))
-        available = self.db.execute("SELECT available FROM %s WHERE staff_id = ? AND day = ? AND shift_id = ?"
-                                    % self.t["availability"], (staff, day, shift)).fetchone()[0]
-        if not available:
-            raise AgentError("%s (staff %d) is not available for the %s shift on day %d"
-                             % (label, staff, names[shift], day))
-        limit = self.db.execute("SELECT max_shifts FROM %s WHERE staff_id = ?" % self.t["staff"], (staff,)).fetchone()[0]
-        if self._worked(staff) >= limit:
-            raise AgentError("%s (staff %d) has reached their shift limit for the period" % (label, staff))
         k = p["n_shifts"]
         if shift == 0 and day > 0 and self._shift_of(staff, day - 1) == k - 1:
             raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
@@ -676,6 +668,15 @@ class World:
         if shift == k - 1 and day + 1 < p["horizon"] and self._shift_of(staff, day + 1) == 0:
             raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
                              % (label, staff, names[0], day + 1, names[k - 1], day))
+        # availability and shift limits are hidden in A: one refusal for both, after the rules the roster shows
+        available = self.db.execute("SELECT available FROM %s WHERE staff_id = ? AND day = ? AND shift_id = ?"
+                                    % self.t["availability"], (staff, day, shift)).fetchone()[0]
+        limit = self.db.execute("SELECT max_shifts FROM %s WHERE staff_id = ?" % self.t["staff"], (staff,)).fetchone()[0]
+        if not available or self._worked(staff) >= limit:
+            raise AgentError("%s (staff %d) cannot take the %s shift on day %d: they are not available for it or "
+                             "have no shifts left under their limit (%s and %s tell which)"
+                             % (label, staff, names[shift], day, self.name["read_availability"],
+                                self.name["get_work_rules"]))
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["roster"], (staff, day, shift))
         self._log("assign", staff, day, shift)
         return {"assigned": {"staff": staff, "label": label, "day": day, "shift": names[shift]},
@@ -816,7 +817,7 @@ TOOLS = (
 
 register(Family(
     name="rostering",
-    version="2",  # 2: the write-only step counter, assigned_at column and rules_read flag are gone
+    version="3",  # 3: one refusal for availability and shift limits (hidden in A), after the rest rule
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -31,9 +31,10 @@ from vhd.tasks.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "4"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
+CHECKER_VERSION = "5"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
 # sequences, answers compared with the reference World by their numbers; 4: sequences played to the end of the
-# episode and two calls past it (not a turn budget of clock calls), the reference World in a sandbox child
+# episode and two calls past it (not a turn budget of clock calls), the reference World in a sandbox child; 5: the
+# information-hiding twin replays every call sequence, its refusals (and untouched observations) compared
 RANDOM_TRAJECTORIES = 3
 RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60
@@ -318,6 +319,30 @@ def gate_robustness(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
+    """Presentation A hides θ's `hidden` fields: only probes, which cost turns, reveal them.
+
+    The twin is the same episode (seed, budget, module) with every hidden number moved
+    (`perturbed`). Nothing the player reads without probing may tell the two apart:
+
+    - every probe must cost at least one turn (calling each once uses the sum of their costs);
+    - the instruction, and the first answer of every argument-free observation tool, are the same;
+    - the twin plays every call sequence (`tailed`) the candidate played, and wherever both
+      worlds refuse the call at the same position, the refusal texts are identical: a refusal
+      names the rule that was broken, never a hidden number (a cap, a travel time) nor which of
+      several hidden rules binds (availability or a shift limit). A refusal costs no turn, so a
+      hidden number in it would be free information. The comparison of a sequence stops where
+      the states may legitimately differ (`_twin_difference`): where one world accepts and the
+      other refuses, and past either episode's end; in a stochastic family, once the clock's
+      answers differ (the period's draws depend on hidden θ), two refusals may name different
+      rules, but one rule must read the same, numbers and all;
+    - in a deterministic family, while the world is untouched (no probe, decision or clock call
+      accepted yet in the sequence), every observation tool's answer is identical too,
+      arguments and all.
+
+    Accepted answers past that point may differ: every accepted call costs turns, so a
+    decision's answer that reports its consequence (the minutes a drive took, a machine's
+    load) is paid for like a probe.
+    """
     if ev.candidate.presentation != "A":
         return True, "presentation I reveals θ by design"
     probes = ev.first["trajectories"][-1]
@@ -332,7 +357,48 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
         return False, "the A instruction changes when only hidden parameters change: it leaks them"
     if twin["trajectories"][0]["obs_digest"] != ev.first["trajectories"][-2]["obs_digest"]:
         return False, "an observation tool's first answer changes when only hidden parameters change: it leaks them"
-    return True, "instruction and observations invariant to hidden θ; probes cost turns"
+    roles = {t.name: t.role for t in ev.family.tools}
+    compared = 0
+    for k, (mine, theirs) in enumerate(zip(ev.random_calls_played(), twin["trajectories"][1:])):
+        calls = ev.sequences[k] if k < len(ev.sequences) else []
+        leak = _twin_difference(mine.get("answers") or [], theirs.get("answers") or [], calls, roles,
+                                ev.family.stochastic)
+        if leak:
+            return False, f"call sequence {k}: {leak}, when only hidden parameters change: it leaks them"
+        compared += not mine.get("exception") and not theirs.get("exception")
+    return True, (f"instruction, observations and refusals invariant to hidden θ ({compared} call sequences "
+                  f"replayed on the twin); probes cost turns")
+
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _twin_difference(mine: list[list[Any]], theirs: list[list[Any]], calls: list[dict[str, Any]],
+                     roles: dict[str, str], stochastic: bool) -> str:
+    """Where two worlds that differ only in hidden θ answered one call sequence differently
+    ('' if nowhere): a refusal text, or (deterministic families) an observation tool's answer
+    while the world is untouched (no probe, decision or clock call accepted yet).
+
+    The comparison stops where one world accepts a call the other refuses, and past either
+    episode's end (its last accepted call: every call after the end is refused). In a
+    stochastic family, once an accepted clock call's answers differ (the period's draws depend
+    on hidden θ, so the visible state may differ by chance from there), two refusals may name
+    different rules; the same rule must still read the same, numbers and all."""
+    untouched, drawn = True, False
+    end = min(max([at for at, (ok, _) in enumerate(answers) if ok], default=-1) for answers in (mine, theirs))
+    for at, ((ok, text), (twin_ok, twin_text)) in enumerate(zip(mine[:end + 1], theirs)):
+        call = calls[at] if at < len(calls) else {"tool": "the clock", "arguments": {}}
+        role = roles.get(call["tool"], "clock")
+        if ok != twin_ok:
+            return ""
+        what = f"call {at} ({call['tool']}{call['arguments']})"
+        if not ok and text != twin_text and not (drawn and NUMBER.sub("#", text) != NUMBER.sub("#", twin_text)):
+            return f"the refusal of {what} reads {text[:150]!r} in one world and {twin_text[:150]!r} in the other"
+        if ok and text != twin_text and untouched and role == "observe" and not stochastic:
+            return f"the answer of {what}, before any probe or decision, differs"
+        untouched = untouched and (role == "observe" or not ok)
+        drawn = drawn or (stochastic and ok and role == "clock" and text != twin_text)
+    return ""
 
 
 def perturbed(value: Any) -> Any:
@@ -643,8 +709,9 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with every hidden parameter moved
             theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
-            episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta},
-                             "pad_with": None, "trajectories": [looks]})
+            episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "pad_with": None,
+                             "trajectories": [looks] + [tailed(family, setter_output, calls)
+                                                        for calls in random_sequences]})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}

@@ -523,7 +523,9 @@ def _drain(fds: set[int], seconds: float = 3.0) -> None:
 
 # --- the verdict on the channel ----------------------------------------------------------
 
-_TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "obs_digest", "obs_numbers", "exception"]
+MAX_REFUSAL = 300  # runner.MAX_REFUSAL: the longest refusal text a trajectory's `answers` may carry
+_TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "obs_digest", "obs_numbers", "answers",
+               "exception"]
 _SHAPES = {
     "describe": (["instruction", "tools"], ["exception"]),
     "trajectory": (_TRAJECTORY, ["exception"]),
@@ -551,6 +553,11 @@ def _episode(record: dict[str, Any], expected_key: str | None) -> None:
         raise _Forged("trajectories is not a list")
     for trajectory in record["trajectories"]:
         _shape("trajectory", trajectory)
+        answers = trajectory.get("answers", [])
+        if not isinstance(answers, list) or not all(
+                isinstance(a, list) and len(a) == 2 and isinstance(a[0], bool) and isinstance(a[1], str)
+                and len(a[1]) <= MAX_REFUSAL for a in answers):
+            raise _Forged("a trajectory's answers are not [ok, text] pairs of the runner's size")
     if "fuzz" in record:
         _shape("fuzz", record["fuzz"])
 

@@ -59,15 +59,18 @@ def _numeric(observation):
 
 
 PAST_END = 2  # clock calls recorded after a tailed trajectory's episode is over: both must be refused
+MAX_REFUSAL = 300  # characters of a refusal text kept in a trajectory's `answers`
 
 
 def _play(module, config, trajectory, pad_with):
     """Play one trajectory and report what happened. A trajectory is a list of calls, or
     {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
     the turn budget), then PAST_END more CLOCK calls, every answer recorded. `pad_with`: a tool
-    called, unrecorded, until the episode is over."""
+    called, unrecorded, until the episode is over. `answers` holds one [ok, text] per recorded
+    call: a refusal's error text (at most MAX_REFUSAL characters), or the first 12 hex digits of
+    an accepted answer's SHA-256 (the information-hiding gate compares them between worlds)."""
     digest = hashlib.sha256()
-    errors, first_error, numbers = 0, None, []
+    errors, first_error, numbers, answers = 0, None, [], []
     calls, then = (trajectory["calls"], trajectory["then"]) if isinstance(trajectory, dict) else (trajectory, None)
     try:
         env = module.create(config)
@@ -75,12 +78,17 @@ def _play(module, config, trajectory, pad_with):
         def record(tool, arguments):
             nonlocal errors, first_error
             observation = env.call(tool, arguments)
-            digest.update(json.dumps(observation, sort_keys=True, default=repr).encode("utf-8"))
+            text = json.dumps(observation, sort_keys=True, default=repr).encode("utf-8")
+            digest.update(text)
             numbers.append(_numeric(observation))
             if not (isinstance(observation, dict) and observation.get("ok") is True):
                 errors += 1
+                error = str(observation.get("error") if isinstance(observation, dict) else observation)
+                answers.append([False, error[:MAX_REFUSAL]])
                 if first_error is None:
-                    first_error = str(observation.get("error") if isinstance(observation, dict) else observation)
+                    first_error = error
+            else:
+                answers.append([True, hashlib.sha256(text).hexdigest()[:12]])
 
         for step in calls:
             record(step["tool"], step["arguments"])
@@ -108,6 +116,7 @@ def _play(module, config, trajectory, pad_with):
         "first_error": _short(first_error) if first_error else None,
         "obs_digest": digest.hexdigest(),
         "obs_numbers": numbers,
+        "answers": answers,
         "exception": None,
     }
 
