@@ -40,6 +40,10 @@ class WarehouseBusy(WarehouseError):
     """A warehouse already opened for writing by another process."""
 
 
+class IntegrityError(WarehouseError):
+    """A row that no longer matches its id or digests: met again by an insert, or found by the audit."""
+
+
 class UnknownEnvironment(VhdError):
     """An environment id that the warehouse does not hold."""
 

@@ -32,3 +32,41 @@ def sha256_hex(data: bytes | str) -> str:
 def content_id(kind: str, version: str, content: Any) -> str:
     """The id of an artifact of `kind`, made by code at `version`, with `content`."""
     return sha256_hex(canonical_json({"kind": kind, "version": version, "content": content}))
+
+
+DIGEST_HEX = 16  # a field digest is the first 16 hex digits (64 bits) of a SHA-256
+
+
+def field_digest(value: Any) -> str:
+    """The digest of one stored value: SHA-256 of its bytes (a BLOB) or of its canonical JSON
+    (JSON columns are stored as text, so their text is what is hashed), cut to DIGEST_HEX digits.
+    NaN and infinities are written as JSON's NaN/Infinity here, so a digest never refuses a row."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(b"blob:" + bytes(value)).hexdigest()[:DIGEST_HEX]
+    return sha256_hex(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))[:DIGEST_HEX]
+
+
+def field_digests(row: dict[str, Any]) -> dict[str, str]:
+    """{column: field_digest(value)} of a row as the warehouse stores it: the audit recomputes
+    them from the stored row to name the field that changed after the row was written."""
+    return {name: field_digest(value) for name, value in row.items()}
+
+
+def digest_problems(row: dict[str, Any], column: str = "field_digests") -> list[tuple[str, str]]:
+    """(field, problem) for every field of a stored row whose value no longer matches the digest
+    written with it (the row's `column`, canonical JSON {field: digest}); [] for an intact row."""
+    raw = row.get(column)
+    if not raw:
+        return [(column, "unsealed: the row carries no field digests (written before migration 006)")]
+    try:
+        stored = json.loads(raw)
+    except (TypeError, ValueError):
+        return [(column, "not JSON")]
+    if not isinstance(stored, dict):
+        return [(column, "not a JSON object")]
+    fresh = field_digests({k: v for k, v in row.items() if k != column})
+    problems = [(name, "changed after the row was written (its value no longer matches its digest)")
+                for name in sorted(fresh) if name in stored and stored[name] != fresh[name]]
+    problems += [(name, "has no digest") for name in sorted(set(fresh) - set(stored))]
+    problems += [(column, f"names a field the row does not have: {name}") for name in sorted(set(stored) - set(fresh))]
+    return problems

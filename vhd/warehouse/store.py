@@ -6,7 +6,10 @@
 
 Records go in as batches (one Arrow table per kind and call: `executemany` is ~400× slower
 here) with `INSERT OR IGNORE`, so writing a row that is already there is a no-op: ids are
-content hashes, and equal ids mean equal content.
+content hashes, and equal ids mean equal content. A stored row met again with different content
+(it was changed after it was written) is an `IntegrityError`, never reused. Every row of a
+`SEALED` table is written with its per-field digests (`field_digests`, migration 006), which the
+audit recomputes to name the field of a row that changed.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import duckdb
 import pyarrow as pa
+from pydantic import ValidationError
 
-from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
-from vhd.schemas.hashing import canonical_json
+from vhd.schemas.errors import IntegrityError, WarehouseBusy, WarehouseError, WarehouseMissing
+from vhd.schemas.hashing import canonical_json, digest_problems, field_digests
 from vhd.schemas.records import (
     CheckRecord, CorpusVersionRecord, EnvironmentRecord, EpisodeRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord,
     SetterAttemptRecord, SetterOutputRecord,
@@ -51,6 +55,13 @@ TABLES: dict[type, tuple[str, str]] = {
 }
 
 
+# tables whose rows carry per-field digests (migration 006): what a trainer or grader depends on
+SEALED = frozenset({"passages", "models", "solutions", "setter_outputs", "checks", "environments", "corpus_versions"})
+# columns that may differ when a stored row is met again: who wrote it first, how long it took
+METADATA = frozenset({"run_id", "seconds", "gate_seconds", "created_at", "field_digests"})
+DIGESTS = "field_digests"
+
+
 def default_path() -> Path:
     return Path(os.environ.get("VHD_DB", "data/vhd.duckdb"))
 
@@ -70,11 +81,35 @@ def _row(record: Any) -> dict[str, Any]:
     if _JSON[cls]:
         as_json = record.model_dump(mode="json", include=set(_JSON[cls]))
         row.update({name: canonical_json(value) for name, value in as_json.items()})
+    if TABLES[cls][0] in SEALED:
+        row[DIGESTS] = canonical_json(field_digests(row))
     return row
 
 
 def _record(cls: type, row: dict[str, Any]) -> Any:
-    return cls(**{k: (json.loads(v) if k in _JSON[cls] else v) for k, v in row.items()})
+    return cls(**{k: (json.loads(v) if k in _JSON[cls] else v) for k, v in row.items() if k != DIGESTS})
+
+
+def parse_row(cls: type, row: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """A stored row as a record, leniently: (record, {field: why its value is invalid}). A row that
+    fails validation (it was edited after it was written) comes back unvalidated, so the audit can
+    still name every field that is wrong instead of stopping at the first."""
+    values, invalid = {}, {}
+    for name, value in row.items():
+        if name == DIGESTS:
+            continue
+        if name in _JSON[cls] and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                invalid[name] = "not JSON"
+        values[name] = value
+    try:
+        return cls(**values), invalid
+    except ValidationError as exc:
+        for error in exc.errors():
+            invalid.setdefault(str(error["loc"][0]) if error["loc"] else "row", error["msg"])
+        return cls.model_construct(**values), invalid
 
 
 class Warehouse:
@@ -160,16 +195,36 @@ class Warehouse:
 
     # -- writing ----------------------------------------------------------------------------
     def insert(self, records: Sequence[Any]) -> None:
-        """Insert a batch of records of one kind; rows whose key exists are left as they are."""
+        """Insert a batch of records of one kind; a row whose key exists is left as it is when its
+        content is the same, and is an IntegrityError when it is not (nothing of the batch is written)."""
         if not records:
             return
-        table, _ = TABLES[type(records[0])]
-        batch = pa.Table.from_pylist([_row(r) for r in records])
+        table, key = TABLES[type(records[0])]
+        rows = [_row(r) for r in records]
+        batch = pa.Table.from_pylist(rows)
         self.con.register("_vhd_batch", batch)
         try:
+            if key:
+                self._refuse_changed(table, key, [c for c in rows[0] if c != key and c not in METADATA])
             self.con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT * FROM _vhd_batch")
         finally:
             self.con.unregister("_vhd_batch")
+
+    def _refuse_changed(self, table: str, key: str, columns: list[str]) -> None:
+        """Raise IntegrityError when a row of `_vhd_batch` meets a stored row with the same key and
+        a different value in one of `columns` (run ids and timings may differ: the first write stays)."""
+        if not columns:
+            return
+        differs = [f'b."{c}" IS DISTINCT FROM t."{c}"' for c in columns]
+        found = self.con.execute(
+            f"SELECT b.\"{key}\", [{', '.join(f'CASE WHEN {d} THEN {c!r} END' for d, c in zip(differs, columns))}] "
+            f'FROM _vhd_batch b JOIN {table} t ON t."{key}" = b."{key}" WHERE {" OR ".join(differs)} LIMIT 1').fetchall()
+        if found:
+            record_id, fields = found[0]
+            changed = ", ".join(f for f in fields if f is not None)
+            raise IntegrityError(f"{table} {record_id}: the stored row's {changed} differs from the row being "
+                                 f"written with the same id; a row that no longer matches its id is never reused "
+                                 f"(`vhd verify` names what changed)")
 
     def mark_interrupted(self, run_id: str, at: str) -> list[str]:
         """Mark every run still `running` but `run_id` as `interrupted` (finished at `at`) and return
@@ -194,6 +249,65 @@ class Warehouse:
         found = self._select(cls, f"WHERE {key} = ?", [record_id])
         return found[0] if found else None
 
+    def stored_rows(self, cls: type, column: str | None = None, values: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """The rows of `cls`'s table whose `column` is one of `values` (every row without a column),
+        exactly as stored (JSON columns as text, `field_digests` included): what the audit re-hashes.
+        Parse them with `parse_row`."""
+        table, _ = TABLES[cls]
+        if column is None:
+            cursor = self.con.execute(f"SELECT * FROM {table}")
+        else:
+            values = list(values)
+            if not values:
+                return []
+            cursor = self.con.execute(f'SELECT * FROM {table} WHERE list_contains(?, "{column}")', [values])
+        columns = [d[0] for d in cursor.description]
+        return [dict(zip(columns, row)) for row in cursor.fetchall()]
+
+    def verified(self, cls: type, ids: Iterable[str], *, complete: bool = False) -> dict[str, Any]:
+        """id -> record for the stored ones among `ids` (`complete`: all of them, or an IntegrityError),
+        each checked first: a row that is not a valid record, whose field digests no longer match,
+        or whose content does not hash to its id is an IntegrityError naming table, id and field —
+        a changed row is never read as if it held."""
+        table, key = TABLES[cls]
+        ids = list(ids)
+        found = {}
+        for row in self.stored_rows(cls, key, ids):
+            record, invalid = parse_row(cls, row)
+            problems = [(field, f"invalid value ({why})") for field, why in invalid.items()]
+            problems += digest_problems(row) if table in SEALED else []
+            if not problems and hasattr(record, "expected_id") and record.expected_id() != row[key]:
+                problems.append((key, "does not hash to its id"))
+            if problems:
+                field, why = problems[0]
+                raise IntegrityError(f"{table} {row[key]} {field}: {why}"
+                                     + (f" (and {len(problems) - 1} more fields)" if len(problems) > 1 else "")
+                                     + "; run `vhd verify` for every problem")
+            found[row[key]] = record
+        missing = [i for i in ids if i not in found] if complete else []
+        if missing:
+            raise IntegrityError(f"{table} {missing[0]} {key}: not stored, though a stored row names it"
+                                 + (f" (and {len(set(missing)) - 1} more)" if len(set(missing)) > 1 else "")
+                                 + "; run `vhd verify` for every problem")
+        return found
+
+    def version_names(self) -> list[str]:
+        """The published corpus versions' names, oldest first, read without parsing their rows."""
+        return [row[0] for row in self.con.execute("SELECT version FROM corpus_versions ORDER BY created_at, version")
+                .fetchall()]
+
+    def seal(self, cls: type, ids: Iterable[str]) -> int:
+        """Write the field digests of stored rows that have none (rows written before migration
+        006), as they are now: only for rows the audit has just verified (`vhd verify --seal`)."""
+        table, key = TABLES[cls]
+        sealed = 0
+        for row in self.stored_rows(cls, key, ids):
+            if not row.get(DIGESTS):
+                digests = canonical_json(field_digests({k: v for k, v in row.items() if k != DIGESTS}))
+                self.con.execute(f"UPDATE {table} SET {DIGESTS} = ? WHERE \"{key}\" = ?", [digests, row[key]])
+                sealed += 1
+        return sealed
+
     def present(self, cls: type, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
         if not ids:
@@ -217,9 +331,12 @@ class Warehouse:
                                 [family, family_version, batch]).fetchall()[0][0]
 
     def solutions_for(self, model_ids: Iterable[str]) -> dict[str, SolutionRecord]:
+        """model_id -> its stored solution, to reuse: verified first (`verified`), so a solution
+        row changed after it was written is an IntegrityError, never reused."""
         ids = list(model_ids)
-        found = self._select(SolutionRecord, "WHERE list_contains(?, model_id)", [ids]) if ids else []
-        return {s.model_id: s for s in found}
+        found = self.con.execute("SELECT solution_id FROM solutions WHERE list_contains(?, model_id)",
+                                 [ids]).fetchall() if ids else []
+        return {s.model_id: s for s in self.verified(SolutionRecord, [r[0] for r in found]).values()}
 
     def mark_superseded(self, families: dict[str, str], env_version: str, run_id: str, at: str) -> dict[str, int]:
         """Mark every row made by another version of its code: models, solutions and modules of a
@@ -360,13 +477,10 @@ class Warehouse:
 
     def eval_inputs(self, env_ids: list[str]) -> dict[str, tuple[Any, Any, Any]]:
         """env_id -> (model, solution, setter output) of the given environments."""
-        envs = {e.env_id: e for e in self._select(EnvironmentRecord, "WHERE list_contains(?, env_id)", [env_ids])}
-        models = {m.model_id: m for m in self._select(ModelRecord, "WHERE list_contains(?, model_id)",
-                                                      [[e.model_id for e in envs.values()]])}
-        solutions = {s.solution_id: s for s in self._select(SolutionRecord, "WHERE list_contains(?, solution_id)",
-                                                            [[e.solution_id for e in envs.values()]])}
-        outputs = {o.setter_output_id: o for o in self._select(
-            SetterOutputRecord, "WHERE list_contains(?, setter_output_id)", [[e.setter_output_id for e in envs.values()]])}
+        envs = self.verified(EnvironmentRecord, env_ids)  # each row checked: a changed one is an IntegrityError
+        models = self.verified(ModelRecord, [e.model_id for e in envs.values()], complete=True)
+        solutions = self.verified(SolutionRecord, [e.solution_id for e in envs.values()], complete=True)
+        outputs = self.verified(SetterOutputRecord, [e.setter_output_id for e in envs.values()], complete=True)
         return {i: (models[e.model_id], solutions[e.solution_id], outputs[e.setter_output_id]) for i, e in envs.items()}
 
     def runs(self) -> list[RunRecord]:
