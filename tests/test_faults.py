@@ -11,6 +11,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -406,3 +407,20 @@ def test_three_refreshes_at_once_under_two_cpu_burners_all_succeed(tmp_path):
         assert r.returncode == 0, err[-3000:]
         assert json.loads(out)["admitted"] + json.loads(out)["rejected"] >= 1
     print(f"3 refreshes under 2 burners: {seconds:.1f} s wall")
+
+
+def test_a_full_disk_during_an_export_leaves_no_partial_file_or_directory(export_loop, tmp_path):
+    _, db, _, _ = export_loop
+    faulted(tmp_path, ["export", "--out", tmp_path / "exported", "--db", db], "nothing was exported",
+            limit_bytes=4000)
+
+
+def test_serve_env_on_a_port_in_use_is_one_line(export_loop, tmp_path):
+    _, db, _, _ = export_loop
+    with Warehouse.open(db, read_only=True) as wh:
+        env_id = wh.con.execute("SELECT env_id FROM environments WHERE admitted LIMIT 1").fetchall()[0][0]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        faulted(tmp_path, ["serve-env", env_id, "--port", taken.getsockname()[1], "--db", db], "cannot serve on",
+                timeout=120)

@@ -582,6 +582,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
                            registry.get(e.family)) for e in envs]
     target = out / f"environments.{format}"
     partial = target.with_suffix(target.suffix + ".partial")
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         if format == "jsonl":
@@ -596,6 +597,8 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
         partial.replace(target)  # never a half-written export
     except OSError as exc:  # a full disk, a read-only directory
         partial.unlink(missing_ok=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
         _fail(f"cannot write {target}: {exc.strerror or exc}; nothing was exported")
     console.print(f"{len(rows)} environments → {target}")
 
