@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import typing
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +25,7 @@ import duckdb
 import pyarrow as pa
 from pydantic import ValidationError
 
-from vhd.schemas.errors import IntegrityError, WarehouseBusy, WarehouseError, WarehouseMissing
+from vhd.schemas.errors import IntegrityError, WarehouseError
 from vhd.schemas.hashing import canonical_json, digest_problems, field_digests
 from vhd.schemas.records import (
     CheckRecord, CorpusVersionRecord, EnvironmentRecord, EpisodeRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord,
@@ -34,10 +33,7 @@ from vhd.schemas.records import (
     SolutionRecord,
 )
 import vhd.warehouse.files as files
-from vhd.warehouse.migrate import available, migrate
-
-def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:
-    return {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+from vhd.warehouse.migrate import migrate
 
 
 TABLES: dict[type, tuple[str, str]] = {
