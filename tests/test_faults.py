@@ -164,6 +164,16 @@ def test_a_full_disk_while_creating_a_warehouse_leaves_no_file(folder):
     assert vhd("passages", "add", PASSAGES, "--db", folder / "new.duckdb").returncode == 0  # and the path still works
 
 
+def test_a_creation_killed_midway_leaves_files_that_the_next_creation_removes(folder):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a PID that no longer runs
+    abandoned = [folder / f".new.duckdb.{gone.pid}.creating", folder / f".new.duckdb.{gone.pid}.creating.wal"]
+    for leftover in abandoned:
+        leftover.write_bytes(b"half a warehouse")
+    assert vhd("passages", "add", PASSAGES, "--db", folder / "new.duckdb").returncode == 0
+    assert (folder / "new.duckdb").exists() and not any(p.exists() for p in abandoned)
+
+
 # -- inputs ----------------------------------------------------------------------------------------
 
 def test_a_trajectory_file_that_is_not_utf8_is_one_line(folder):

@@ -5,7 +5,8 @@ and which DuckDB files are refused. Every refusal is one `WarehouseError` line n
     >>> con = connect(Path("data/vhd.duckdb"), read_only=True)     # waits a bounded time for a writer
 
 - A new warehouse is created whole or not at all (`create`): it is built and migrated under a
-  temporary name beside the target and linked into place, so a full disk leaves no 0-byte file.
+  temporary name beside the target and linked into place, so a full disk leaves no 0-byte file
+  (and the temporary files of a creation whose process was killed are removed by the next one).
 - Locks: DuckDB lets one writer or any number of readers hold a file. A writer that finds
   readers, and a reader that finds a writer, wait up to `VHD_LOCK_WAIT_SECONDS` (default 60),
   saying so once on stderr; a second writer is refused at once (`WarehouseBusy`).
@@ -72,6 +73,7 @@ def create(path: Path, setup: Callable[[duckdb.DuckDBPyConnection], object]) -> 
     (a full disk) the temporary files are removed and nothing is at `path`. Another process that
     created `path` first wins; its file is kept."""
     path.parent.mkdir(exist_ok=True)  # only reached for the default data/ (check_path refuses the rest)
+    _remove_abandoned(path)
     partial = path.with_name(f".{path.name}.{os.getpid()}.creating")
     try:
         con = duckdb.connect(str(partial))
@@ -89,6 +91,20 @@ def create(path: Path, setup: Callable[[duckdb.DuckDBPyConnection], object]) -> 
     finally:
         for leftover in (partial, partial.with_name(partial.name + ".wal")):
             leftover.unlink(missing_ok=True)
+
+
+def _remove_abandoned(path: Path) -> None:
+    """Remove the temporary files of creations of `path` whose process is gone (killed mid-way)."""
+    for leftover in path.parent.glob(f".{path.name}.*.creating*"):
+        pid = leftover.name[len(path.name) + 2:].split(".")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            leftover.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, another user's
 
 
 def connect(path: Path, read_only: bool, wait: float | None = None) -> duckdb.DuckDBPyConnection:
