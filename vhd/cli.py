@@ -166,8 +166,15 @@ def _bounded_per_family(per_family: int) -> None:
 
 
 def _report(summary: dict, path: Path, as_json: bool) -> None:
-    """Print a refresh/backfill summary (a table, or JSON); exit 1 when the quality gate failed."""
+    """Print a refresh/backfill summary (a table, or JSON); exit 1 when the audit or the quality gate failed."""
     quality_failed = bool(summary.get("quality")) and not summary["quality"]["passed"]
+    audit = summary.get("audit")
+    if audit and not audit["verified"]:  # one line: how many problems, the first (env, table, row, field)
+        more = f" (and {audit['count'] - 1} more; `vhd verify` lists them)" if audit["count"] > 1 else ""
+        if as_json:
+            _emit(summary)
+        _fail(f"the audit found {audit['count']} problems, so no corpus version was published: "
+              f"{audit['problems'][0]}{more}")
     if as_json:
         _emit(summary)
         if quality_failed:
@@ -264,8 +271,62 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
         console.print(table)
         console.print(f"seed {report['seed']}, knobs {report['knobs']}")
         for problem in report["problems"]:
-            console.print(f"[red]✗[/red] {problem}")
+            console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
+        for note in report["notes"]:
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
         console.print("[green]verified[/green]" if report["verified"] else "[red]NOT verified[/red]")
+    if not report["verified"]:
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+@handles_errors
+def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
+            resolve: bool = typer.Option(True, "--resolve/--no-resolve", help="also re-solve every θ and compare "
+                                         "its solution row (the slow part)"),
+            seal: bool = typer.Option(False, "--seal", help="write field digests for rows written before migration "
+                                      "006, once the rest of the audit passes (opens the warehouse for writing)")) -> None:
+    """Audit the whole warehouse: every environment's chain (admitted or not), every published
+    corpus version and every other stored row; exit 1 on any problem, each named by
+    environment, table, row and field (docs/RELIABILITY.md, "What is verified where")."""
+    from vhd.schemas.records import (CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord,
+                                     PassageRecord, SetterOutputRecord, SolutionRecord)
+    from vhd.tasks.audit import DIGESTS, whole
+    from vhd.warehouse import Warehouse
+    from vhd.warehouse.lineage import load_chains, load_rows, load_versions
+
+    kinds = {"passages": PassageRecord, "models": ModelRecord, "solutions": SolutionRecord,
+             "setter_outputs": SetterOutputRecord, "checks": CheckRecord, "environments": EnvironmentRecord}
+    with _reader(db) as wh:
+        versions = load_versions(wh)  # the ids a version names are audited too, even if no row has them now
+        named = {i for v, _, _ in versions if isinstance(v.manifest, dict)
+                 for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
+        chains = load_chains(wh, named | {row[0] for row in wh.con.execute("SELECT env_id FROM environments").fetchall()})
+        report = whole(chains, versions, {r.run_id for r in wh.runs()},
+                       {table: load_rows(wh, cls) for table, cls in kinds.items()},
+                       [LineageEdge(**row) for row in wh.stored_rows(LineageEdge)], resolve=resolve)
+    if seal:
+        unsealed = [f for f in report["findings"] if f["field"] == DIGESTS and f["problem"].startswith("unsealed")]
+        if len(unsealed) != len(report["findings"]):
+            _fail(f"--seal: {len(report['findings']) - len(unsealed)} problems other than unsealed rows; "
+                  f"nothing sealed: {report['problems'][0]}")
+        by_table: dict[str, set[str]] = {}
+        for f in unsealed:
+            by_table.setdefault(f["table"], set()).add(f["id"])
+        with Warehouse.open(db) as wh, wh.transaction():
+            sealed = sum(wh.seal({**kinds, "corpus_versions": CorpusVersionRecord}[t], ids) for t, ids in by_table.items())
+        console.print(f"sealed {sealed} rows")
+        return
+    if as_json:
+        _emit(report)
+    else:
+        for problem in report["problems"]:
+            console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
+        for note in report["notes"]:
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        console.print(f"{report['envs']} environments, {report['versions']} corpus versions in {report['seconds']} s: "
+                      + ("[green]verified[/green]" if report["verified"] else f"[red]{len(report['findings'])} "
+                                                                              "problems[/red]"))
     if not report["verified"]:
         raise typer.Exit(1)
 
@@ -370,11 +431,15 @@ def selftest(families: str = typer.Option("", help="comma-separated families (de
 @handles_errors
 def score(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
           trajectories: Path = typer.Option(..., "--trajectories", help="JSONL file: one list of {tool, arguments} per line"),
+          corpus_version: Optional[str] = typer.Option(None, "--corpus-version", help="verify the environment "
+                                                       "against this published version (default: the latest that "
+                                                       "holds it; its own rows only when none does)"),
           db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
-    """Replay trajectories through an admitted environment in the sandbox and print their rewards."""
+    """Replay trajectories through an environment in the sandbox and print their rewards; the
+    environment, its model and module are verified first (ids, field digests, corpus digest)."""
     from vhd.mechanisms import registry
     from vhd.schemas.errors import TrajectoryFormatError
-    from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord
+    from vhd.schemas.records import ModelRecord, SetterOutputRecord
     from vhd.tasks.score import parse_trajectories, score as score_stage
 
     try:
@@ -386,8 +451,10 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
                                     f"{exc.start}); expected JSONL of tool-call lists") from None
     parsed = parse_trajectories(text, str(trajectories))
     with _reader(db) as wh:
-        env = wh.get(EnvironmentRecord, _resolve(wh, env_id))
-        model, output = wh.get(ModelRecord, env.model_id), wh.get(SetterOutputRecord, env.setter_output_id)
+        full = _resolve(wh, env_id)
+        env = _scored_environment(wh, full, corpus_version)
+        model = wh.verified(ModelRecord, [env.model_id], complete=True)[env.model_id]
+        output = wh.verified(SetterOutputRecord, [env.setter_output_id], complete=True)[env.setter_output_id]
     rows = score_stage(env, output, model.theta, registry.get(env.family), parsed)
     if as_json:
         return _emit(rows)
@@ -558,28 +625,25 @@ def versions(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
 def export(out: Path = typer.Option(..., "--out", help="directory to write environments.jsonl/.parquet into"),
            format: str = typer.Option("jsonl", "--format", help="jsonl or parquet"),
            corpus_version: Optional[str] = typer.Option(None, "--corpus-version",
-                                                        help="export exactly this version (default: all admitted)"),
+                                                        help="export exactly this version (default: the latest)"),
            db: Optional[Path] = DbOption) -> None:
-    """Export admitted environments: module, player view and grader view, one row each."""
+    """Export a published corpus version, verified against its digest first: module, player view,
+    grader view, the environment's grading digest and the corpus digest, one row each."""
     from vhd.mechanisms import registry
-    from vhd.schemas.errors import UnknownCorpusVersion
-    from vhd.schemas.records import CorpusVersionRecord, EnvironmentRecord, ModelRecord, SetterOutputRecord
+    from vhd.schemas.records import ModelRecord, SetterOutputRecord
     from vhd.tasks.export import export_row
+    from vhd.tasks.publish import grading_digest, open_version
 
     if format not in ("jsonl", "parquet"):
         _fail(f"--format must be jsonl or parquet, got {format!r}")
     _output_directory(out)
     with _reader(db) as wh:
-        if corpus_version is None:
-            envs = wh.environments()
-        else:
-            version = wh.get(CorpusVersionRecord, corpus_version)
-            if version is None:
-                known = ", ".join(v.version for v in wh.versions()) or "none yet"
-                raise UnknownCorpusVersion(f"no corpus version {corpus_version!r}; published: {known}")
-            envs = [wh.get(EnvironmentRecord, env_id) for env_id in version.manifest["env_ids"]]
-        rows = [export_row(e, wh.get(ModelRecord, e.model_id), wh.get(SetterOutputRecord, e.setter_output_id),
-                           registry.get(e.family)) for e in envs]
+        version, envs = open_version(wh, corpus_version)  # a row changed since publication: one line, exit 1
+        models = wh.verified(ModelRecord, [e.model_id for e in envs], complete=True)
+        modules = wh.verified(SetterOutputRecord, [e.setter_output_id for e in envs], complete=True)
+        rows = [{**export_row(e, models[e.model_id], modules[e.setter_output_id], registry.get(e.family)),
+                 "digest": grading_digest(e), "corpus_version": version.version,
+                 "corpus_digest": version.manifest["digest"]} for e in envs]
     target = out / f"environments.{format}"
     partial = target.with_suffix(target.suffix + ".partial")
     created = not out.exists()
@@ -593,7 +657,8 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
             flat = [{**r, "player": json.dumps(r["player"], sort_keys=True),
                      "grader": json.dumps(r["grader"], sort_keys=True)} for r in rows]
             pl.DataFrame(flat, schema={k: pl.Utf8 for k in ("env_id", "family", "presentation", "split", "module",
-                                                              "player", "grader")}).write_parquet(partial)
+                                                              "player", "grader", "digest", "corpus_version",
+                                                              "corpus_digest")}).write_parquet(partial)
         partial.replace(target)  # never a half-written export
     except OSError as exc:  # a full disk, a read-only directory
         partial.unlink(missing_ok=True)
@@ -601,6 +666,27 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
             out.rmdir()
         _fail(f"cannot write {target}: {exc.strerror or exc}; nothing was exported")
     console.print(f"{len(rows)} environments → {target}")
+
+
+def _scored_environment(wh, env_id: str, corpus_version: Optional[str]):
+    """The environment `vhd score` grades, verified: through `--corpus-version` V (it must be in V),
+    else through the latest version that holds it, else through its own row's id and digests."""
+    from vhd.schemas.errors import UnknownEnvironment
+    from vhd.schemas.records import CorpusVersionRecord, EnvironmentRecord
+    from vhd.tasks.publish import open_version
+
+    names = [corpus_version] if corpus_version is not None else sorted(
+        wh.version_names(), key=lambda v: (len(v), v), reverse=True)
+    for name in names:
+        version = wh.verified(CorpusVersionRecord, [name]).get(name) if corpus_version is None else None
+        if version is not None and env_id not in (version.manifest.get("env_ids") or []):
+            continue
+        _, envs = open_version(wh, name)
+        for env in envs:
+            if env.env_id == env_id:
+                return env
+        raise UnknownEnvironment(f"environment {env_id} is not in corpus version {name}")
+    return wh.verified(EnvironmentRecord, [env_id])[env_id]
 
 
 def _output_directory(out: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from vhd.agents import Table, check_agent, trajectory
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, EpisodeRecord
+from vhd.tasks.publish import open_version
 from vhd.tasks.score import score
 
 PRESENTATIONS = ("F", "I", "A")
@@ -56,17 +57,16 @@ def select_envs(wh: Any, families: list[str], presentations: tuple[str, ...], co
                 per_cell: int, preset_name: str = "diagnostic") -> tuple[str, list[EnvironmentRecord]]:
     """The environments an eval plays, read from an open warehouse `wh`: admitted, current, of
     `families` in `presentations`; members of `corpus_version` (default: the latest published
-    version; every admitted environment if none is published); the first `per_cell` by env id of
+    version; every admitted environment if none is published), the version verified first (`open_version`:
+    a row changed since publication is a one-line IntegrityError); the first `per_cell` by env id of
     each family × presentation (0 = all). Returns (the version evaluated or "", environments)."""
-    versions = wh.versions()
-    if corpus_version is not None and corpus_version not in {v.version for v in versions}:
-        raise InvalidParams(f"no corpus version {corpus_version!r}; published: "
-                            f"{', '.join(v.version for v in versions) or 'none yet'}")
-    version = next((v for v in versions if v.version == corpus_version), versions[-1] if versions else None)
+    version = None
+    if corpus_version is not None or wh.version_names():  # verified against its digest before any use
+        version, members = open_version(wh, corpus_version)
     envs = [e for e in wh.environments() if e.family in families and e.presentation in presentations]
     if version is not None:
-        members = set(version.manifest["env_ids"])
-        envs = [e for e in envs if e.env_id in members]
+        ids = {e.env_id for e in members}
+        envs = [e for e in envs if e.env_id in ids]
     if per_cell:
         kept, seen = [], {}
         for e in envs:

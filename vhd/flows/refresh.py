@@ -30,6 +30,7 @@ from vhd.schemas.records import (
     CorpusVersionRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
 from vhd.tasks import annotate as annotate_stage
+from vhd.tasks import audit as audit_stage
 from vhd.tasks import check as check_stage
 from vhd.tasks import presets
 from vhd.tasks import publish as publish_stage
@@ -40,6 +41,7 @@ from vhd.tasks import solve as solve_stage
 from vhd.tasks import synthesize as synthesize_stage
 from vhd.tasks.passages import builtin_passages
 from vhd.warehouse import Warehouse
+from vhd.warehouse.lineage import load_chains, load_versions
 
 
 def transient(task_, task_run, state) -> bool:
@@ -292,24 +294,39 @@ def quality_task(frame: Any, expected_splits: dict[str, int] | None) -> dict[str
     return quality_stage.validate(frame, registry, expected_splits)
 
 
+@task(cache_policy=NO_CACHE)
+def audit_task(chains: dict, versions: list, runs: set[str]) -> dict[str, Any]:
+    return audit_stage.gate(chains, versions, runs)
+
+
 def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None = None
-            ) -> tuple[str | None, bool, dict[str, Any] | None]:
-    """A new corpus version when the admitted set changed and the data-quality suite passes;
-    (version, published?, quality report or None when nothing changed)."""
-    manifest = publish_stage.build_manifest(wh.environment_keys())
-    versions = wh.versions()
-    if versions and versions[-1].manifest["digest"] == manifest["digest"]:
-        return versions[-1].version, False, None
+            ) -> tuple[str | None, bool, dict[str, Any] | None, dict[str, Any]]:
+    """On every attempt, the audit of every environment of the next corpus version and of every
+    published one (and of the versions themselves); then, when it passes and the corpus changed
+    (its digest covers every grading field) and the data-quality suite passes, a new version.
+    Returns (version, published?, quality report or None when nothing changed, audit report)."""
+    keys = wh.environment_keys()
+    versions = load_versions(wh)
+    named = {i for v, _, _ in versions if isinstance(v.manifest, dict)
+             for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
+    chains = load_chains(wh, {k["env_id"] for k in keys} | named)
+    audit = audit_task(_unwalked(chains), _unwalked(versions), {r.run_id for r in wh.runs()})
+    latest = versions[-1][0].version if versions else None
+    if not audit["verified"]:
+        return latest, False, None, audit
+    manifest = publish_stage.build_manifest([chains[k["env_id"]].environment for k in keys], audit["digests"])
+    if versions and versions[-1][0].manifest.get("digest") == manifest["digest"]:
+        return latest, False, None, audit
     if not manifest["env_ids"]:
-        return None, False, None
+        return None, False, None, audit
     quality = quality_task(wh.quality_frame(), expected_splits)
     if not quality["passed"]:
-        return (versions[-1].version if versions else None), False, quality
-    version = publish_stage.next_version([v.version for v in versions])
+        return latest, False, quality, audit
+    version = publish_stage.next_version([v.version for v, _, _ in versions])
     with wh.transaction():
         wh.insert([CorpusVersionRecord(version=version, created_at=_now(), run_id=run_id,
                                        admitted=len(manifest["env_ids"]), manifest=manifest)])
-    return version, True, quality
+    return version, True, quality, audit
 
 
 @flow(name="refresh", log_prints=True, task_runner=bounded_runner())
@@ -393,13 +410,14 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             expected = {}
             for slot in plan.slots:
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
-        version, published, quality = publish(wh, run.run_id, expected)
+        version, published, quality, audit = publish(wh, run.run_id, expected)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         summary["flow"] = flow_name
         summary["preset"] = preset
         summary["setter"] = setter_note
         summary["failed"] = {name: row["failed"] for name, row in per.items() if row.get("failed")}
         summary["quality"] = quality
+        summary["audit"] = audit_stage.brief(audit)
         summary["superseded"] = marked
         summary["interrupted"] = interrupted
         summary["worlds"] = wh.worlds()
@@ -437,6 +455,10 @@ def _markdown(summary: dict[str, Any]) -> str:
              f" corpus version `{summary['corpus_version']}`{' (new)' if summary['published'] else ''}", "",
              "| family | split | admitted | rejected | admission rate | rejected by | already there |",
              "|---|---|---|---|---|---|---|"]
+    audit = summary.get("audit")
+    if audit and not audit["verified"]:
+        lines[3:3] = [f"**The audit found {audit['count']} problems: no corpus version was published.**", ""] + [
+            f"- `{p}`" for p in audit["problems"][:20]] + [""]
     quality = summary.get("quality")
     if quality and not quality["passed"]:
         lines[3:3] = ["**The data-quality suite failed: no corpus version was published.**", ""] + [

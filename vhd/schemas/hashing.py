@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 
@@ -38,12 +39,23 @@ DIGEST_HEX = 16  # a field digest is the first 16 hex digits (64 bits) of a SHA-
 
 
 def field_digest(value: Any) -> str:
-    """The digest of one stored value: SHA-256 of its bytes (a BLOB) or of its canonical JSON
-    (JSON columns are stored as text, so their text is what is hashed), cut to DIGEST_HEX digits.
-    NaN and infinities are written as JSON's NaN/Infinity here, so a digest never refuses a row."""
+    """The digest of one stored value, cut to DIGEST_HEX hex digits: SHA-256 of its UTF-8 text
+    (a VARCHAR; JSON columns are stored as text, so their text is what is hashed) or of its bytes
+    (a BLOB), each behind a type tag; any other value (a number, a boolean, NULL) by its JSON.
+    NaN and infinities are written as JSON's NaN/Infinity, so a digest never refuses a row."""
+    if isinstance(value, str):
+        return hashlib.sha256(b"str:" + value.encode("utf-8")).hexdigest()[:DIGEST_HEX]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return hashlib.sha256(b"blob:" + bytes(value)).hexdigest()[:DIGEST_HEX]
-    return sha256_hex(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))[:DIGEST_HEX]
+    if value is None or isinstance(value, bool):
+        text = "null" if value is None else "true" if value else "false"
+    elif isinstance(value, float):
+        text = repr(value) if math.isfinite(value) else json.dumps(value)  # shortest round trip, as JSON writes it
+    elif isinstance(value, int):
+        text = str(value)
+    else:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(b"json:" + text.encode("utf-8")).hexdigest()[:DIGEST_HEX]
 
 
 def field_digests(row: dict[str, Any]) -> dict[str, str]:

@@ -271,6 +271,10 @@ class Chain:
     checks: list[CheckRecord]
     edges: dict[str, list[LineageEdge]]
     runs: dict[str, RunRecord | None] = field(default_factory=dict)
+    # record id -> the row as stored (JSON columns as text, `field_digests` included), for the audit's
+    # digests; and record id -> {field: why the stored value is not a valid value of that field}
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
+    invalid: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class CorpusVersionRecord(BaseModel):

@@ -1,99 +1,558 @@
-"""Lineage audit: re-derive θ from its seed (an imported θ: re-parse its source file), re-solve, re-hash
-every record on the chain.
+"""Lineage audit: every row an environment depends on re-hashed and its field digests recomputed,
+its lineage edges and its verdict checked against its check rows, θ re-derived from its seed, the
+environment's u*, u₀, u_idle and trajectories replayed from the stored solution, π* re-solved.
 
-    >>> report = verify(chain)
-    >>> report["verified"]
-    True
+    >>> report = verify(chain)                                  # one environment (`vhd audit`)
+    >>> report["verified"], report["findings"][:1]
+    (False, [{'env_id': '3fa2…', 'table': 'environments', 'id': '3fa2…', 'field': 'u_star', 'problem': '…'}])
+    >>> findings = Auditor(resolve=False).chains(chains)        # many (the publish gate, `vhd verify`)
+
+A finding names the environment it concerns, the table, the row and the field. Rows shared by
+several environments (a module, a solution, a passage) are checked once per audit and reported
+for every environment that depends on them. What each layer proves is in docs/RELIABILITY.md,
+"What is verified where".
 """
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
-from typing import Any
+from typing import Any, Iterable
 
-from vhd.mechanisms import registry
+from vhd.mechanisms import Family, registry
 from vhd.schemas.errors import UnknownFamily
-from vhd.schemas.hashing import sha256_hex
-from vhd.schemas.records import Chain
+from vhd.schemas.hashing import digest_problems, sha256_hex
+from vhd.schemas.records import Chain, CheckRecord, EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
 from vhd.tasks.instances import is_imported, verify_import
+from vhd.tasks.publish import check_version, finding, grading_digest
 from vhd.tasks.sample import draw, episode_seed
-from vhd.tasks.solve import pack_policy
+
+DIGESTS = "field_digests"
+TABLE = {"environment": "environments", "model": "models", "solution": "solutions", "setter_output": "setter_outputs",
+         "passage": "passages", "check": "checks"}
+# the gates presentation F runs in process (tasks/written.gates), in their order
+F_GATES = ("interface", "default_band", "plan_grader", "plan_validation")
+REL = 1e-9  # u*, u₀ replayed by the same simulator: equal but for the last bits
 
 
-def _link(kind: str, record: Any, relation: str) -> dict[str, Any]:
-    return {"kind": kind, "id": record.id, "relation": relation, "code_version": record.version(),
-            "run_id": getattr(record, "run_id", ""), "hash_ok": record.expected_id() == record.id}
+def line(f: dict[str, str]) -> str:
+    """One finding as one line: `table id… field: problem`."""
+    return f"{f['table']} {f['id'][:12]} {f['field']}: {f['problem']}"
 
 
-def verify(chain: Chain) -> dict[str, Any]:
-    problems: list[str] = []
+def _close(a: Any, b: Any, rel: float = REL) -> bool:
+    if a is None or b is None:
+        return a is b
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(1.0, abs(a), abs(b))
+
+
+def expected_gates(presentation: str) -> tuple[str, ...]:
+    from vhd.tasks.check import GATES
+
+    return F_GATES if presentation == "F" else tuple(name for name, _ in GATES)
+
+
+def derived_reason(checks: list[CheckRecord], order: tuple[str, ...]) -> str:
+    """The reason `Verdict.reason` gives for these check rows: the first failed gate that ran, in
+    the checker's order (else the first failed one), as "name: message"; "" when all passed."""
+    from vhd.tasks.check import NOT_RUN
+
+    rank = {name: k for k, name in enumerate(order)}
+    failed = sorted((c for c in checks if not c.passed), key=lambda c: (rank.get(c.gate, len(rank)), c.gate))
+    ran = [c for c in failed if not str(c.message).startswith(NOT_RUN)]
+    first = (ran or failed or [None])[0]
+    return f"{first.gate}: {first.message}" if first is not None else ""
+
+
+class Auditor:
+    """One audit over any number of chains. `replay`: recompute the environment's u*, u₀, u_idle
+    and trajectories from the stored solution (and, in F, its instruction and tools); `resolve`:
+    also re-solve θ and compare the solution row (the costly part, skipped by the publish gate,
+    whose solution rows are covered by their ids and digests)."""
+
+    def __init__(self, *, replay: bool = True, resolve: bool = True, published: dict[str, str] | None = None):
+        self.replay, self.resolve = replay, resolve
+        # env_id -> the grading digest a published version recorded for it: such an environment was
+        # replayed when it was published, and an unchanged digest says nothing it grades has changed
+        # since (its model, solution and module by their ids, which are re-hashed), so the gate does
+        # not replay it again; `vhd verify` and `vhd audit` pass nothing and replay everything
+        self.published = published or {}
+        self.digests: dict[str, str] = {}
+        self.replayed = 0
+        self._rows: dict[str, list[tuple[str, str, str]]] = {}
+        self._models: dict[str, tuple[list[tuple[str, str, str]], dict[str, Any] | None]] = {}
+        self._solutions: dict[str, list[tuple[str, str, str]]] = {}
+        self.notes: list[str] = []
+
+    def chains(self, chains: dict[str, Chain]) -> list[dict[str, str]]:
+        """Findings of every chain, each named by the env id the chain was asked for (a row whose
+        env_id was changed is reported under the id its referrers name)."""
+        return [f for env_id, chain in chains.items() for f in self.chain(chain, env_id)]
+
+    def rows(self, table: str, rows: Iterable[tuple[Any, dict[str, Any], dict[str, str]]]) -> list[dict[str, str]]:
+        """Findings on the rows of `table` that no chain of this audit reached (a passage no module
+        skins, a check moved off its environment): (record, row as stored, invalid) each."""
+        found = []
+        for record, row, invalid in rows:
+            if record.id not in self._rows:
+                found += [finding("", *f) for f in self._row(table, record, row, invalid)]
+        return found
+
+    def chain(self, chain: Chain, env_id: str | None = None) -> list[dict[str, str]]:
+        env = chain.environment
+        found: list[tuple[str, str, str, str]] = []  # table, id, field, problem
+        members = [("environment", env), ("model", chain.model), ("solution", chain.solution),
+                   ("setter_output", chain.setter_output), ("passage", chain.passage)]
+        references = {"model": ("environments", env.env_id, "model_id", env.model_id),
+                      "solution": ("environments", env.env_id, "solution_id", env.solution_id),
+                      "setter_output": ("environments", env.env_id, "setter_output_id", env.setter_output_id),
+                      "passage": ("setter_outputs", env.setter_output_id, "passage_id",
+                                  chain.setter_output.passage_id if chain.setter_output else "")}
+        for kind, record in members:
+            if record is None:
+                if kind == "passage" and chain.setter_output is None:
+                    continue
+                table, row_id, field, missing = references[kind]
+                found.append((table, row_id, field, f"names {TABLE[kind]} row {str(missing)[:12]}…, which is not stored"))
+            else:
+                found += self._row(TABLE[kind], record, chain.stored.get(record.id), chain.invalid.get(record.id, {}))
+        for check in chain.checks:
+            found += self._row("checks", check, chain.stored.get(check.id), chain.invalid.get(check.id, {}))
+        found += self._edges(chain)
+        found += self._runs(chain)
+        if chain.model is not None and chain.solution is not None and chain.setter_output is not None:
+            found += self._consistency(chain)
+            found += self._verdict(chain)
+            family = self._family(chain.model)
+            if family is not None:
+                model_found, theta = self._model(family, chain)
+                found += model_found
+                found += self._solution(family, chain, theta)
+                if self.replay and theta is not None and self._current(chain.environment) \
+                        and self.published.get(env.env_id) != self.grading(env):
+                    found += self._replayed(family, chain, theta)
+        elif chain.model is not None or chain.solution is not None:
+            found += self._verdict(chain)
+        seen, out = set(), []
+        for table, row_id, field, problem in found:
+            if (table, row_id, field, problem) not in seen:
+                seen.add((table, row_id, field, problem))
+                out.append(finding(env_id or env.env_id, table, row_id, field, problem))
+        return out
+
+    # -- rows ----------------------------------------------------------------------------------
+    def _row(self, table: str, record: Any, row: dict[str, Any] | None,
+             invalid: dict[str, str]) -> list[tuple[str, str, str, str]]:
+        """(table, id, field, problem) of one stored row: invalid values, fields whose digest no
+        longer matches, an id its content does not hash to. Checked once per audit."""
+        key = record.id
+        if key not in self._rows:
+            problems: list[tuple[str, str, str]] = []
+            for field, why in invalid.items():
+                problems.append((key, field, f"invalid value: {why}"))
+            if row is not None:
+                problems += [(key, field, why) for field, why in digest_problems(row)]
+            try:
+                expected = record.expected_id()
+            except (TypeError, ValueError, AttributeError) as exc:
+                expected = f"unhashable ({type(exc).__name__})"
+            if expected != key:
+                problems.append((key, record.id_field, f"does not hash to its id (its content hashes to {expected[:12]}…)"))
+            self._rows[key] = problems
+        return [(table, *p) for p in self._rows[key]]
+
+    def _edges(self, chain: Chain) -> list[tuple[str, str, str, str]]:
+        env = chain.environment
+        expected = {env.env_id: {(env.model_id, "instance_of"), (env.solution_id, "graded_by"),
+                                 (env.setter_output_id, "rendered_by")}}
+        if chain.solution is not None:
+            expected[chain.solution.solution_id] = {(chain.solution.model_id, "solves")}
+        if chain.setter_output is not None:
+            expected[chain.setter_output.setter_output_id] = {(chain.setter_output.passage_id, "skinned_by")}
+        for check in chain.checks:
+            expected[check.check_id] = {(check.env_id, "checks")}
+        found = []
+        for child, wanted in expected.items():
+            have = {(e.parent_id, e.relation) for e in chain.edges.get(child, [])}
+            for parent, relation in sorted(wanted - have):
+                found.append(("lineage_edges", f"{child[:12]}→{parent[:12]}", relation,
+                              f"the {relation} edge from {child[:12]}… to {parent[:12]}… is missing"))
+            for parent, relation in sorted(have - wanted):
+                found.append(("lineage_edges", f"{child[:12]}→{parent[:12]}", relation,
+                              f"an edge {child[:12]}… {relation} {parent[:12]}… that the chain does not have"))
+        return found
+
+    def _runs(self, chain: Chain) -> list[tuple[str, str, str, str]]:
+        found = []
+        for kind, record in (("environment", chain.environment), ("model", chain.model), ("solution", chain.solution),
+                             ("setter_output", chain.setter_output), *(("check", c) for c in chain.checks)):
+            if record is not None and record.run_id and chain.runs.get(record.run_id) is None:
+                found.append((TABLE[kind], record.id, "run_id", f"names run {record.run_id}, which is not recorded"))
+        return found
+
+    # -- the environment against its parents and its checks -------------------------------------
+    def _consistency(self, chain: Chain) -> list[tuple[str, str, str, str]]:
+        env, model, solution, output = chain.environment, chain.model, chain.solution, chain.setter_output
+        found = []
+
+        def same(table: str, row_id: str, field: str, value: Any, expected: Any, what: str) -> None:
+            if value != expected:
+                found.append((table, row_id, field, f"{value!r} differs from {what} ({expected!r})"))
+
+        same("environments", env.env_id, "family", env.family, model.family, "its model's family")
+        same("solutions", solution.solution_id, "family", solution.family, model.family, "its model's family")
+        same("setter_outputs", output.setter_output_id, "family", output.family, model.family, "its model's family")
+        same("solutions", solution.solution_id, "family_version", solution.family_version, model.family_version,
+             "its model's family version")
+        same("setter_outputs", output.setter_output_id, "family_version", output.family_version, model.family_version,
+             "its model's family version")
+        same("solutions", solution.solution_id, "model_id", solution.model_id, env.model_id,
+             "the environment's model")
+        same("environments", env.env_id, "knobs", env.knobs, model.knobs, "its model's knobs")
+        if not is_imported(model) and isinstance(model.seed, int) and model.seed >= 0:
+            same("environments", env.env_id, "episode_seed", env.episode_seed, episode_seed(model.seed),
+                 "the episode seed its model's seed derives")
+        return found
+
+    def _verdict(self, chain: Chain) -> list[tuple[str, str, str, str]]:
+        from vhd.tasks.check import CHECKER_VERSION
+
+        env, checks = chain.environment, chain.checks
+        order = expected_gates(env.presentation)
+        found = []
+        checker = str(env.annotator_version).rpartition("checker")[2]
+        for check in checks:
+            if check.checker_version != checker:
+                found.append(("checks", check.check_id, "checker_version",
+                              f"{check.checker_version!r} is not the environment's checker ({checker!r})"))
+        gates = sorted(c.gate for c in checks)
+        if checker == CHECKER_VERSION and gates != sorted(order):
+            missing = sorted(set(order) - set(gates))
+            extra = sorted(set(gates) - set(order)) + sorted({g for g in gates if gates.count(g) > 1})
+            found.append(("checks", env.env_id, "gate", f"the stored checks lack {missing} and have {extra} "
+                                                        "beyond the checker's gates"))
+        admitted = bool(checks) and all(c.passed for c in checks)
+        if env.admitted != admitted:
+            failed = [c.gate for c in checks if not c.passed]
+            why = f"its checks failed {failed}" if failed else ("it has no checks" if not checks
+                                                               else "every one of its checks passed")
+            found.append(("environments", env.env_id, "admitted", f"stored {env.admitted!r}, but {why}"))
+        reason = derived_reason(checks, order)
+        if env.reason != reason:
+            found.append(("environments", env.env_id, "reason",
+                          f"{str(env.reason)[:60]!r} is not what its checks give ({reason[:60]!r})"))
+        return found
+
+    # -- recomputation ---------------------------------------------------------------------------
+    def _family(self, model: ModelRecord) -> Family | None:
+        try:
+            family = registry.get(model.family)
+        except UnknownFamily as exc:
+            self.notes.append(str(exc))
+            return None
+        if family.version != model.family_version:
+            self.notes.append(f"{model.family} is at version {family.version}; rows of version "
+                              f"{model.family_version} are not recomputed")
+            return None
+        return family
+
+    def grading(self, env: EnvironmentRecord) -> str:
+        """The environment's grading digest, computed once per audit."""
+        if env.env_id not in self.digests:
+            try:
+                self.digests[env.env_id] = grading_digest(env)
+            except (TypeError, ValueError):  # an edited row that no longer serialises: flagged by its digests
+                self.digests[env.env_id] = ""
+        return self.digests[env.env_id]
+
+    def _current(self, env: EnvironmentRecord) -> bool:
+        """Replay only what today's annotator and checker made: an environment of an older
+        version (superseded) was rendered by other code, so only its hashes and digests hold."""
+        from vhd.tasks.annotate import CODE_VERSION
+
+        if env.annotator_version != CODE_VERSION:
+            self.notes.append(f"environments of annotator {env.annotator_version} (now {CODE_VERSION}) are hashed "
+                              "and digested, not replayed")
+            return False
+        return True
+
+    def _model(self, family: Family, chain: Chain) -> tuple[list[tuple[str, str, str, str]], dict[str, Any] | None]:
+        model = chain.model
+        if model.model_id not in self._models:
+            problems: list[tuple[str, str, str]] = []
+            theta: dict[str, Any] | None = model.theta if isinstance(model.theta, dict) else None
+            try:
+                if is_imported(model):  # θ came from a public file, not from the seed: check it against the file
+                    problems += [(model.model_id, "theta", p) for p in
+                                 verify_import(family, model, chain.runs.get(model.run_id), chain.solution.u_star)]
+                else:
+                    knobs, fresh = draw(family, model.seed)
+                    if knobs != model.knobs:
+                        problems.append((model.model_id, "knobs", f"differ from the knobs drawn from seed {model.seed}"))
+                    if fresh != model.theta:
+                        problems.append((model.model_id, "theta", f"differs from the θ drawn from seed {model.seed}"))
+                    theta = fresh if problems else theta
+            except Exception as exc:  # a seed or knobs the family cannot draw from: the row is wrong
+                problems.append((model.model_id, "seed", f"θ cannot be drawn from it: {type(exc).__name__}: "
+                                                         f"{str(exc).splitlines()[0][:120] if str(exc) else ''}"))
+                theta = None
+            self._models[model.model_id] = (problems, theta)
+        problems, theta = self._models[model.model_id]
+        return [("models", *p) for p in problems], theta
+
+    def _solution(self, family: Family, chain: Chain, theta: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+        solution = chain.solution
+        if solution.solution_id not in self._solutions:
+            problems: list[tuple[str, str, str]] = []
+            try:
+                raw = zlib.decompress(solution.policy)
+                if sha256_hex(raw) != solution.policy_digest:
+                    problems.append((solution.solution_id, "policy", "the stored policy does not match its digest"))
+            except (zlib.error, TypeError):
+                problems.append((solution.solution_id, "policy", "not a zlib-compressed .npy array"))
+            if self.resolve and theta is not None:
+                problems += self._resolved(family, solution, theta)
+            self._solutions[solution.solution_id] = problems
+        return [("solutions", *p) for p in self._solutions[solution.solution_id]]
+
+    def _resolved(self, family: Family, solution: SolutionRecord, theta: dict[str, Any]) -> list[tuple[str, str, str]]:
+        from vhd.tasks.solve import pack_policy
+
+        fresh = family.solve(theta)
+        _, digest = pack_policy(fresh.policy)
+        problems = []
+        for field in ("u_star", "u_default", "u_idle"):
+            if not math.isclose(getattr(fresh, field), getattr(solution, field), rel_tol=1e-12, abs_tol=1e-9):
+                problems.append((solution.solution_id, field, f"re-solving θ gives {getattr(fresh, field)!r}, "
+                                                              f"not the stored {getattr(solution, field)!r}"))
+        if digest != solution.policy_digest:
+            problems.append((solution.solution_id, "policy_digest", "re-solving θ gives a different π*"))
+        return problems
+
+    def _replayed(self, family: Family, chain: Chain, theta: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+        """The environment's grading fields recomputed from θ, the stored π* and the episode seed."""
+        env = chain.environment
+        try:
+            expected = realized(family, env, chain.solution, chain.setter_output, theta,
+                                chain.passage)
+        except Exception as exc:  # the stored π*, θ or module cannot be played: its rows are wrong
+            return [("environments", env.env_id, "u_star", f"cannot be replayed: {type(exc).__name__}: "
+                                                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''}")]
+        self.replayed += 1
+        found = []
+        for field, value in expected.items():
+            stored = getattr(env, field, None)
+            if field in ("u_star", "u_default"):
+                ok = _close(stored, value)
+            elif field == "u_idle":
+                ok = _close(stored, value, 1e-6)  # the module's own finish, which idle_floor held to 1e-6
+            else:
+                ok = stored == value
+            if not ok:
+                shown = f"{stored!r}"[:40]
+                found.append(("environments", env.env_id, field, f"stored {shown} differs from the value "
+                                                                 f"replayed from its solution and θ"))
+        turn_budget = expected_budget(family, env, theta)
+        if env.turn_budget != turn_budget:
+            found.append(("environments", env.env_id, "turn_budget", f"{env.turn_budget!r} is not the family's "
+                                                                     f"budget for θ ({turn_budget})"))
+        from vhd.tasks.presets import HELDOUT_SUFFIX
+
+        if not (env.split == family.split or (env.split == "heldout" and chain.model.batch.endswith(HELDOUT_SUFFIX))):
+            found.append(("environments", env.env_id, "split", f"{env.split!r} is neither the family's split "
+                                                               f"({family.split!r}) nor a held-out batch's"))
+        return found
+
+
+def expected_budget(family: Family, env: EnvironmentRecord, theta: dict[str, Any]) -> int:
+    from vhd.tasks import written
+
+    return written.TURN_BUDGET if env.presentation == "F" else family.turn_budget(theta)
+
+
+def realized(family: Family, env: EnvironmentRecord, solution: SolutionRecord, output: SetterOutputRecord,
+             theta: dict[str, Any], passage: Any) -> dict[str, Any]:
+    """What annotate() stored for this environment, computed again: u*, u₀ (and u_idle of an
+    admitted environment), the reference and default trajectories; in F also the instruction
+    and tools, which the pipeline renders from θ (in I and A the module writes them: digest only)."""
+    from vhd.tasks import written
+    from vhd.tasks.check import to_calls
+    from vhd.tasks.solve import unpack_policy
+
+    policy = unpack_policy(solution.policy)
+    if env.presentation == "F":
+        from vhd.tasks.setters.template import narrative
+
+        u_star, u_default = (written.graded_values(family, theta, policy) if env.admitted
+                             else (solution.u_star, solution.u_default))
+        out = {"u_star": u_star, "u_default": u_default,
+               "reference_trajectory": written.calls_for(policy),
+               "default_trajectory": written.calls_for(family.default_policy(theta)),
+               "tools": written.tools(family)}
+        if env.admitted:
+            out["u_idle"] = solution.u_idle
+        if passage is not None:
+            out["instruction"] = written.instruction(family, theta, narrative(passage))
+        return out
+    optimal = family.simulate(theta, policy, env.episode_seed)
+    default = family.simulate(theta, family.default_policy(theta), env.episode_seed)
+    out = {"u_star": optimal.utility, "u_default": default.utility,
+           "reference_trajectory": to_calls(output, optimal.calls), "default_trajectory": to_calls(output, default.calls)}
+    if env.admitted:
+        out["u_idle"] = reference_idle(family, env.config(theta))
+    return out
+
+
+def reference_idle(family: Family, config: dict[str, Any]) -> float:
+    """What finishing at once realizes in the family's reference World (trusted code, in process)."""
+    from vhd.tasks.check import reference_module
+
+    module, _ = reference_module(family)
+    return float(module.create(config).finish()["utility"])
+
+
+def verify(chain: Chain, *, resolve: bool = True) -> dict[str, Any]:
+    """The audit of one environment's chain, as `vhd audit` prints it."""
+    auditor = Auditor(resolve=resolve)
+    findings = auditor.chain(chain)
     env = chain.environment
     links = [_link("environment", env, "self")]
     for kind, record, relation in (("model", chain.model, "instance_of"), ("solution", chain.solution, "graded_by"),
                                    ("setter_output", chain.setter_output, "rendered_by"),
                                    ("passage", chain.passage, "skinned_by")):
-        if record is None:
-            problems.append(f"{kind} of the chain is missing from the warehouse")
-        else:
+        if record is not None:
             links.append(_link(kind, record, relation))
     links += [_link("check", c, "checks") for c in chain.checks]
-    problems += [f"{link['kind']} {link['id'][:12]} does not hash to its id" for link in links if not link["hash_ok"]]
-    problems += _edge_problems(chain)
-    if chain.model is not None and chain.solution is not None:
-        problems += _recompute(chain)
-    if env.admitted and (len(chain.checks) == 0 or not all(c.passed for c in chain.checks)):
-        problems.append("an admitted environment must have every gate passed")
-    missing_runs = [run_id for run_id, run in chain.runs.items() if run is None]
-    problems += [f"run {run_id} is not recorded" for run_id in missing_runs]
     return {
-        "env_id": env.env_id, "family": env.family, "verified": not problems, "problems": problems,
+        "env_id": env.env_id, "family": env.family, "verified": not findings,
+        "problems": [line(f) for f in findings], "findings": findings, "notes": auditor.notes,
         "seed": chain.model.seed if chain.model else None, "knobs": chain.model.knobs if chain.model else None,
         "chain": links, "runs": {rid: (r.model_dump() if r else None) for rid, r in chain.runs.items()},
     }
 
 
-def _edge_problems(chain: Chain) -> list[str]:
-    env = chain.environment
-    expected = {
-        env.env_id: {(env.model_id, "instance_of"), (env.solution_id, "graded_by"), (env.setter_output_id, "rendered_by")},
-    }
-    if chain.solution:
-        expected[chain.solution.solution_id] = {(chain.solution.model_id, "solves")}
-    if chain.setter_output:
-        expected[chain.setter_output.setter_output_id] = {(chain.setter_output.passage_id, "skinned_by")}
-    problems = []
-    for child, wanted in expected.items():
-        have = {(e.parent_id, e.relation) for e in chain.edges.get(child, [])}
-        if not wanted <= have:
-            problems.append(f"lineage edges of {child[:12]} lack {sorted(wanted - have)}")
-    if chain.solution and chain.solution.model_id != env.model_id:
-        problems.append("the solution grades a different model than the environment's")
-    return problems
-
-
-def _recompute(chain: Chain) -> list[str]:
-    model, solution, env = chain.model, chain.solution, chain.environment
+def _link(kind: str, record: Any, relation: str) -> dict[str, Any]:
     try:
-        family = registry.get(model.family)
-    except UnknownFamily as exc:
-        return [str(exc)]
-    if family.version != model.family_version:
-        return [f"{model.family} is at version {family.version}; the chain was made by {model.family_version}"]
-    problems = []
-    if is_imported(model):  # θ came from a public file, not from the seed: check it against the file
-        theta = model.theta
-        problems += verify_import(family, model, chain.runs.get(model.run_id), solution.u_star)
-    else:
-        knobs, theta = draw(family, model.seed)
-        if knobs != model.knobs or theta != model.theta:
-            problems.append(f"θ recomputed from seed {model.seed} differs from the stored θ")
-    if episode_seed(model.seed) != env.episode_seed:
-        problems.append("the episode seed does not derive from the model seed")
-    if sha256_hex(zlib.decompress(solution.policy)) != solution.policy_digest:
-        problems.append("the stored policy does not match its digest")
-    fresh = family.solve(theta)
-    _, digest = pack_policy(fresh.policy)
-    if digest != solution.policy_digest or not math.isclose(fresh.u_star, solution.u_star, rel_tol=1e-12, abs_tol=1e-9):
-        problems.append("re-solving θ gives a different u* or π* than stored")
-    return problems
+        ok = record.expected_id() == record.id
+    except (TypeError, ValueError, AttributeError):
+        ok = False
+    return {"kind": kind, "id": record.id, "relation": relation, "code_version": record.version(),
+            "run_id": getattr(record, "run_id", ""), "hash_ok": ok}
+
+
+def audit_versions(versions: list[tuple[Any, dict[str, Any], dict[str, str]]], envs: dict[str, Any],
+                   runs: set[str], digests: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Findings on published corpus versions: their rows' field digests and values, and their
+    manifests against the stored environments (`publish.check_version`). `versions` as
+    `lineage.load_versions` gives them; `envs` holds every environment they name."""
+    found = []
+    for version, row, invalid in versions:
+        name = str(version.version)
+        problems = [(field, f"invalid value: {why}") for field, why in invalid.items()] + digest_problems(row)
+        found += [finding("", "corpus_versions", name, field, problem) for field, problem in problems]
+        if not invalid:
+            ids = version.manifest.get("env_ids", []) if isinstance(version.manifest, dict) else []
+            found += check_version(version, {i: envs.get(i) for i in ids if isinstance(i, str)}, runs, digests)
+    return found
+
+
+def summary(findings: list[dict[str, str]], envs: int, versions: int, seconds: float,
+            notes: list[str] = ()) -> dict[str, Any]:
+    """The audit's report as the publish gate and `vhd verify` give it."""
+    return {"verified": not findings, "envs": envs, "versions": versions, "seconds": round(seconds, 3),
+            "findings": findings, "problems": [line(f) + (f" (env {f['env_id']})" if f["env_id"] else "")
+                                               for f in findings],
+            "notes": sorted(set(notes))}
+
+
+def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
+         runs: set[str]) -> dict[str, Any]:
+    """The publish gate's audit: every chain (hashes, digests, lineage, verdicts, θ re-derived,
+    u*/u₀/u_idle and trajectories replayed; π* is not re-solved) and every published version."""
+    import time
+
+    started = time.perf_counter()
+    auditor = Auditor(resolve=False, published=published_digests(versions))
+    found = auditor.chains(chains)
+    found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
+    report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes)
+    report["replayed"] = auditor.replayed
+    report["digests"] = auditor.digests
+    return report
+
+
+def published_digests(versions: list[tuple[Any, dict[str, Any], dict[str, str]]]) -> dict[str, str]:
+    """env_id -> grading digest, as the published versions (manifest@2) recorded them."""
+    out: dict[str, str] = {}
+    for version, _, _ in versions:
+        manifest = version.manifest if isinstance(version.manifest, dict) else {}
+        ids, digests = manifest.get("env_ids"), manifest.get("env_digests")
+        if isinstance(ids, list) and isinstance(digests, list) and len(ids) == len(digests):
+            out.update((i, d) for i, d in zip(ids, digests) if isinstance(i, str) and isinstance(d, str))
+    return out
+
+
+def brief(report: dict[str, Any], keep: int = 20) -> dict[str, Any]:
+    """The report with its first `keep` findings only (what a run's summary stores)."""
+    return {**{k: v for k, v in report.items() if k != "digests"}, "count": len(report["findings"]),
+            "findings": report["findings"][:keep], "problems": report["problems"][:keep]}
+
+
+# relation -> (the child's table, the parent's table, the child's field that names the parent)
+RELATIONS = {"instance_of": ("environments", "models", "model_id"),
+             "graded_by": ("environments", "solutions", "solution_id"),
+             "rendered_by": ("environments", "setter_outputs", "setter_output_id"),
+             "checks": ("checks", "environments", "env_id"),
+             "solves": ("solutions", "models", "model_id"),
+             "skinned_by": ("setter_outputs", "passages", "passage_id")}
+
+
+def edge_findings(edges: list[Any], tables: dict[str, list[tuple[Any, dict[str, Any], dict[str, str]]]]
+                  ) -> list[dict[str, str]]:
+    """Every stored lineage edge must be the edge its child row implies: a known relation, a
+    stored child and parent of the relation's tables, the parent the child names."""
+    records = {table: {record.id: record for record, _, _ in rows} for table, rows in tables.items()}
+    found = []
+    for edge in edges:
+        where = f"{edge.child_id[:12]}→{edge.parent_id[:12]}"
+        if edge.relation not in RELATIONS:
+            found.append(finding("", "lineage_edges", where, "relation", f"unknown relation {edge.relation!r}"))
+            continue
+        child_table, parent_table, field = RELATIONS[edge.relation]
+        child = records.get(child_table, {}).get(edge.child_id)
+        envs = records.get("environments", {})
+        env_id = next((i for i in ((edge.child_id,) if child_table == "environments" else
+                                   (edge.parent_id,) if edge.relation == "checks" else ()) if i in envs), "")
+        if child is None:
+            found.append(finding(env_id, "lineage_edges", where, "child_id",
+                                 f"names no stored {child_table} row ({edge.relation})"))
+        elif getattr(child, field, None) != edge.parent_id:
+            found.append(finding(env_id, "lineage_edges", where, "parent_id",
+                                 f"is not the {field} of its child ({edge.relation})"))
+        if edge.parent_id not in records.get(parent_table, {}):
+            found.append(finding(env_id, "lineage_edges", where, "parent_id",
+                                 f"names no stored {parent_table} row ({edge.relation})"))
+    return found
+
+
+def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]], runs: set[str],
+          tables: dict[str, list[tuple[Any, dict[str, Any], dict[str, str]]]], edges: list[Any], *,
+          resolve: bool = True) -> dict[str, Any]:
+    """`vhd verify`: every environment's chain (admitted or not, superseded included), every
+    published version, every other row of the record tables and every lineage edge; π*
+    re-solved with `resolve`."""
+    import time
+
+    started = time.perf_counter()
+    auditor = Auditor(resolve=resolve)
+    found = auditor.chains(chains)
+    found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
+    for table, rows in tables.items():
+        found += auditor.rows(table, rows)
+    found += edge_findings(edges, tables)
+    return summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes)

@@ -1,7 +1,13 @@
-"""Stage 6, publish: the manifest of a corpus version.
+"""Stage 6, publish: the manifest of a corpus version, and its verification before any use.
 
-    >>> manifest = build_manifest(wh.environment_keys())
-    >>> manifest["digest"] == previous["digest"]   # nothing changed: publish nothing
+    >>> manifest = build_manifest(envs)                 # admitted, current EnvironmentRecords
+    >>> manifest["digest"] == previous["digest"]        # nothing changed: publish nothing
+    >>> check_version(version, stored_row, envs)        # [] when every row still matches the manifest
+
+The corpus digest covers every environment's grading digest, and a grading digest covers every
+field of the environment row but its run id and timings — its identity (model, solution and module
+ids, which are content hashes), u*, u₀, u_idle, trajectories, instruction, tools, split, verdict.
+So a trainer that pins a corpus digest pins everything it and its grader read.
 """
 
 from __future__ import annotations
@@ -9,24 +15,134 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from vhd.schemas.errors import IntegrityError, UnknownCorpusVersion
 from vhd.schemas.hashing import content_id
+from vhd.schemas.records import CorpusVersionRecord, EnvironmentRecord
+
+FORMAT = "manifest@2"
+NOT_GRADED = ("run_id", "gate_seconds")  # metadata: who wrote the row first, how long its gates took
 
 
-def build_manifest(envs: list[dict[str, str]]) -> dict[str, Any]:
-    """Sorted env ids, counts per family, split and presentation, and a digest of the ids;
-    `envs` are rows with those keys (`Warehouse.environment_keys`)."""
-    ids = sorted(e["env_id"] for e in envs)
+def finding(env_id: str, table: str, record_id: str, field: str, problem: str) -> dict[str, str]:
+    """One problem the audit reports: the environment it concerns, the table, the row, the field."""
+    return {"env_id": env_id, "table": table, "id": record_id, "field": field, "problem": problem}
+
+
+def grading_digest(env: EnvironmentRecord) -> str:
+    """The digest of everything a trainer or grader reads of an environment row."""
+    fields = {k: v for k, v in env.model_dump(mode="json").items() if k not in NOT_GRADED}
+    return content_id("environment-grading", "grading@1", fields)
+
+
+def corpus_digest(ids: list[str], digests: list[str]) -> str:
+    return content_id("corpus", FORMAT, [[i, d] for i, d in zip(ids, digests)])
+
+
+def build_manifest(envs: list[EnvironmentRecord], known: dict[str, str] | None = None) -> dict[str, Any]:
+    """Sorted env ids, their grading digests, counts per family, split and presentation, and the
+    corpus digest over (id, grading digest) pairs; `known`: grading digests already computed (the
+    audit's), by env_id."""
+    envs = sorted(envs, key=lambda e: e.env_id)
+    ids = [e.env_id for e in envs]
+    digests = [(known or {}).get(e.env_id) or grading_digest(e) for e in envs]
     return {
+        "format": FORMAT,
         "env_ids": ids,
-        "counts": {
-            "family": dict(sorted(Counter(e["family"] for e in envs).items())),
-            "split": dict(sorted(Counter(e["split"] for e in envs).items())),
-            "presentation": dict(sorted(Counter(e["presentation"] for e in envs).items())),
-        },
-        "digest": content_id("corpus", "manifest@1", ids),
+        "env_digests": digests,
+        "counts": _counts(envs),
+        "digest": corpus_digest(ids, digests),
+    }
+
+
+def _counts(envs: list[EnvironmentRecord]) -> dict[str, dict[str, int]]:
+    return {
+        "family": dict(sorted(Counter(e.family for e in envs).items())),
+        "split": dict(sorted(Counter(e.split for e in envs).items())),
+        "presentation": dict(sorted(Counter(e.presentation for e in envs).items())),
     }
 
 
 def next_version(existing: list[str]) -> str:
     numbers = [int(v[1:]) for v in existing if v.startswith("v") and v[1:].isdigit()]
     return f"v{max(numbers, default=0) + 1}"
+
+
+def check_version(version: CorpusVersionRecord, envs: dict[str, EnvironmentRecord | None],
+                  runs: set[str] | None = None, digests: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Findings (as the audit writes them) when a published version no longer matches the stored
+    environments: a missing or rejected environment, a changed grading field, a count, the digest.
+    `envs` maps every id of the manifest to its stored row (None when it is gone); `digests`, the
+    grading digests already computed (env_id -> digest), is filled in as they are computed."""
+    digests = {} if digests is None else digests
+    def bad(field: str, problem: str, env_id: str = "") -> None:
+        found.append(finding(env_id, "corpus_versions", str(version.version), field, problem))
+
+    found: list[dict[str, str]] = []
+    manifest = version.manifest if isinstance(version.manifest, dict) else {}
+    ids = manifest.get("env_ids")
+    if not isinstance(ids, list) or ids != sorted(set(map(str, ids))):
+        bad("manifest", "env_ids is not a sorted list of distinct ids")
+        return found
+    if version.admitted != len(ids):
+        bad("admitted", f"{version.admitted!r} but the manifest lists {len(ids)} environments")
+    if runs is not None and version.run_id not in runs:
+        bad("run_id", f"names run {version.run_id}, which is not recorded")
+    present = [envs.get(i) for i in ids]
+    for env_id, env in zip(ids, present):
+        if env is None:
+            bad("manifest", f"names environment {env_id[:12]}…, which is not stored", env_id)
+        elif not env.admitted:
+            bad("manifest", f"lists environment {env_id[:12]}…, which is stored as rejected", env_id)
+    stored = [e for e in present if e is not None]
+    if len(stored) == len(ids) and manifest.get("counts") != _counts(stored):
+        bad("manifest", "its counts per family, split or presentation are not those of its environments")
+    if manifest.get("format") == FORMAT:
+        listed = manifest.get("env_digests")
+        if not isinstance(listed, list) or len(listed) != len(ids):
+            bad("manifest", "env_digests does not give one digest per environment")
+            return found
+        for env_id, env, digest in zip(ids, present, listed):
+            if env is not None and env_id not in digests:
+                try:
+                    digests[env_id] = grading_digest(env)
+                except (TypeError, ValueError):
+                    digests[env_id] = ""
+            if env is not None and digests[env_id] != digest:
+                bad("manifest", f"environment {env_id[:12]}…'s grading fields changed since it was published "
+                                "(its grading digest differs)", env_id)
+        if manifest.get("digest") != corpus_digest(ids, listed):
+            bad("manifest", "its corpus digest is not the digest of its environments and their grading digests")
+    elif manifest.get("digest") != content_id("corpus", "manifest@1", ids):  # published before grading digests
+        bad("manifest", "its corpus digest is not the digest of its environment ids")
+    return found
+
+
+def latest(names: list[str]) -> str | None:
+    """The highest-numbered of the published versions' names."""
+    numbered = [(int(v[1:]), v) for v in names if v.startswith("v") and v[1:].isdigit()]
+    return max(numbered)[1] if numbered else (names[-1] if names else None)
+
+
+def open_version(wh: Any, name: str | None = None) -> tuple[CorpusVersionRecord, list[EnvironmentRecord]]:
+    """The published corpus version `name` (default: the latest) and its environments in manifest
+    order, verified before any use: the version's row against its field digests, every
+    environment's row against its digests and id, and the manifest against those rows (ids,
+    counts, per-environment grading digests, the corpus digest). A difference is an
+    IntegrityError of one line; `wh` is an open Warehouse."""
+    names = wh.version_names()
+    chosen = name if name is not None else latest(names)
+    if chosen is None or chosen not in names:
+        raise UnknownCorpusVersion(f"no corpus version {name!r}; published: {', '.join(names) or 'none yet'}"
+                                   if name is not None else f"no corpus version is published in {wh.path} yet; "
+                                   "`vhd refresh` publishes one when the audit and the quality suite pass")
+    version = wh.verified(CorpusVersionRecord, [chosen])[chosen]
+    ids = version.manifest.get("env_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise IntegrityError(f"corpus version {chosen} manifest: env_ids is not a list of ids")
+    envs = wh.verified(EnvironmentRecord, ids)
+    found = check_version(version, {i: envs.get(i) for i in ids})
+    if found:
+        more = f" (and {len(found) - 1} more problems)" if len(found) > 1 else ""
+        raise IntegrityError(f"corpus version {chosen} {found[0]['field']}: {found[0]['problem']}{more}; "
+                             "run `vhd verify` for every problem")
+    return version, [envs[i] for i in ids]

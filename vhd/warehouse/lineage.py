@@ -1,34 +1,141 @@
 """Lineage queries: the chain of records from an environment back to its θ and passage.
 
     >>> chain = load_chain(Warehouse.open(path, read_only=True), env_id)
+    >>> chains = load_chains(wh, env_ids)          # many at once: one query per table
+
+Rows are loaded as stored (`Chain.stored`: JSON as text, field digests included) and parsed
+leniently (`Chain.invalid`), so that an audit of an edited row names every bad field instead of
+failing on the first.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any, Iterable
+
 from vhd.schemas.errors import UnknownEnvironment
 from vhd.schemas.records import (
-    Chain, EnvironmentRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
+    Chain, CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord,
+    SetterOutputRecord, SolutionRecord,
 )
-from vhd.warehouse.store import Warehouse
+from vhd.schemas.hashing import field_digest
+from vhd.warehouse.store import SEALED, TABLES, Warehouse, parse_row
 
 
 def load_chain(wh: Warehouse, env_id: str) -> Chain:
-    env = wh.get(EnvironmentRecord, env_id)
-    if env is None:
+    chains = load_chains(wh, [env_id])
+    if env_id not in chains:
         raise UnknownEnvironment(f"no environment {env_id!r} in {wh.path}; list them with `vhd envs`")
-    solution = wh.get(SolutionRecord, env.solution_id)
-    output = wh.get(SetterOutputRecord, env.setter_output_id)
-    run_ids = {env.run_id}
-    chain = Chain(
-        environment=env,
-        model=wh.get(ModelRecord, env.model_id),
-        solution=solution,
-        setter_output=output,
-        passage=wh.get(PassageRecord, output.passage_id) if output else None,
-        checks=wh.checks_for(env_id),
-        edges={record_id: wh.parents(record_id) for record_id in (env_id, env.solution_id, env.setter_output_id)},
-        runs={},
-    )
-    run_ids |= {r.run_id for r in (chain.model, chain.solution, chain.setter_output) if r is not None}
-    chain.runs = {run_id: wh.get(RunRecord, run_id) for run_id in sorted(run_ids)}
-    return chain
+    return chains[env_id]
+
+
+def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
+    """env_id -> its Chain, for the stored ones among `env_ids`; rows shared by several chains
+    (a module, a passage, a run) are loaded once. A row referred to by an id that is no longer
+    stored is looked for by the digest of its id field (`moved`), and a check by its `checks`
+    edge too, so that a row whose id or owner was changed is audited where it belongs."""
+    stored: dict[str, dict[str, Any]] = {}
+    invalid: dict[str, dict[str, str]] = {}
+
+    def load(cls: type, values: Iterable[Any], column: str | None = None) -> dict[str, Any]:
+        table, key = TABLES[cls]
+        column, wanted = column or key, sorted(set(values))
+        pairs = [(row[key] if column != key else row[column], row) for row in wh.stored_rows(cls, column, wanted)]
+        if column == key:
+            pairs += list(moved(wh, cls, set(wanted) - {ident for ident, _ in pairs}).items())
+        out = {}
+        for ident, row in pairs:
+            record, bad = parse_row(cls, row, validate=cls is not CheckRecord)  # 10 checks an environment
+            stored[row[key]] = row
+            if bad:
+                invalid[row[key]] = bad
+            out[ident] = record
+        return out
+
+    envs = load(EnvironmentRecord, env_ids)
+    models = load(ModelRecord, (e.model_id for e in envs.values()))
+    solutions = load(SolutionRecord, (e.solution_id for e in envs.values()))
+    outputs = load(SetterOutputRecord, (e.setter_output_id for e in envs.values()))
+    passages = load(PassageRecord, (o.passage_id for o in outputs.values()))
+    by_edge = {row["child_id"]: row["parent_id"] for row in wh.stored_rows(LineageEdge, "parent_id", list(envs))
+               if row["relation"] == "checks"}  # a check whose env_id was changed keeps its edge
+    checks: dict[str, list[CheckRecord]] = {}
+    found = load(CheckRecord, envs, "env_id")
+    found.update(load(CheckRecord, set(by_edge) - set(found)))
+    for check_id, check in found.items():
+        for owner in {check.env_id, by_edge.get(check_id)}:
+            if owner in envs:
+                checks.setdefault(owner, []).append(check)
+    children = set(envs) | set(solutions) | set(outputs) | {r.id for r in (*envs.values(), *solutions.values(),
+                                                                         *outputs.values())}
+    children |= {c.check_id for cs in checks.values() for c in cs}
+    edges: dict[str, list[LineageEdge]] = {}
+    for row in wh.stored_rows(LineageEdge, "child_id", sorted(children)):
+        edges.setdefault(row["child_id"], []).append(LineageEdge(**row))
+    runs = {r.run_id: r for r in wh.runs()}
+    chains = {}
+    for requested, env in envs.items():
+        model, solution = models.get(env.model_id), solutions.get(env.solution_id)
+        output = outputs.get(env.setter_output_id)
+        passage = passages.get(output.passage_id) if output is not None else None
+        own_checks = sorted(checks.get(requested, []), key=lambda c: c.check_id)
+        members = [r for r in (env, model, solution, output, passage, *own_checks) if r is not None]
+        ids = {r.id for r in members}
+        run_ids = {r.run_id for r in members if not isinstance(r, PassageRecord)}
+        chains[requested] = Chain(
+            environment=env, model=model, solution=solution, setter_output=output, passage=passage, checks=own_checks,
+            edges={child: sorted(edges.get(child, []), key=lambda e: (e.relation, e.parent_id))
+                   for child in ids | {requested} if child in children},
+            runs={run_id: runs.get(run_id) for run_id in sorted(run_ids)},
+            stored={i: stored[i] for i in ids if i in stored},
+            invalid={i: invalid[i] for i in ids if i in invalid},
+        )
+    return chains
+
+
+def moved(wh: Warehouse, cls: type, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """id -> the stored row of `cls` whose id field held `id` when it was written (the digest of
+    its id field says so) and holds something else now; for ids that are not stored."""
+    ids = sorted(set(ids))
+    table, key = TABLES[cls]
+    if not ids or table not in SEALED:
+        return {}
+    wanted = {field_digest(i): i for i in ids}
+    cursor = wh.con.execute(f"SELECT * FROM {table} WHERE list_contains(?, json_extract_string("
+                            f"CASE WHEN json_valid(field_digests) THEN field_digests END, ?))", [list(wanted), f"$.{key}"])
+    columns = [d[0] for d in cursor.description]
+    out = {}
+    for values in cursor.fetchall():
+        row = dict(zip(columns, values))
+        out[wanted[json.loads(row["field_digests"])[key]]] = row
+    return out
+
+
+def load_versions(wh: Warehouse) -> list[tuple[CorpusVersionRecord, dict[str, Any], dict[str, str]]]:
+    """Every published corpus version as (record, row as stored, {field: why invalid}), parsed
+    leniently so that an edited row is audited rather than refused."""
+    rows = wh.con.execute("SELECT * FROM corpus_versions ORDER BY created_at, version")
+    columns = [d[0] for d in rows.description]
+    out = []
+    for values in rows.fetchall():
+        row = dict(zip(columns, values))
+        record, invalid = parse_row(CorpusVersionRecord, row)
+        out.append((record, row, invalid))
+    return out
+
+
+def load_environments(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, EnvironmentRecord | None]:
+    """env_id -> its stored row (parsed leniently), None for the ids that are not stored."""
+    ids = sorted(set(env_ids))
+    found = {row["env_id"]: parse_row(EnvironmentRecord, row)[0]
+             for row in wh.stored_rows(EnvironmentRecord, "env_id", ids)}
+    return {i: found.get(i) for i in ids}
+
+
+def load_rows(wh: Warehouse, cls: type) -> list[tuple[Any, dict[str, Any], dict[str, str]]]:
+    """Every row of `cls`'s table as (record, row as stored, {field: why invalid})."""
+    out = []
+    for row in wh.stored_rows(cls):
+        record, invalid = parse_row(cls, row)
+        out.append((record, row, invalid))
+    return out
