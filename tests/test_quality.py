@@ -46,7 +46,9 @@ def test_each_expectation_fails_on_the_row_that_breaks_it(frame):
     assert failed["admitted ≥ configured"] == ["train"]
 
 
-def test_refresh_does_not_publish_when_the_suite_fails(prefect_server, refreshed, tmp_path):
+def test_refresh_does_not_publish_when_the_gate_fails(prefect_server, refreshed, tmp_path):
+    """A broken lineage chain blocks the next version; the audit, which runs before the suite on
+    every publish attempt, is the gate that names it (issue 18)."""
     db, _ = refreshed
     copy = tmp_path / "broken.duckdb"
     shutil.copy(db, copy)
@@ -58,7 +60,24 @@ def test_refresh_does_not_publish_when_the_suite_fails(prefect_server, refreshed
     result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp", "--per-family", "3", "--seed", "3",
                      "--batch", "t-quality", "--db", copy)
     assert result.returncode == 1
-    assert "data-quality suite failed" in result.stderr and victim in result.stderr
+    assert "the audit found" in result.stderr and "graded_by" in result.stderr and victim in result.stderr
     con = duckdb.connect(str(copy), read_only=True)
     assert con.execute("SELECT count(*) FROM corpus_versions").fetchall()[0][0] == versions
     assert con.execute("SELECT count(*) FROM models WHERE batch = 't-quality'").fetchall()[0][0] == 3  # work kept
+
+
+def test_a_failed_suite_blocks_publishing_when_the_audit_passes(prefect_server, refreshed, tmp_path):
+    """The suite is the second gate: an audited warehouse whose splits fall short of what a
+    preset configures publishes nothing, and the report names the split."""
+    from vhd.flows.refresh import publish
+
+    db, _ = refreshed
+    copy = tmp_path / "short.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("DELETE FROM corpus_versions")  # so that there is something to publish
+    con.close()
+    with Warehouse.open(copy) as wh:
+        version, published, quality, audit = publish(wh, "quality-test", {"train": 10_000})
+        assert audit["verified"] and not published and version is None and wh.version_names() == []
+    assert not quality["passed"] and _failed(quality) == {"admitted ≥ configured": ["train"]}

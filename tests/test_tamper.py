@@ -1,0 +1,292 @@
+"""Tampering with any stored field is caught (issue 18): one case per field of every table a trainer
+or grader depends on. Each change is flagged by `vhd verify` and by the publish gate, naming the
+environment and the field, blocks the next corpus version, and reaches no export.
+
+One small warehouse is built once (`vhd refresh` over two families, F, I and A); each case edits
+one field of a copy of its DuckDB file with plain SQL, as an attacker or a stray script would.
+"""
+
+import hashlib
+import json
+import re
+import shutil
+import zlib
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from conftest import run_vhd
+from vhd.cli import app
+from vhd.schemas.errors import IntegrityError
+from vhd.schemas.records import CheckRecord, EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.warehouse import Warehouse
+
+runner = CliRunner()
+TIP = " Tip: selecting every lot is always optimal."
+KEYS = {"models": "model_id", "solutions": "solution_id", "setter_outputs": "setter_output_id", "checks": "check_id",
+        "environments": "env_id", "passages": "passage_id", "corpus_versions": "version"}
+
+
+def vhd(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def built(prefect_server, tmp_path_factory):
+    """The warehouse, the ids of one admitted I environment's chain, and its clean export."""
+    root = tmp_path_factory.mktemp("tamper")
+    db = root / "vhd.duckdb"
+    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp,knapsack", "--per-family", "1",
+                     "--presentations", "F,I,A", "--seed", "5", "--batch", "tamper", "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["corpus_version"] == "v1"
+    con = duckdb.connect(str(db), read_only=True)
+    env = dict(zip(("env_id", "model_id", "solution_id", "setter_output_id"), con.execute(
+        "SELECT env_id, model_id, solution_id, setter_output_id FROM environments "
+        "WHERE admitted AND presentation = 'I' AND family = 'knapsack'").fetchall()[0]))
+    env["passage_id"] = con.execute("SELECT passage_id FROM setter_outputs WHERE setter_output_id = ?",
+                                    [env["setter_output_id"]]).fetchall()[0][0]
+    env["check_id"] = con.execute("SELECT check_id FROM checks WHERE env_id = ? AND gate = 'determinism'",
+                                  [env["env_id"]]).fetchall()[0][0]
+    env["F"] = con.execute("SELECT env_id FROM environments WHERE admitted AND presentation = 'F' "
+                           "AND family = 'knapsack'").fetchall()[0][0]
+    con.close()
+    clean = root / "clean"
+    assert vhd("export", "--out", clean, "--db", db).exit_code == 0
+    return db, env, (clean / "environments.jsonl").read_text()
+
+
+def _columns(db, table):
+    con = duckdb.connect(str(db), read_only=True)
+    names = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                                       "ORDER BY ordinal_position", [table]).fetchall()]
+    con.close()
+    return names
+
+
+def _bumped(value):
+    """The first number in a JSON value moved by one (else the first string changed, else an element added)."""
+    if isinstance(value, bool):
+        return not value, True
+    if isinstance(value, (int, float)):
+        return value + 1, True
+    if isinstance(value, str):
+        return value + "x", True
+    items = sorted(value.items()) if isinstance(value, dict) else list(enumerate(value))
+    for pass_ in ("number", "any"):
+        for key, item in items:
+            if pass_ == "number" and not isinstance(item, (int, float, dict, list)):
+                continue
+            new, done = _bumped(item)
+            if done:
+                value = dict(value) if isinstance(value, dict) else list(value)
+                value[key] = new
+                return value, True
+    return (value | {"tampered": 1}, True) if isinstance(value, dict) else (value + ["tampered"], True)
+
+
+def tampered(column, value):
+    """The value an attacker writes instead: a plausible change of the stored type."""
+    if column == "instruction":
+        return value + TIP
+    if column == "module":
+        return value.replace("def ", "def  ", 1)  # the same program, other bytes
+    if column == "field_digests":
+        digests = json.loads(value)
+        first = sorted(digests)[0]
+        return json.dumps({**digests, first: "0" * 16}, sort_keys=True)
+    if column == "version":
+        return "v9"
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 29.0
+    if isinstance(value, (bytes, bytearray)):
+        return zlib.compress(zlib.decompress(value) + b"\0")
+    if re.fullmatch(r"[0-9a-f]{64}", value):
+        return hashlib.sha256(f"tampered {value}".encode()).hexdigest()
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value + " tampered"
+    if isinstance(parsed, (dict, list)):
+        return json.dumps(_bumped(parsed)[0], sort_keys=True, separators=(",", ":"))
+    return value + " tampered"
+
+
+# (table, column, which row); every column of every table a trainer or grader depends on, on the
+# chain of one admitted I environment; the manifest also field by field, an F environment's
+# instruction (re-rendered by the audit) and lineage edges of every relation
+ROWS = ("models", "solutions", "setter_outputs", "checks", "environments", "passages", "corpus_versions")
+MANIFEST = ("env_ids", "env_digests", "counts", "digest", "format")
+EDGES = [("instance_of", "child_id"), ("graded_by", "parent_id"), ("rendered_by", "relation"),
+         ("checks", "parent_id"), ("solves", "child_id"), ("skinned_by", "relation")]
+
+
+def _cases():
+    from vhd.warehouse.migrate import available  # the columns, as the migrations make them
+
+    columns: dict[str, list[str]] = {}
+    con = duckdb.connect()
+    for _, _, sql in available():
+        con.execute(sql)
+    for table in ROWS:
+        columns[table] = [r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            [table]).fetchall()]
+    con.close()
+    cases = [(table, column, "") for table in ROWS for column in columns[table]]
+    cases += [("corpus_versions", "manifest", key) for key in MANIFEST]
+    cases += [("environments", "instruction", "F")]
+    cases += [("lineage_edges", field, relation) for relation, field in EDGES]
+    return cases
+
+
+CASES = _cases()
+
+
+def _apply(db, env, table, column, which):
+    """Edit one field of a copy in place; returns (row id, the field the audit must name)."""
+    con = duckdb.connect(str(db))
+    try:
+        if table == "lineage_edges":
+            child = {"instance_of": env["env_id"], "graded_by": env["env_id"], "rendered_by": env["env_id"],
+                     "checks": env["check_id"], "solves": env["solution_id"], "skinned_by": env["setter_output_id"]}[which]
+            value = con.execute(f"SELECT {column} FROM lineage_edges WHERE child_id = ? AND relation = ?",
+                                [child, which]).fetchall()[0][0]
+            con.execute(f"UPDATE lineage_edges SET {column} = ? WHERE child_id = ? AND relation = ?",
+                        [tampered(column, value), child, which])
+            return child, which
+        key = KEYS[table]
+        row_id = {"environments": env["F"] if which == "F" else env["env_id"], "corpus_versions": "v1"}.get(
+            table, env.get(key))
+        value = con.execute(f'SELECT "{column}" FROM {table} WHERE "{key}" = ?', [row_id]).fetchall()[0][0]
+        if table == "corpus_versions" and column == "manifest" and which:
+            manifest = json.loads(value)
+            manifest[which] = (_bumped(manifest[which])[0] if which != "env_ids" else manifest[which][1:])
+            new = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+        else:
+            new = tampered(column, value)
+        assert new != value
+        con.execute(f'UPDATE {table} SET "{column}" = ? WHERE "{key}" = ?', [new, row_id])
+        named = sorted(json.loads(value))[0] if column == "field_digests" else column
+        return row_id, named
+    finally:
+        con.close()
+
+
+def _names(findings, env_id, table, field):
+    return [f for f in findings if f["table"] == table and f["field"] == field and f["env_id"] in (env_id, "")]
+
+
+@pytest.mark.parametrize("table, column, which", CASES,
+                         ids=[f"{t}.{c}" + (f"[{w}]" if w else "") for t, c, w in CASES])
+def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(built, tmp_path, table, column, which):
+    from vhd.flows.refresh import publish
+
+    clean_db, env, clean_export = built
+    db = tmp_path / "tampered.duckdb"
+    shutil.copy(clean_db, db)
+    row_id, field = _apply(db, env, table, column, which)
+    concerned = env["F"] if which == "F" else env["env_id"]
+    if table == "lineage_edges":  # a changed edge is a missing one on its environment's chain
+        table_named, field_named = "lineage_edges", which
+    else:
+        table_named, field_named = table, field
+
+    resolve = "--resolve" if table == "solutions" else "--no-resolve"  # re-solving only speaks to solution rows
+    result = vhd("verify", "--db", db, "--json", resolve)
+    assert result.exit_code == 1, result.output[-2000:]
+    report = json.loads(result.stdout)
+    named = _names(report["findings"], concerned, table_named, field_named)
+    if table == "lineage_edges":  # `vhd verify` also names the edge's own column
+        assert _names(report["findings"], concerned, "lineage_edges", column), report["problems"]
+    assert named, report["problems"]
+    if table != "corpus_versions":  # the environment is named too (a version's own fields concern none)
+        assert any(f["env_id"] == concerned for f in named + report["findings"]), report["problems"]
+
+    with Warehouse.open(db) as wh:
+        before = wh.version_names()
+        _, published, _, audit = publish(wh, "tamper-test")
+        assert not published and not audit["verified"] and wh.version_names() == before
+    assert _names(audit["findings"], concerned, table_named, field_named), audit["problems"]
+    if table != "corpus_versions":
+        assert any(f["env_id"] == concerned for f in audit["findings"]), audit["problems"]
+
+    out = tmp_path / "export"
+    exported = vhd("export", "--out", out, "--db", db)
+    if exported.exit_code == 0:  # the tampered row is not exported: the export is the clean one
+        assert (out / "environments.jsonl").read_text() == clean_export
+    else:
+        assert exported.exit_code == 1 and len(exported.stderr.strip().splitlines()) == 1, exported.stderr
+
+
+def test_the_untampered_warehouse_verifies(built):
+    db, _, _ = built
+    report = json.loads(vhd("verify", "--db", db, "--json").stdout)
+    assert report["verified"] and report["envs"] == 6 and report["versions"] == 1, report["problems"]
+
+
+# -- an insert never reuses a row that no longer matches its id (issue 18, item 3) ----------------
+
+@pytest.mark.parametrize("cls, column", [(ModelRecord, "theta"), (SolutionRecord, "u_star"),
+                                         (SetterOutputRecord, "module"), (CheckRecord, "passed"),
+                                         (EnvironmentRecord, "u_star")])
+def test_an_insert_that_meets_a_changed_row_is_an_integrity_error(built, tmp_path, cls, column):
+    db, env, _ = built
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    table, key = {ModelRecord: ("models", "model_id"), SolutionRecord: ("solutions", "solution_id"),
+                  SetterOutputRecord: ("setter_outputs", "setter_output_id"), CheckRecord: ("checks", "check_id"),
+                  EnvironmentRecord: ("environments", "env_id")}[cls]
+    with Warehouse.open(copy) as wh:
+        original = wh.get(cls, env[key])
+        with wh.transaction():  # the same row written again by another run is a no-op: the first write stays
+            wh.insert([original.model_copy(update={"run_id": "another"})])
+        assert wh.get(cls, env[key]) == original
+        value = wh.con.execute(f"SELECT {column} FROM {table} WHERE {key} = ?", [env[key]]).fetchall()[0][0]
+        wh.con.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", [tampered(column, value), env[key]])
+        with pytest.raises(IntegrityError) as caught:
+            with wh.transaction():
+                wh.insert([original])
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and table in message and env[key] in message and column in message
+
+
+def test_a_refresh_that_renders_a_changed_module_again_stops_with_one_line(built, prefect_server, tmp_path):
+    """The issue's case: a stored module's source was changed; a new batch renders the same module
+    (same id): the refresh stops with an integrity error naming it, and writes nothing of the round."""
+    db, env, _ = built
+    copy = tmp_path / "module.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("UPDATE setter_outputs SET module = module || '\n# tampered' WHERE setter_output_id = ?",
+                [env["setter_output_id"]])
+    envs = con.execute("SELECT count(*) FROM environments").fetchall()[0][0]
+    con.close()
+    result = run_vhd(prefect_server, "refresh", "--families", "knapsack", "--per-family", "3", "--presentations", "I",
+                     "--seed", "5", "--batch", "tamper", "--db", copy)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "setter_outputs" in last and env["setter_output_id"] in last and "module" in last
+    con = duckdb.connect(str(copy), read_only=True)
+    assert con.execute("SELECT count(*) FROM environments").fetchall()[0][0] == envs
+    con.close()
+
+
+def test_rerunning_a_batch_after_an_edge_was_deleted_fails_the_gate(built, prefect_server, tmp_path):
+    """The issue's case: nothing to do, yet the gate runs and names the environment and the edge."""
+    db, env, _ = built
+    copy = tmp_path / "edge.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("DELETE FROM lineage_edges WHERE child_id = ? AND relation = 'graded_by'", [env["env_id"]])
+    con.close()
+    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp,knapsack", "--per-family", "1",
+                     "--presentations", "F,I,A", "--seed", "5", "--batch", "tamper", "--db", copy)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "graded_by" in lines[0] and env["env_id"][:12] in lines[0], result.stderr[-2000:]
