@@ -160,6 +160,19 @@ def test_instances_the_family_cannot_take_are_refused_with_the_reason():
     assert parse_pisinger("1 5\n7 5.0\n", "h")[0].theta["weights"] == [[5]]  # a whole number written 5.0 is taken
 
 
+def test_the_solver_refuses_what_the_import_refuses_and_takes_what_it_takes():
+    """Issue 14: a fraction must never reach a solver that would truncate it. The import's refusal
+    (above) and the family's own check in solve() agree: the same data is InvalidParams there."""
+    from vhd.mechanisms.knapsack import check_theta
+    from vhd.schemas.errors import InvalidParams
+
+    fractional = {"n_items": 2, "n_resources": 1, "values": [1, 3], "weights": [[2.5, 4]], "capacities": [10]}
+    with pytest.raises(InvalidParams, match=r"knapsack θ\['weights'\]\[0\]\[0\] = 2.5: expected a whole number"):
+        FAM.solve(fractional)
+    taken = [inst.theta for inst in shipped_instances() if inst.theta is not None]
+    assert taken and all(check_theta(theta) is None for theta in taken)
+
+
 # ---------------------------------------------------------------------------------------------
 # The shipped instances against their published optima.
 

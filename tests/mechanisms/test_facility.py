@@ -218,6 +218,32 @@ def test_params_edges_and_knob_ranges():
     assert FAM.stochastic is False and FAM.group == "probe_budgeted" and set(FAM.hidden) == set(HIDDEN)
 
 
+@pytest.mark.parametrize("theta,field", [
+    # truncated to [1, 1] and [[0, 0], [0, 0]] this opened one depot for 1; the true optimum opens depot 1: 2.1
+    (make([1.5, 1.9], [[0.9, 0.2], [0.1, 0.0]]), "opening_costs"),
+    (make([1, 1], [[0.9, 0.2], [0.1, 0.0]]), "service_costs"),
+    (make([1, -1], [[1, 1], [1, 1]]), "opening_costs"),
+    (make([1, 1], [[1, float("inf")], [1, 1]]), "service_costs"),
+    (make([1, "2"], [[1, 1], [1, 1]]), "opening_costs"),
+])
+def test_solve_refuses_costs_that_are_not_whole_and_non_negative(theta, field):
+    """Issue 14: cap71's decimal costs were cast to int64 (932,597 instead of the published 932,615.75)."""
+    with pytest.raises(InvalidParams, match=r"facility θ\['%s'\].*whole number" % field):
+        FAM.solve(theta)
+
+
+def test_solve_refuses_sizes_past_its_limits():
+    rng = np.random.default_rng(71)
+    cap71_shaped = make([7500.0] * 16, (rng.integers(0, 40000, size=(50, 16)) / 4).tolist())  # 16 × 50, quarters
+    with pytest.raises(InvalidParams, match=r"n_sites.*1 … 8"):
+        FAM.solve(cap71_shaped)
+    with pytest.raises(InvalidParams, match=r"n_towns.*1 … 12"):
+        FAM.solve(make([1, 2], [[1, 2]] * 13))
+    with pytest.raises(InvalidParams, match=r"service_costs.*2 entries"):
+        FAM.solve(make([1, 2], [[1, 2], [1]]))
+    assert FAM.solve(make([2.0, 3], [[1, 5.0], [4, 1]])).u_star == -(2 + 1 + 4)  # whole floats are the numbers
+
+
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 

@@ -440,3 +440,33 @@ def test_params_bounds_accept_edges_and_family_translates_errors():
         registry.get("inventory_dp").params({"size": 1})
     with pytest.raises(InvalidParams):
         registry.get("inventory_dp").params({"horizon": 400})
+
+
+# ---------------------------------------------------------------------------------------------
+# θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
+
+
+def _refusal_theta():
+    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
+
+
+def _bumped(value, index, delta):
+    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
+    if not index:
+        return value + delta
+    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
+
+
+@pytest.mark.parametrize("key,change", [
+    # before: a raw KeyError
+    pytest.param("initial_stock", lambda t: t["initial_stock"] + 0.5, id="initial_stock-fraction"),
+    pytest.param("unit_cost", lambda t: t["unit_cost"] + 0.5, id="unit_cost-fraction"),  # before: solved
+    pytest.param("lead_time", lambda t: t["lead_time"] + 0.5, id="lead_time-fraction"),  # before: solved
+    pytest.param("capacity", lambda t: 41, id="capacity-size"),  # before: no size guard
+])
+def test_solve_refuses_theta_not_of_the_declared_form(key, change):
+    """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
+    naming the field, raised before anything is allocated."""
+    theta = _refusal_theta()
+    with pytest.raises(InvalidParams, match=r"inventory_dp θ\['%s'\]" % key):
+        FAM.solve(dict(theta, **{key: change(theta)}))

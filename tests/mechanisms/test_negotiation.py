@@ -540,3 +540,34 @@ def test_a_buyer_who_refuses_his_exact_value_is_rejected(gated):
     verdicts = _mutated(gated, "if price <= self.value:", "if price < self.value:")
     assert not any(v.admitted for v in verdicts)
     assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
+
+
+# ---------------------------------------------------------------------------------------------
+# θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
+
+
+def _refusal_theta():
+    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
+
+
+def _bumped(value, index, delta):
+    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
+    if not index:
+        return value + delta
+    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
+
+
+@pytest.mark.parametrize("key,change", [
+    pytest.param("max_price", lambda t: t["max_price"] + 0.5, id="max_price-fraction"),  # before: a raw TypeError
+    # before: a raw IndexError
+    pytest.param("value_points", lambda t: _bumped(t["value_points"], (0,), 0.5), id="value_points-fraction"),
+    # before: solved
+    pytest.param("value_weights", lambda t: _bumped(t["value_weights"], (0,), 0.5), id="value_weights-fraction"),
+    pytest.param("max_price", lambda t: 10**6, id="max_price-size"),  # before: no size guard
+])
+def test_solve_refuses_theta_not_of_the_declared_form(key, change):
+    """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
+    naming the field, raised before anything is allocated."""
+    theta = _refusal_theta()
+    with pytest.raises(InvalidParams, match=r"negotiation θ\['%s'\]" % key):
+        FAM.solve(dict(theta, **{key: change(theta)}))

@@ -470,3 +470,32 @@ def test_a_world_that_forgets_the_unassigned_jobs_is_rejected(gated):
     verdicts = _mutated(gated, "for job in self._unassigned():", "for job in self._unassigned()[:0]:", index=-1)
     assert not any(v.admitted for v in verdicts)
     assert {"dynamics_agreement", "no_policy_beats_optimum"} <= _failed(verdicts)
+
+
+# ---------------------------------------------------------------------------------------------
+# θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
+
+
+def _refusal_theta():
+    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
+
+
+def _bumped(value, index, delta):
+    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
+    if not index:
+        return value + delta
+    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
+
+
+@pytest.mark.parametrize("key,change", [
+    pytest.param("n_machines", lambda t: t["n_machines"] + 0.5, id="n_machines-fraction"),  # before: a raw TypeError
+    # before: a SolverError
+    pytest.param("processing", lambda t: _bumped(t["processing"], (0,), 0.5), id="processing-fraction"),
+    pytest.param("n_jobs", lambda t: 11, id="n_jobs-size"),  # before: no size guard
+])
+def test_solve_refuses_theta_not_of_the_declared_form(key, change):
+    """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
+    naming the field, raised before anything is allocated."""
+    theta = _refusal_theta()
+    with pytest.raises(InvalidParams, match=r"scheduling θ\['%s'\]" % key):
+        FAM.solve(dict(theta, **{key: change(theta)}))

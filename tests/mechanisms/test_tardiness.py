@@ -280,6 +280,39 @@ def test_params_edges_and_family_declarations():
     assert {r for t in FAM.tools for r in t.reveals} == set(HIDDEN)
 
 
+def test_solve_refuses_sizes_past_its_limit_before_allocating():
+    """Issue 14: 40 jobs raised SolverError with an empty reason after trying to allocate 2^40 states."""
+    rng = np.random.default_rng(40)
+    forty = make([int(x) for x in rng.integers(1, 11, size=40)], [int(x) for x in rng.integers(1, 100, size=40)],
+                 [int(x) for x in rng.integers(1, 11, size=40)])
+    with pytest.raises(InvalidParams, match=r"tardiness θ\['n_jobs'\] = 40: expected a whole number in 1 … 10"):
+        FAM.solve(forty)
+
+
+@pytest.mark.parametrize("theta,field", [
+    (make([1, 2, 3], [1.5, 2, 3], [1, 1, 1]), "due"),
+    (make([1, 2.5, 3], [1, 2, 3], [1, 1, 1]), "processing"),
+    (make([1, 2, 3], [1, 2, 3], [1, 0, 1]), "weights"),
+    (make([1, 2, 3], [1, 2], [1, 1, 1]), "due"),
+    (make([1, 2, 3], [1, 2, 3], [1, 1, 1], horizon=0.5), "horizon"),
+])
+def test_solve_refuses_theta_that_is_not_of_the_declared_form(theta, field):
+    with pytest.raises(InvalidParams, match=r"tardiness θ\['%s'\]" % field):
+        FAM.solve(theta)
+
+
+def test_a_solver_that_runs_out_of_memory_is_a_solver_error_with_a_reason(monkeypatch):
+    from vhd.mechanisms import tardiness
+    from vhd.schemas.errors import SolverError
+
+    def exhausted(theta):
+        raise MemoryError()
+
+    monkeypatch.setattr(tardiness, "_subset_dp", exhausted)
+    with pytest.raises(SolverError, match=r"dynamic programming over job subsets failed: out of memory"):
+        FAM.solve(TINY[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 

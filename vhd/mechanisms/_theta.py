@@ -76,6 +76,14 @@ class ThetaCheck:
                                 f"(the family's size limit)")
         return int(value)
 
+    def length(self, key: str, low: int, high: int) -> int:
+        """The length of a list field, which must lie in low … high (a size the family bounds)."""
+        value = self._field(key)
+        if not isinstance(value, (list, tuple)) or not low <= len(value) <= high:
+            raise InvalidParams(f"{self.family} θ['{key}'] = {_short(value)}: expected a list of {low} … {high} "
+                                f"entries (the family's size limit)")
+        return len(value)
+
     def whole(self, key: str, shape: Sequence[int | None] = (), *, low=None, high=None) -> None:
         """A field of whole numbers: a scalar (shape ()) or nested lists of the given lengths
         (None: any positive length)."""

@@ -24,6 +24,9 @@ Model
         V_H(n) = salvage_value · n,  V_t(0) = 0,
         V_t(n) = max_a q_t(a) · (prices[a] + V_{t+1}(n − 1)) + (1 − q_t(a)) · V_{t+1}(n)
     (q_t(K) = 0); ties go to the lowest action index.
+    Limits: solve() takes 2 … 200 periods, 1 … 60 units and 1 … MAX_LEVELS = 6 strictly
+    increasing whole prices ≥ 0 with whole per-mille rates 0 … 1000 and a whole salvage value ≥
+    0; any other θ is refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the period, units left, the posted price level (or closed), the period history (level
@@ -61,6 +64,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 PER_MILLE = 1000
 MAX_LEVELS = 6
@@ -69,7 +73,8 @@ HIDDEN = ("buy_early", "buy_late", "salvage_value")
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a dynamic pricing instance."""
+    """Difficulty knobs of a dynamic pricing instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(8, ge=2, le=60, description="units of stock to sell over the season, in units")
     horizon: int = Field(30, ge=3, le=200, description="number of selling periods in the season, in periods")
@@ -183,8 +188,25 @@ def _exact_value(theta: dict, policy: np.ndarray) -> Fraction:
     return Fraction(value, scale)
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 2 … 200 periods, 1 … 60 units and 1 …
+    MAX_LEVELS = 6 strictly increasing whole prices ≥ 0 with whole per-mille rates 0 … 1000 and
+    a whole salvage value ≥ 0."""
+    check = ThetaCheck("dynamic_pricing", theta)
+    check.count("horizon", 2, 200)
+    check.count("capacity", 1, 60)
+    k = check.length("prices", 1, MAX_LEVELS)
+    check.whole("prices", (k,), low=0)
+    check.require(all(a < b for a, b in zip(theta["prices"], theta["prices"][1:])), "prices",
+                  "strictly increasing prices")
+    check.whole("buy_early", (k,), low=0, high=PER_MILLE)
+    check.whole("buy_late", (k,), low=0, high=PER_MILLE)
+    check.whole("salvage_value", low=0)
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* ([period, units left] → action, int16) by exact backward recursion; default and idle values."""
+    check_theta(theta)
     u_star, policy, cert = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion (exact integer-scaled rationals)",

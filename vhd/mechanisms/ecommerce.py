@@ -38,6 +38,11 @@ Model
     V_t(s, c) = max over feasible (q, p, a) of E[outcome], outcome = e − bankruptcy_penalty if
     e < 0 else max(0, e − K) + V_{t+1}(s', min(e, K)); u* = V_0(initial_stock, initial_cash) −
     initial_cash. Ties go to the smallest q, then the lowest p, then the lowest a.
+    Limits: solve() takes 1 … 365 days, a warehouse of 1 … 16 units and a cash cap of 0 …
+    MAX_CASH_CAP = 400 (the cash is a state of the recursion), with whole money amounts ≥ 0 (a
+    unit cost ≥ 1; prices, costs, fees and overhead ≤ MAX_CASH_CAP, since a day's cash change
+    spans the recursion's end-of-day cash axis) and states within their ranges; any other θ is
+    refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     day, stock on hand and on order, cash (the ledger: opening balance, purchases, fees,
@@ -77,9 +82,11 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
 LEVELS = 3  # price levels and ad levels
+MAX_CASH_CAP = 400  # solve() bound on cash_cap: the DP's states are days × (capacity + 1) × (cash_cap + 1)
 OPEN_PRICE, OPEN_AD = 1, 0  # the storefront the store opens with (and the idle/default price)
 TICKET_BITS = 30
 HIDDEN = ("lead_time", "unit_cost", "order_fee", "holding_cost", "overhead", "price_levels", "ad_costs",
@@ -87,7 +94,8 @@ HIDDEN = ("lead_time", "unit_cost", "order_fee", "holding_cost", "overhead", "pr
 
 
 class Params(BaseModel):
-    """Difficulty knobs of an e-commerce instance."""
+    """Difficulty knobs of an e-commerce instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(8, ge=2, le=16, description="warehouse capacity, in units (stock levels 0 … size)")
     horizon: int = Field(120, ge=2, le=365, description="number of trading days played, in days")
@@ -299,8 +307,37 @@ def state_space(theta: dict) -> int:
     return theta["horizon"] * (theta["capacity"] + 1) * (theta["cash_cap"] + 1)
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … 365 days, a warehouse of 1 … 16
+    units and a cash cap of 0 … MAX_CASH_CAP = 400 (the cash is a state of the recursion), with
+    whole money amounts ≥ 0 (a unit cost ≥ 1; prices, costs, fees, overhead ≤ MAX_CASH_CAP) and
+    states within their ranges."""
+    check = ThetaCheck("ecommerce", theta)
+    check.count("horizon", 1, 365)
+    capacity = check.count("capacity", 1, 16)
+    check.whole("lead_time", low=0, high=1)
+    # a day's cash change spans the solver's end-of-day cash axis: its amounts are bounded like the cash cap
+    check.whole("unit_cost", low=1, high=MAX_CASH_CAP)
+    for key in ("order_fee", "holding_cost", "overhead"):
+        check.whole(key, low=0, high=MAX_CASH_CAP)
+    check.whole("bankruptcy_penalty", low=0)
+    check.whole("price_levels", (LEVELS,), low=0, high=MAX_CASH_CAP)
+    check.whole("ad_costs", (LEVELS,), low=0, high=MAX_CASH_CAP)
+    check.require(theta["ad_costs"][0] == 0, "ad_costs", "no cost at ad level 0 (ad_costs[0] = 0)")
+    check.whole("demand_weights", (LEVELS, LEVELS, LEVELS, None), low=0)
+    check.require(all(sum(w) > 0 for by_price in theta["demand_weights"] for by_ad in by_price for w in by_ad),
+                  "demand_weights", "every demand distribution with a positive total weight")
+    check.whole("weekday_boost", (7,), low=0, high=1)
+    check.whole("peak_start", low=0)
+    check.whole("peak_end", low=theta["peak_start"])
+    cash_cap = check.count("cash_cap", 0, MAX_CASH_CAP)
+    check.whole("initial_cash", low=0, high=cash_cap)
+    check.whole("initial_stock", low=0, high=capacity)
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* by backward recursion over (day, stock, cash); exact values of the default and idle policies."""
+    check_theta(theta)
     u_star, policy, cert = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion over (day, stock, cash)",

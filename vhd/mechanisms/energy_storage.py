@@ -17,6 +17,10 @@ Model
     the currency (every amount above is a whole number of hundredths).
     Solved exactly by backward Bellman recursion over (hour, state of charge, regime):
     V_H(s, r) = terminal_value·s, V_t(s, r) = max_k [reward(t, r, k) + Σ_r' P[r][r'] V_{t+1}(s + k, r')].
+    Limits: solve() takes 1 … MAX_HORIZON = 168 hours, a capacity of 1 … MAX_CAPACITY = 60
+    units, 1 … MAX_REGIMES = 4 regimes, whole prices (≥ 1 in every hour), whole weights, costs
+    and values ≥ 0, and states within their ranges; any other θ is refused with InvalidParams
+    before anything is allocated (`check_theta`).
 
 State
     the hour, the state of charge, this hour's scheduled trade, the price of every hour that has
@@ -51,17 +55,20 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
 MAX_CAPACITY = 60
 MAX_HORIZON = 168
+MAX_REGIMES = 4  # solve() bound on len(regime_prices) (the sampler draws 2 … 4)
 HIDDEN = ("regime_prices", "hour_profile", "transition_weights", "efficiency_pct", "cycling_cost", "terminal_value")
 # the shape of a day's price add-on (night trough, morning and evening peaks), in tenths of the amplitude
 DAY_SHAPE = (-6, -8, -9, -10, -9, -6, -1, 4, 6, 4, 1, -2, -4, -5, -4, -2, 2, 7, 10, 9, 6, 3, 0, -3)
 
 
 class Params(BaseModel):
-    """Difficulty knobs of an energy-storage instance."""
+    """Difficulty knobs of an energy-storage instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(12, ge=2, le=MAX_CAPACITY, description="battery capacity, in energy units")
     horizon: int = Field(24, ge=2, le=MAX_HORIZON, description="number of hours traded, in hours")
@@ -159,8 +166,32 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     return float(value[theta["initial_soc"], theta["initial_regime"]]) / 100, policy
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_HORIZON = 168 hours, a capacity
+    of 1 … MAX_CAPACITY = 60 units, 1 … MAX_REGIMES = 4 regimes, whole prices (≥ 1 in every
+    hour), whole weights, costs and values ≥ 0, and states within their ranges."""
+    check = ThetaCheck("energy_storage", theta)
+    check.count("horizon", 1, MAX_HORIZON)
+    capacity = check.count("capacity", 1, MAX_CAPACITY)
+    check.whole("power", low=1, high=capacity)
+    check.whole("initial_soc", low=0, high=capacity)
+    regimes = check.length("regime_prices", 1, MAX_REGIMES)
+    check.whole("regime_prices", (regimes,))
+    check.whole("initial_regime", low=0, high=regimes - 1)
+    check.whole("hour_profile", (24,))
+    check.require(min(theta["regime_prices"]) + min(theta["hour_profile"]) >= 1, "regime_prices",
+                  "prices ≥ 1 in every hour (regime_prices[r] + hour_profile[h] ≥ 1)")
+    check.whole("transition_weights", (regimes, regimes), low=0)
+    check.require(all(sum(row) > 0 for row in theta["transition_weights"]), "transition_weights",
+                  "every row with a positive total weight")
+    check.whole("efficiency_pct", low=0, high=100)
+    check.whole("cycling_cost", low=0)
+    check.whole("terminal_value", low=0)
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* (signed trade per hour, charge, regime; int16) by backward recursion; default and idle values."""
+    check_theta(theta)
     state_space = theta["horizon"] * (theta["capacity"] + 1) * len(theta["regime_prices"])
     u_star, policy, cert = certified(
         lambda: _bellman(theta),

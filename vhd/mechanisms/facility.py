@@ -12,7 +12,11 @@ Model
     and closed one at a time in any order, and only the network at the end counts. Solved exactly
     as a mixed-integer program (y ∈ {0,1}^n open flags, x_ts ∈ [0,1] assignments, Σ_s x_ts = 1,
     x_ts ≤ y_s, minimise f·y + c·x) by HiGHS through scipy.optimize.milp with a zero MIP gap; the
-    optimum is re-evaluated in integers and checked against the dual bound.
+    optimum is re-evaluated in integers and checked against the dual bound. Limits: solve() takes
+    1 … 8 depots (MAX_SITES) and 1 … 12 towns (MAX_TOWNS) with whole costs ≥ 0; any other θ is
+    refused with InvalidParams, never truncated (OR-Library's cap71, 16 depots × 50 towns with
+    fractional allocation costs and the optimum 932,615.75, is refused on both counts: see
+    docs/INSTANCES.md).
 
 State
     the depot table (label, opening cost, open flag, whether its cost has been read), the town
@@ -49,9 +53,10 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
+from vhd.mechanisms._theta import ThetaCheck
 
-MAX_SITES = 8
-MAX_TOWNS = 12
+MAX_SITES = 8  # Params, tool schema and solve() bound
+MAX_TOWNS = 12  # Params, tool schema and solve() bound
 MATRIX_COST = 3
 HIDDEN = ("opening_costs", "service_costs")
 
@@ -59,8 +64,10 @@ HIDDEN = ("opening_costs", "service_costs")
 class Params(BaseModel):
     """Difficulty knobs of a facility-location instance."""
 
-    size: int = Field(5, ge=3, le=MAX_SITES, description="number of candidate depot sites n, in sites")
-    horizon: int = Field(6, ge=3, le=MAX_TOWNS, description="number of customer towns m to serve, in towns")
+    size: int = Field(5, ge=3, le=MAX_SITES, description="number of candidate depot sites n, in sites; solve() "
+                                                         "refuses θ with more than MAX_SITES = 8")
+    horizon: int = Field(6, ge=3, le=MAX_TOWNS, description="number of customer towns m to serve, in towns; solve() "
+                                                           "refuses θ with more than MAX_TOWNS = 12")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -87,6 +94,16 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # Plans: a 0/1 vector over the depots, at least one open.
+
+
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_SITES depots, 1 … MAX_TOWNS
+    towns, whole opening and service costs ≥ 0 (fractions are refused, never truncated)."""
+    check = ThetaCheck("facility", theta)
+    n = check.count("n_sites", 1, MAX_SITES)
+    m = check.count("n_towns", 1, MAX_TOWNS)
+    check.whole("opening_costs", (n,), low=0)
+    check.whole("service_costs", (m, n), low=0)
 
 
 def _arrays(theta: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +167,10 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
 
 
 def solve(theta: dict) -> Solution:
-    """u* and π* (the 0/1 open vector, int8) by MILP; values of the default and idle plans."""
+    """u* and π* (the 0/1 open vector, int8) by MILP; values of the default and idle plans.
+    InvalidParams first if θ is not of the declared form (`check_theta`)."""
+    check_theta(theta)
+
     def run():
         value, (plan, gap, bound) = _milp(theta)
         return value, plan, {"gap": gap, "bound": bound}

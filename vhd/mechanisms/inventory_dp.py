@@ -10,6 +10,10 @@ Model
     `salvage_value`. Orders still in transit at the end are lost. Storage counts what is on
     hand, in transit and ordered today: on_hand + in_transit + q ≤ capacity.
     Solved exactly by backward Bellman recursion over (day, on hand, in transit).
+    Limits: solve() takes 1 … 365 days, a store of 1 … 40 units, a lead time of 0 … 2 days,
+    whole costs ≥ 0, an initial stock within the store and seven weekday demand distributions of
+    whole weights ≥ 0 over demand 0 … ≤ MAX_DEMAND = 160 (one length for all); any other θ is refused with
+    InvalidParams before anything is allocated (`check_theta`).
 
 State
     day, on hand, the order in transit (lead time 2 only), today's pending order, the cash
@@ -41,13 +45,16 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
+MAX_DEMAND = 160  # solve() bound: demand_weights cover demand 0 … at most 160 units (4 × the largest store)
 COST_FIELDS = ("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value")
 
 
 class Params(BaseModel):
-    """Difficulty knobs of an inventory instance."""
+    """Difficulty knobs of an inventory instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(12, ge=3, le=40, description="storage capacity, in units")
     horizon: int = Field(30, ge=3, le=365, description="number of days played")
@@ -163,8 +170,27 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     return float(value[proc.start()]), policy
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … 365 days, a store of 1 … 40 units, a
+    lead time of 0 … 2 days, whole costs ≥ 0, an initial stock within the store and seven
+    weekday demand distributions of whole weights ≥ 0 over demand 0 … ≤ MAX_DEMAND (one length for all)."""
+    check = ThetaCheck("inventory_dp", theta)
+    check.count("horizon", 1, 365)
+    capacity = check.count("capacity", 1, 40)
+    check.whole("lead_time", low=0, high=2)
+    for key in COST_FIELDS:
+        check.whole(key, low=0)
+    check.whole("initial_stock", low=0, high=capacity)
+    check.whole("initial_cash", low=0)
+    check.whole("demand_weights", (7, None), low=0)
+    support = len(theta["demand_weights"][0])
+    check.require(support <= MAX_DEMAND + 1 and all(len(w) == support and sum(w) > 0 for w in theta["demand_weights"]),
+                  "demand_weights", f"seven lists of one length ≤ {MAX_DEMAND + 1}, each with a positive total weight")
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* by backward recursion; expected values of the default and idle policies."""
+    check_theta(theta)
     proc_size = len(_Process(theta).states) * theta["horizon"]
     u_star, policy, cert = certified(
         lambda: _bellman(theta),

@@ -22,6 +22,10 @@ Model
     value scaled by a power of the common weight denominator): V_H(c) = salvage[c],
     V_d(c) = max over the allowed a of (that day's cash + E[V_{d+1}(next condition)]); ties go to the
     lower action code. A plan is an integer table [day, condition] → action code.
+    Limits: solve() takes 1 … 200 days, 2 … 16 conditions, whole revenues and salvage values,
+    whole costs ≥ 0, wear rows of whole weights ≥ 0 with a positive total, and an initial
+    condition within range; any other θ is refused with InvalidParams before anything is
+    allocated (`check_theta`).
 
 State
     the day, the installed machine's condition and today's scheduled work (none, maintenance or
@@ -60,6 +64,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
 RUN, MAINTAIN, REPLACE = 0, 1, 2
@@ -68,7 +73,8 @@ HIDDEN = ("revenue", "wear_weights") + COST_FIELDS
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a maintenance instance."""
+    """Difficulty knobs of a maintenance instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(8, ge=3, le=16, description="number of machine condition states, new to failed inclusive, "
                                                   "in states")
@@ -214,8 +220,27 @@ def _evaluate_exact(theta: dict, table: list[list[int]]) -> float:
     return m.value(later[m.start])
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … 200 days, 2 … 16 conditions, whole
+    revenues and salvage values, whole costs ≥ 0, wear rows of whole weights ≥ 0 with a positive
+    total, and an initial condition within range."""
+    check = ThetaCheck("maintenance", theta)
+    check.count("horizon", 1, 200)
+    n = check.count("n_conditions", 2, 16)
+    check.whole("initial_condition", low=0, high=n - 1)
+    check.whole("revenue", (n - 1,))
+    check.whole("wear_weights", (n - 1, n), low=0)
+    check.require(all(sum(row) > 0 for row in theta["wear_weights"]), "wear_weights",
+                  "every row with a positive total weight")
+    for key in ("maintenance_cost", "replacement_cost", "downtime_penalty"):
+        check.whole(key, low=0)
+    check.whole("repair_steps", low=0)
+    check.whole("salvage", (n,))
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* ([day, condition] → action, int8) by exact backward recursion; default and idle values."""
+    check_theta(theta)
     u_star, policy, cert = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion (exact integer arithmetic)",

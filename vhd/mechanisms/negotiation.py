@@ -15,6 +15,10 @@ Model
     gets: after rejections the posterior of v is the prior truncated to v ≤ b, where
     b = (lowest rejected price) − 1 (b = V before any rejection). Solved exactly by backward
     recursion over (round, b), in integer arithmetic on weight-scaled values.
+    Limits: solve() takes 1 … 12 rounds, a top price of 1 … MAX_PRICE_SCHEMA = 1000 (a state of
+    the recursion), 1 … 12 distinct increasing whole support points within 0 … max_price with
+    whole weights ≥ 1, a whole delay cost ≥ 0 and a whole outside option; any other θ is refused
+    with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the round, the deal status (open, sold, walked away, expired), the offer history (every
@@ -48,6 +52,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 100
 WALK, PASS = -1, -2  # policy codes besides prices 0 … V
@@ -56,7 +61,8 @@ MAX_PRICE_SCHEMA = 1000
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a negotiation instance."""
+    """Difficulty knobs of a negotiation instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(6, ge=3, le=12, description="number of support points of the buyer's value distribution "
                                                     "(distinct values step, 2·step, …, V in currency units)")
@@ -119,8 +125,26 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     return float(value[top + 1]) / float(mass[-1]), policy
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … 12 rounds, a top price of 1 …
+    MAX_PRICE_SCHEMA = 1000 (a state of the recursion), 1 … 12 distinct increasing whole support
+    points within 0 … max_price with whole weights ≥ 1, a whole delay cost ≥ 0 and a whole
+    outside option."""
+    check = ThetaCheck("negotiation", theta)
+    check.count("horizon", 1, 12)
+    top = check.count("max_price", 1, MAX_PRICE_SCHEMA)
+    k = check.length("value_points", 1, 12)
+    check.whole("value_points", (k,), low=0, high=top)
+    check.require(all(a < b for a, b in zip(theta["value_points"], theta["value_points"][1:])), "value_points",
+                  "distinct support points in increasing order")
+    check.whole("value_weights", (k,), low=1)
+    check.whole("delay_cost", low=0)
+    check.whole("outside_option")
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* (table [round, b] → WALK / PASS / price) by backward recursion over (round, b)."""
+    check_theta(theta)
     u_star, policy, cert = certified(
         lambda: _bellman(theta),
         method="backward recursion over (round, highest acceptable price), integer arithmetic",

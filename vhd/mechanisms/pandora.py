@@ -16,6 +16,10 @@ Model
     When max_open = n (a θ built by hand; the sampler never draws one) the cap is slack and the
     optimum equals Weitzman's index rule (open in decreasing reservation value σ_i,
     E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far), which the solver re-computes and checks.
+    Limits: solve() takes 1 … MAX_BOXES = 7 boxes (the induction runs over 2^n opened sets), a
+    cap of 1 … n openings, whole fees ≥ 1, a whole fallback ≥ 0, and per box distinct increasing
+    whole prizes ≥ 0 with whole weights ≥ 1; any other θ is refused with InvalidParams before
+    anything is allocated (`check_theta`).
 
 State
     the boxes (label, fee, opened or not), their prize tables (value, weight), the openings
@@ -50,6 +54,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 MAX_BOXES = 7
 WEIGHT_TOTAL = 20
@@ -59,7 +64,8 @@ FEE_SHARE = (0.15, 0.5)
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a Pandora's-box instance."""
+    """Difficulty knobs of a Pandora's-box instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(5, ge=2, le=MAX_BOXES, description="number of sealed boxes n, in boxes")
     horizon: int = Field(5, ge=1, le=MAX_BOXES,
@@ -252,9 +258,26 @@ def weitzman_policy(theta: dict) -> np.ndarray:
     return table
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_BOXES = 7 boxes (the induction
+    runs over 2^n opened sets), a cap of 1 … n openings, whole fees ≥ 1, a whole fallback ≥ 0,
+    and per box distinct increasing whole prizes ≥ 0 with whole weights ≥ 1."""
+    check = ThetaCheck("pandora", theta)
+    n = check.count("n_boxes", 1, MAX_BOXES)
+    check.count("max_open", 1, n)
+    check.whole("fallback", low=0)
+    check.whole("costs", (n,), low=1)
+    check.whole("prize_values", (n, None), low=0)
+    check.whole("prize_weights", (n, None), low=1)
+    check.require(all(len(values) == len(weights) and all(a < b for a, b in zip(values, values[1:]))
+                      for values, weights in zip(theta["prize_values"], theta["prize_weights"])),
+                  "prize_values", "per box distinct prizes in increasing order, one weight each")
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* by backward induction over (opened set, best prize); Weitzman's index rule is
     re-checked against it when the opening cap is slack (max_open = n)."""
+    check_theta(theta)
     proc = _Process(theta)
 
     def run():

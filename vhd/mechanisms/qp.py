@@ -14,6 +14,9 @@ Model
     and budget constraints is read off the solver's point, the KKT linear system on that set is
     solved with numpy, and primal feasibility and dual signs are verified; the certificate
     records the Lagrangian duality gap at the polished multipliers.
+    Limits: solve() takes 2 … 8 projects and 1 … 6 risk factors, a whole budget ≥ 0, whole
+    returns, caps ≥ 0 and exposures, a whole ridge ≥ 1 and a finite risk aversion > 0; any other
+    θ is refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the projects (return, cap), the risk factors and their exposure rows, the current amount
@@ -45,13 +48,15 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 FEASIBILITY_TOL = 1e-9  # the World accepts a plan exceeding a cap or the budget by at most this
 KKT_TOL = 1e-9
 
 
 class Params(BaseModel):
-    """Difficulty knobs of an allocation instance."""
+    """Difficulty knobs of an allocation instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(4, ge=2, le=8, description="number of projects (assets) to allocate across")
     horizon: int = Field(2, ge=1, le=6, description="number of risk factors (rows of the exposure matrix A)")
@@ -167,7 +172,10 @@ def _cvxpy_point(theta: dict) -> np.ndarray:
     x = cp.Variable(theta["assets"])
     risk = cp.sum_squares(a @ x) + theta["ridge"] * cp.sum_squares(x)
     problem = cp.Problem(cp.Maximize(r @ x - lam * risk), [cp.sum(x) <= budget, x >= 0, x <= cap])
-    problem.solve(solver=cp.CLARABEL)
+    try:
+        problem.solve(solver=cp.CLARABEL)
+    except cp.error.SolverError as exc:  # translated at the boundary: certified() reports it as our SolverError
+        raise ValueError(f"cvxpy/Clarabel failed: {exc}") from exc
     if problem.status != "optimal":
         raise ValueError(f"cvxpy/Clarabel status {problem.status!r}; expected 'optimal'")
     return np.asarray(x.value, dtype=float)
@@ -196,8 +204,25 @@ def _solve_qp(theta: dict) -> tuple[float, np.ndarray, float, float]:
     raise ValueError("no active set near the Clarabel point satisfies the KKT conditions")
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 2 … 8 projects and 1 … 6 risk factors, a
+    whole budget ≥ 0, whole returns, caps ≥ 0 and exposures, a whole ridge ≥ 1 and a finite risk
+    aversion > 0."""
+    check = ThetaCheck("qp", theta)
+    n = check.count("assets", 2, 8)
+    f = check.count("factors", 1, 6)
+    check.whole("budget", low=0)
+    check.whole("returns", (n,))
+    check.whole("caps", (n,), low=0)
+    check.whole("exposures", (f, n))
+    check.whole("ridge", low=1)
+    check.real("risk_aversion", low=0)
+    check.require(theta["risk_aversion"] > 0, "risk_aversion", "a risk aversion > 0 (a strictly concave objective)")
+
+
 def solve(theta: dict) -> Solution:
     """u* and x* by Clarabel plus an exact KKT polish; values of the default and idle plans."""
+    check_theta(theta)
     import cvxpy as cp
 
     def run():

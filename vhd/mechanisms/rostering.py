@@ -26,6 +26,9 @@ Model
     Σ_dk x_sdk ≤ max_shifts[s], x_{s,d,K−1} + x_{s,d+1,0} ≤ 1, shortages y_dk ≥ demand − Σ_s x_sdk,
     y ≥ 0; minimise wages · x + shortage_penalty · Σ y) by HiGHS through scipy.optimize.milp with a
     zero MIP gap; the optimum is re-evaluated in integers and checked against the dual bound.
+    Limits: solve() takes 1 … MAX_STAFF = 12 staff, 1 … MAX_HORIZON = 14 days and 2 … 3 shifts,
+    with whole demands, wages, premiums, caps and penalty ≥ 0 and availability flags 0 or 1; any
+    other θ is refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the staff table (label, base wage, shift limit, whether the availability was read), the
@@ -69,6 +72,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
+from vhd.mechanisms._theta import ThetaCheck
 
 # ruff: noqa: UP031  (printf-style formatting: the house style of every family's World, copied into modules)
 
@@ -81,7 +85,8 @@ SHIFT_NAMES = {2: ["early", "night"], 3: ["early", "late", "night"]}
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a rostering instance."""
+    """Difficulty knobs of a rostering instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(6, ge=1, le=MAX_STAFF, description="number of staff members S to roster, in staff members")
     horizon: int = Field(5, ge=1, le=MAX_HORIZON, description="number of days D in the planning period, in days")
@@ -243,8 +248,28 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
     return value, (plan, gap, bound)
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_STAFF = 12 staff, 1 …
+    MAX_HORIZON = 14 days and 2 … 3 shifts, with whole demands, wages, premiums, caps and
+    penalty ≥ 0 and availability flags 0 or 1."""
+    check = ThetaCheck("rostering", theta)
+    staff = check.count("n_staff", 1, MAX_STAFF)
+    days = check.count("horizon", 1, MAX_HORIZON)
+    shifts = check.count("n_shifts", 2, MAX_SHIFTS_PER_DAY)
+    names = theta.get("shift_names")
+    check.require(isinstance(names, list) and len(names) == shifts and all(isinstance(x, str) for x in names),
+                  "shift_names", "one name per shift")
+    check.whole("demand", (days, shifts), low=0)
+    check.whole("base_wages", (staff,), low=0)
+    check.whole("shift_premiums", (shifts,), low=0)
+    check.whole("availability", (staff, days, shifts), low=0, high=1)
+    check.whole("max_shifts", (staff,), low=0)
+    check.whole("shortage_penalty", low=0)
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* (the roster matrix, int8) by MILP; values of the default and idle rosters."""
+    check_theta(theta)
     def run():
         value, (plan, gap, bound) = _milp(theta)
         return value, plan, {"gap": gap, "bound": bound}

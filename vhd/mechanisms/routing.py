@@ -15,6 +15,10 @@ Model
     at the depot) has utility 0.
     Solved exactly by Held–Karp dynamic programming over (set of visited stops, last stop):
     the least clock on arrival over every rule-abiding path, then the best closed tour.
+    Limits: solve() takes 1 … MAX_STOPS = 9 stops (Held–Karp keeps 2^n × n states), whole
+    rewards, a whole budget and cost per minute ≥ 0, grid points in 0 … 30 and whole travel
+    minutes ≥ 0; any other θ is refused with InvalidParams before anything is allocated
+    (`check_theta`).
 
 State
     the van's position and clock, which stops have been visited, the log of driven legs (each
@@ -48,14 +52,17 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 GRID = 30  # coordinates are integers in 0..GRID
+MAX_STOPS = 9  # Params and solve() bound: Held–Karp keeps 2^n × n states
 MINUTES_PER_HORIZON = 10  # budget = MINUTES_PER_HORIZON × horizon
 HIDDEN = ("rewards", "travel", "coordinates", "travel_cost")
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a routing instance."""
+    """Difficulty knobs of a routing instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(6, ge=3, le=9, description="number of customer stops (besides the depot)")
     horizon: int = Field(10, ge=3, le=30, description="time budget in tens of minutes: the van must be back "
@@ -146,8 +153,23 @@ def _held_karp(theta: dict) -> tuple[float, np.ndarray]:
     return float(best), policy
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_STOPS = 9 stops (Held–Karp keeps
+    2^n × n states), whole rewards, a whole budget and cost per minute ≥ 0, grid points in 0 …
+    30 and whole travel minutes ≥ 0."""
+    check = ThetaCheck("routing", theta)
+    n = check.count("n_stops", 1, MAX_STOPS)
+    check.whole("horizon", low=1)
+    check.whole("budget", low=0)
+    check.whole("travel_cost", low=0)
+    check.whole("rewards", (n + 1,))
+    check.whole("coordinates", (n + 1, 2), low=0, high=GRID)
+    check.whole("travel", (n + 1, n + 1), low=0)
+
+
 def solve(theta: dict) -> Solution:
     """u* and the optimal visiting order by Held–Karp; exact values of the default and idle plans."""
+    check_theta(theta)
     n = theta["n_stops"]
     u_star, policy, cert = certified(
         lambda: _held_karp(theta),

@@ -11,6 +11,9 @@ Model
     process is deterministic. Solved exactly by depth-first branch and bound over the m^n
     assignments (jobs in decreasing processing time, machines of equal load tried once, the
     incumbent started from LPT, bound max(max_j p_j, ceil(Σp / m))), in integer arithmetic.
+    Limits: solve() takes 1 … MAX_JOBS = 10 jobs (branch and bound over m^n assignments), 1 …
+    MAX_MACHINES = 4 machines and whole processing times ≥ 1; any other θ is refused with
+    InvalidParams before anything is allocated (`check_theta`).
 
 State
     the job catalog (processing time of every job), the machines, the assignment table (job →
@@ -43,6 +46,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 MIN_JOBS, MAX_JOBS = 4, 10
 MIN_MACHINES, MAX_MACHINES = 2, 4
@@ -52,7 +56,8 @@ HIDDEN = ("processing",)
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a P||Cmax instance."""
+    """Difficulty knobs of a P||Cmax instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(7, ge=MIN_JOBS, le=MAX_JOBS, description="number of jobs n to process, in jobs")
     horizon: int = Field(3, ge=MIN_MACHINES, le=MAX_MACHINES,
@@ -150,8 +155,18 @@ def _branch_and_bound(theta: dict) -> tuple[float, np.ndarray]:
     return float(-best[0]), plan
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_JOBS = 10 jobs (branch and bound
+    over m^n assignments), 1 … MAX_MACHINES = 4 machines and whole processing times ≥ 1."""
+    check = ThetaCheck("scheduling", theta)
+    n = check.count("n_jobs", 1, MAX_JOBS)
+    check.count("n_machines", 1, MAX_MACHINES)
+    check.whole("processing", (n,), low=1)
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* (machine per job, int8) by branch and bound; values of the default and idle plans."""
+    check_theta(theta)
     u_star, policy, cert = certified(lambda: _branch_and_bound(theta),
                                      method="branch and bound over job-machine assignments",
                                      solver="python (integer branch and bound)", solver_version=np.__version__,

@@ -15,6 +15,9 @@ Model
     V_d = E[max(X − waiting_cost · d, V_{d+1})]; π* accepts on day d iff x − waiting_cost · d
     ≥ V_{d+1} (ties accept). A plan is a threshold vector t (one integer per day): accept on
     day d iff the offer is ≥ t_d (t_d = max(values) + 1: never accept on day d).
+    Limits: solve() takes 1 … MAX_HORIZON = 30 days, 1 … 12 distinct increasing whole offer
+    amounts ≥ 0 with whole weights ≥ 0 (a positive total) and a whole waiting cost ≥ 0; any
+    other θ is refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the day, today's offer and every earlier offer with its status (open, declined,
@@ -51,6 +54,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
 MAX_HORIZON = 30
@@ -58,7 +62,8 @@ HIDDEN = ("values", "weights", "waiting_cost")
 
 
 class Params(BaseModel):
-    """Difficulty knobs of a stopping instance."""
+    """Difficulty knobs of a stopping instance; solve() refuses a θ past these bounds
+    (`check_theta`)."""
 
     size: int = Field(8, ge=3, le=12, description="number of distinct offer amounts (support points of the "
                                                   "offer distribution), in amounts")
@@ -128,8 +133,24 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     return float(later), np.array(thresholds, dtype=np.int64)
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_HORIZON = 30 days, 1 … 12
+    distinct increasing whole offer amounts ≥ 0 with whole weights ≥ 0 (a positive total) and a
+    whole waiting cost ≥ 0."""
+    check = ThetaCheck("stopping", theta)
+    check.count("horizon", 1, MAX_HORIZON)
+    k = check.length("values", 1, 12)
+    check.whole("values", (k,), low=0)
+    check.require(all(a < b for a, b in zip(theta["values"], theta["values"][1:])), "values",
+                  "distinct amounts in increasing order")
+    check.whole("weights", (k,), low=0)
+    check.require(sum(theta["weights"]) > 0, "weights", "a positive total weight")
+    check.whole("waiting_cost", low=0)
+
+
 def solve(theta: dict) -> Solution:
     """u* and π* (thresholds per day, int64) by exact backward recursion; default and idle values."""
+    check_theta(theta)
     u_star, policy, cert = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion (exact rational arithmetic)",

@@ -12,7 +12,9 @@ Model
     due dates are: each due[j] is drawn uniformly from 1 … ceil(h · P / 10).
     The decision process is deterministic. Solved exactly by dynamic programming over subsets
     (f(S) = min over the last job j ∈ S of f(S − j) + weights[j] · max(0, P(S) − due[j]),
-    2^n · n steps), in integer arithmetic.
+    2^n · n steps), in integer arithmetic. Limits: solve() takes 1 … 10 jobs (MAX_JOBS) with
+    whole processing times, due dates and weights ≥ 1 and a whole `horizon` in 1 … 20; any other
+    θ (40 jobs, a fractional due date) is refused with InvalidParams before anything is allocated.
 
 State
     the job catalog (processing time, due date, weight of every job), the inspections made, the
@@ -47,8 +49,9 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
+from vhd.mechanisms._theta import ThetaCheck
 
-MAX_JOBS = 10
+MAX_JOBS = 10  # Params, tool schema and solve() bound: the subset DP takes 2^n · n steps and 2^n memory
 MAX_PROCESSING = 10
 MAX_WEIGHT = 10
 SHEET_COST = 3
@@ -58,7 +61,8 @@ HIDDEN = ("processing", "due", "weights")
 class Params(BaseModel):
     """Difficulty knobs of a weighted-tardiness instance."""
 
-    size: int = Field(6, ge=3, le=MAX_JOBS, description="number of jobs n on the machine, in jobs")
+    size: int = Field(6, ge=3, le=MAX_JOBS, description="number of jobs n on the machine, in jobs; solve() "
+                                                        "refuses θ with more than MAX_JOBS = 10")
     horizon: int = Field(6, ge=1, le=20,
                          description="due-date window, in tenths of the total processing time P: every due "
                                      "date is drawn uniformly from 1 … ceil(horizon · P / 10) time units "
@@ -116,6 +120,16 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return float(-_tardiness(theta, _completed(theta, seq)))
 
 
+def check_theta(theta: dict) -> None:
+    """InvalidParams unless θ is what the family declares: 1 … MAX_JOBS jobs, whole processing
+    times, due dates and weights ≥ 1, a whole horizon in 1 … 20 (checked before the DP allocates)."""
+    check = ThetaCheck("tardiness", theta)
+    n = check.count("n_jobs", 1, MAX_JOBS)
+    check.count("horizon", 1, 20)
+    for key in ("processing", "due", "weights"):
+        check.whole(key, (n,), low=1)
+
+
 def _subset_dp(theta: dict) -> tuple[float, np.ndarray]:
     """f(S) = least weighted tardiness of the jobs of S scheduled first (they end at P(S)).
     Ties go to the smallest last job, so the plan is deterministic."""
@@ -150,7 +164,9 @@ def _subset_dp(theta: dict) -> tuple[float, np.ndarray]:
 
 
 def solve(theta: dict) -> Solution:
-    """u* and π* (the optimal sequence, int8) by the subset DP; values of the default and idle plans."""
+    """u* and π* (the optimal sequence, int8) by the subset DP; values of the default and idle plans.
+    InvalidParams first if θ is not of the declared form (`check_theta`)."""
+    check_theta(theta)
     u_star, policy, cert = certified(lambda: _subset_dp(theta), method="dynamic programming over job subsets",
                                      solver="python (integer DP)", solver_version=np.__version__,
                                      state_space=2 ** theta["n_jobs"])
