@@ -181,12 +181,11 @@ class Registry:
             return
         import importlib
         import pkgutil
+        from pathlib import Path
 
-        import vhd.mechanisms as package
-
-        for info in pkgutil.iter_modules(package.__path__):
+        for info in pkgutil.iter_modules([str(Path(__file__).parent)]):  # the family modules beside this one
             if not info.name.startswith("_"):
-                importlib.import_module(f"{package.__name__}.{info.name}")
+                importlib.import_module(f"{__package__}.{info.name}")
         self._discovered = True
 
     def names(self) -> list[str]:

@@ -31,7 +31,7 @@ from vhd.tasks.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "5"  # 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
+CHECKER_VERSION = "6"  # 6: idle_floor, modules with finish(); 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
 # sequences, answers compared with the reference World by their numbers; 4: sequences played to the end of the
 # episode and two calls past it (not a turn budget of clock calls), the reference World in a sandbox child; 5: the
 # information-hiding twin replays every call sequence, its refusals (and untouched observations) compared
@@ -40,6 +40,7 @@ RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60
 INSERTED_DECISIONS = 6
 EXTRA_THETAS = 2
+IDLE = {"calls": [], "finish": True}  # doing nothing: the episode finished at once (`Env.finish()`)
 NOT_RUN = "not run: "  # the message of a gate recorded as failed without being run
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES_REQUIRED = ("probe", "decision", "clock")
@@ -102,6 +103,7 @@ class Verdict:
     instruction: str = ""
     tools: list[dict[str, Any]] = field(default_factory=list)
     graded: tuple[float, float] | None = None  # presentation F: (u*, u₀) as the plan grader computes them
+    idle: float | None = None  # what doing nothing realizes (I, A: the module's episode finished at once; F: E[idle])
 
     @property
     def admitted(self) -> bool:
@@ -153,6 +155,7 @@ class Evidence:
     twin: dict[str, Any] | None = None
     reference_runs: list[dict[str, Any]] = field(default_factory=list)
     sequences: list[list[dict[str, Any]]] = field(default_factory=list)  # canonical calls of reference_runs
+    reference_idle: dict[str, Any] | None = None  # the reference World's episode finished at once
 
     def played(self, name: str) -> dict[str, Any]:
         index = [n for n, _ in self.refs.episodes()].index(name)
@@ -161,6 +164,10 @@ class Evidence:
     def random_calls_played(self) -> list[dict[str, Any]]:
         start = len(self.refs.episodes())
         return self.first["trajectories"][start:start + len(self.reference_runs)]
+
+    def idle_played(self) -> dict[str, Any]:
+        """The module's episode finished at once (`IDLE`), played after the call sequences."""
+        return self.first["trajectories"][len(self.refs.episodes()) + len(self.reference_runs)]
 
 
 def gate_executes(ev: Evidence) -> tuple[bool, str]:
@@ -292,6 +299,26 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
                            f"the family's reference World reports for the same calls")
     return True, (f"{len(ev.reference_runs)} call sequences agree with the reference World: refusals, utility, "
                   f"turns and the numbers of every answer")
+
+
+def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
+    """Doing nothing never pays: the episode finished at once (`Env.finish()` before any call)
+    ends, realizes what the family's reference World realizes, and π* beats it on this episode.
+    The reward's zero is max(u_default, u_idle), so the empty trajectory scores exactly 0."""
+    played, expected = ev.idle_played(), ev.reference_idle or {}
+    if played.get("exception"):
+        return False, "finishing the episode at once raised: " + played["exception"][-300:]
+    if expected.get("exception"):
+        return False, "the family's reference World raised finishing at once: " + expected["exception"][-200:]
+    if played.get("terminal") is not True:
+        return False, "finish() did not end the episode"
+    idle = played.get("utility")
+    if not isinstance(idle, (int, float)) or not _close(idle, expected.get("utility", math.nan)):
+        return False, f"finishing at once gives {idle!r}, the family's reference World {expected.get('utility')!r}"
+    zero, optimal = max(ev.refs.default.utility, idle), ev.refs.optimal.utility
+    if not optimal - zero > 1e-9 * max(1.0, abs(optimal)):
+        return False, f"on this episode doing nothing ({idle:g}) or the default is not below π* ({optimal:g})"
+    return True, f"doing nothing realizes {idle:g}; the reward's zero is {zero:g}, π* {optimal:g}"
 
 
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
@@ -500,12 +527,13 @@ def reference_runs(family: Family, candidates: list[Candidate], sequences: list[
     under one GIL. If the child fails, every run carries its message as the exception."""
     _, output = reference_module(family)
     job = {"module": output.module, "episodes": [
-        {"key": c.env_id, "config": c.config(), "pad_with": None,
-         "trajectories": [tailed(family, output, calls) for calls in seqs]} for c, seqs in zip(candidates, sequences)]}
+        {"key": c.env_id, "config": c.config(),
+         "trajectories": [tailed(family, output, calls) for calls in seqs] + [IDLE]}
+        for c, seqs in zip(candidates, sequences)]}
     result = run_job(job, limits, hash_seed=0).settled()  # a wall_timeout is retried, not a verdict
     failed = {"exception": f"the reference World's sandbox run ended {result.status}: {result.message}"}
     return [result.episodes[c.env_id]["trajectories"] if result.status == "ok" and c.env_id in result.episodes
-            else [failed] * len(seqs) for c, seqs in zip(candidates, sequences)]
+            else [failed] * (len(seqs) + 1) for c, seqs in zip(candidates, sequences)]
 
 
 def call_sequences(family: Family, candidate: Candidate, refs: References) -> list[list[dict[str, Any]]]:
@@ -681,6 +709,7 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("no_policy_beats_optimum", gate_no_policy_beats_optimum),
     ("dynamics_agreement", gate_dynamics_agreement),
     ("reference_agreement", gate_reference_agreement),
+    ("idle_floor", gate_idle_floor),
     ("determinism", gate_determinism),
     ("robustness", gate_robustness),
     ("information_hiding", gate_information_hiding),
@@ -692,7 +721,6 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
 
 def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
          refs: list[References], sequences: list[list[list[dict[str, Any]]]]) -> dict[str, Any]:
-    clock = setter_output.tool_name(family.tools_with_role("clock")[0].name)
     fuzz = fuzz_calls(setter_output, family)
     looks = [{"tool": setter_output.tool_name(t.name), "arguments": {}} for t in family.tools_with_role("observe")
              if not t.input_schema.get("required")]
@@ -705,7 +733,7 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
         half = len(optimal) // 2
         episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
                          "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()]
-                         + [tailed(family, setter_output, calls) for calls in random_sequences] + [looks, probes],
+                         + [tailed(family, setter_output, calls) for calls in random_sequences] + [IDLE, looks, probes],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with every hidden parameter moved
             theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
@@ -715,7 +743,7 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}
-        episodes.append({"key": f"extra-{k}", "config": config, "pad_with": clock, "trajectories": [[]]})
+        episodes.append({"key": f"extra-{k}", "config": config, "finish": True, "trajectories": [[]]})
     return {"module": setter_output.module, "episodes": episodes}
 
 
@@ -730,6 +758,7 @@ def check_written(family: Family, candidate: Candidate) -> Verdict:
         verdict.gates.append(GateResult(name, passed, message, seconds))
     if verdict.admitted:
         verdict.graded = written.graded_values(family, theta, policy)
+        verdict.idle = s.u_idle
     else:
         verdict.graded = (s.u_star, s.u_default)
     return verdict
@@ -797,8 +826,8 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
         report = first.episodes.get(candidate.env_id)
         failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
         evidence = Evidence(family, candidate, ref, report, second.episodes.get(candidate.env_id),
-                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"), runs,
-                            seqs)
+                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"),
+                            runs[:-1], seqs, runs[-1])
         verdict = Verdict(candidate, ref)
         for name, gate in GATES:
             t0 = time.perf_counter()
@@ -811,5 +840,7 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
             verdict.gates.append(GateResult(name, passed, message, share.get(name, 0.0) + time.perf_counter() - t0))
         if report and "instruction" in report["describe"]:
             verdict.instruction, verdict.tools = report["describe"]["instruction"], report["describe"]["tools"]
+        if verdict.admitted:
+            verdict.idle = evidence.idle_played()["utility"]
         verdicts[candidate.env_id] = verdict
     return verdicts

@@ -62,16 +62,22 @@ PAST_END = 2  # clock calls recorded after a tailed trajectory's episode is over
 MAX_REFUSAL = 300  # characters of a refusal text kept in a trajectory's `answers`
 
 
-def _play(module, config, trajectory, pad_with):
+def _play(module, config, trajectory, finish):
     """Play one trajectory and report what happened. A trajectory is a list of calls, or
     {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
-    the turn budget), then PAST_END more CLOCK calls, every answer recorded. `pad_with`: a tool
-    called, unrecorded, until the episode is over. `answers` holds one [ok, text] per recorded
-    call: a refusal's error text (at most MAX_REFUSAL characters), or the first 12 hex digits of
-    an accepted answer's SHA-256 (the information-hiding gate compares them between worlds)."""
+    the turn budget), then PAST_END more CLOCK calls, every answer recorded; or {"calls": [...],
+    "finish": true}. `finish` (or the trajectory's own "finish"): after the calls, the episode is
+    ended by the module's `Env.finish()`, the contract's one rule for an unfinished episode.
+    `answers` holds one [ok, text] per recorded call: a refusal's error text (at most MAX_REFUSAL
+    characters), or the first 12 hex digits of an accepted answer's SHA-256 (the information-hiding
+    gate compares them between worlds)."""
     digest = hashlib.sha256()
     errors, first_error, numbers, answers = 0, None, [], []
-    calls, then = (trajectory["calls"], trajectory["then"]) if isinstance(trajectory, dict) else (trajectory, None)
+    if isinstance(trajectory, dict):
+        calls, then = trajectory["calls"], trajectory.get("then")
+        finish = finish or trajectory.get("finish") is True
+    else:
+        calls, then = trajectory, None
     try:
         env = module.create(config)
 
@@ -99,10 +105,8 @@ def _play(module, config, trajectory, pad_with):
                 ticks += 1
             for _ in range(PAST_END):
                 record(then, {})
-        pads = 0
-        while pad_with and not env.done and pads <= config["turn_budget"]:
-            env.call(pad_with, {})
-            pads += 1
+        if finish:
+            env.finish()
         outcome = env.outcome()
     except MemoryError:
         raise
@@ -298,7 +302,7 @@ def main(job_path, result_fd, uid=None):
         for episode in episodes:
             record = {"key": episode["key"], "describe": describe(module, episode["config"])}
             record["trajectories"] = [
-                play(module, episode["config"], trajectory, episode.get("pad_with"))
+                play(module, episode["config"], trajectory, episode.get("finish") is True)
                 for trajectory in episode["trajectories"]
             ]
             fuzz = episode.get("fuzz")
