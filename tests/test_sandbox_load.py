@@ -28,6 +28,7 @@ from vhd.tasks.sandbox.pool import SandboxPool
 EPISODE = {"key": "k", "config": {}, "trajectories": [[]], "pad_with": None}
 REPORT = "\ndef create(config):\n    raise ValueError('REPORT ' + repr(SEEN))\n"
 LIMITS = Limits(cpu_seconds=2, wall_factor=3, memory_bytes=512 << 20)  # backstop 9 s
+ROOMY = Limits(cpu_seconds=2, wall_factor=30, memory_bytes=512 << 20)  # the same CPU limit, a 90 s backstop
 NEEDS = "import time\nwhile time.process_time() < 1.5:\n    pass\nSEEN = 'done'\n" + REPORT  # 1.5 s of CPU, under 2
 SLEEPS = "import time\ntime.sleep(600)\n"
 BURNERS = 8  # on one core the job gets at most 1/9 of it: 1 s of CPU in the 9 s backstop, not the 1.5 s it needs
@@ -122,7 +123,7 @@ def one_core():
 def test_a_starved_job_is_not_a_verdict_and_a_sleeping_one_is(one_core, launch):
     with SandboxPool() as pool:  # started here, on the pinned core (zygotes and children inherit it)
         where = pool if launch == "pool" else False
-        control = run_job(job(NEEDS), LIMITS, pool=where)  # the same job, the same limits, no burners
+        control = run_job(job(NEEDS), ROOMY, pool=where)  # the same job and CPU limit, no burners: correct
         assert control.status == "ok" and reported(control) == "'done'", control.message
         one_core()
         starved = run_job(job(NEEDS), LIMITS, pool=where)

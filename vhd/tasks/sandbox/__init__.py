@@ -419,11 +419,8 @@ def usage(pids: list[int]) -> Usage | None:
     """CPU, run-queue wait and lifetime of these processes (None when none of them can be read)."""
     tick = os.sysconf("SC_CLK_TCK")
     cpu, waited, born, seen, sched = 0.0, 0.0, math.inf, False, True
-    try:
-        with open("/proc/uptime", encoding="ascii") as handle:
-            now = float(handle.read().split()[0])
-    except (OSError, ValueError):
-        return None
+    now = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of a process's start time (not /proc/uptime,
+    #                                                which a container may show as its own)
     for pid in set(pids):
         try:
             with open(f"/proc/{pid}/stat", "rb") as handle:
