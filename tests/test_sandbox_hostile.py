@@ -23,9 +23,10 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.sandbox import Limits, _parse, marked_processes, plan, run_job
 from vhd.tasks.sandbox import pool as pools
 
-# RLIMIT_CPU 2 s decides; the wall-clock backstop, 10 × 3 = 30 s, only ends a job that stops using CPU: a
-# CPU-bound probe reaches its CPU limit first even with a tenth of a core (a busy machine), a passing one is quick
-FAST = Limits(cpu_seconds=2, wall_factor=10, memory_bytes=512 << 20)
+# RLIMIT_CPU 2 s decides; the wall-clock backstop, 30 × 3 = 90 s, only ends a job that stops using CPU: a
+# CPU-bound probe reaches its CPU limit first even with a thirtieth of a core (load 15 on these 2 cores gave a
+# spawned probe less than a tenth), and a passing probe ends at once, so the room costs nothing
+FAST = Limits(cpu_seconds=2, wall_factor=30, memory_bytes=512 << 20)
 SLEEPY = Limits(cpu_seconds=1, wall_factor=2, memory_bytes=512 << 20)  # for modules that sleep: a 4 s backstop
 EPISODE = {"key": "k", "config": {}, "trajectories": [[]], "pad_with": None}
 ISOLATED = plan().mode in ("bwrap", "unshare")
@@ -220,7 +221,7 @@ def test_blocking_stdin_read_does_not_block():
     "for s in (signal.SIGXCPU, signal.SIGTERM, signal.SIGALRM):\n    signal.signal(s, again)\nwhile True:\n    pass\n",
 ], ids=["ignored", "re-armed"])
 def test_ignoring_or_rearming_signals_is_still_a_timeout(source):
-    limits = Limits(cpu_seconds=1, wall_factor=10)
+    limits = Limits(cpu_seconds=1, wall_factor=30)
     result = sandboxed(source, limits)
     assert result.status == "timeout" and "CPU limit" in result.message, result.message
     assert result.seconds < limits.wall  # SIGKILL at the hard CPU limit, before the backstop
@@ -289,7 +290,7 @@ def test_unbounded_stdout_and_stderr_are_capped():
 
 def test_unbounded_result_channel_is_oversize():
     source = "import os, sys\nwhile True:\n    os.write(int(sys.argv[2]), b'z' * 65536)\n"
-    result = sandboxed(source, Limits(cpu_seconds=2, wall_factor=10, result_bytes=1 << 20))
+    result = sandboxed(source, Limits(cpu_seconds=2, wall_factor=30, result_bytes=1 << 20))
     assert result.status == "oversize"
 
 
@@ -297,7 +298,8 @@ def test_unbounded_result_channel_is_oversize():
 
 FAKE = [{"key": "k", "describe": {"instruction": "x", "tools": []},
          "trajectories": [{"utility": 1.0, "terminal": True, "turns_used": 1, "errors": 0, "first_error": None,
-                           "obs_digest": "0" * 64, "obs_numbers": [], "exception": None}]}, {"end": True, "episodes": 1}]
+                           "obs_digest": "0" * 64, "obs_numbers": [], "answers": [], "exception": None}]},
+        {"end": True, "episodes": 1}]
 FAKE_LINES = "".join("%s %s\n" % ("0" * 64, json.dumps(r)) for r in FAKE)
 
 
@@ -395,7 +397,7 @@ def batch():
 def test_a_hostile_batch_is_rejected_and_the_next_is_admitted(batch, payload, status):
     output, candidates = batch
     hostile = output.model_copy(update={"module": output.module + "\n" + payload})
-    verdicts = check_batch(FAMILY, hostile, candidates, Limits(cpu_seconds=2, wall_factor=10))
+    verdicts = check_batch(FAMILY, hostile, candidates, Limits(cpu_seconds=2, wall_factor=30))
     assert not any(v.admitted for v in verdicts)
     assert all(v.gates[0].name == "executes" and not v.gates[0].passed for v in verdicts)
     assert status in verdicts[0].gates[0].message
