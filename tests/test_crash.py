@@ -24,10 +24,17 @@ KEYS = {"models": "model_id", "solutions": "solution_id", "setter_outputs": "set
 TABLES = tuple(KEYS)
 
 
-def _start(api_url, db):
+def _start(api_url, db, log=None):
     env = {**os.environ, "PREFECT_API_URL": api_url}
-    return subprocess.Popen([sys.executable, "-m", "vhd.cli", *ARGS, "--db", str(db)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with open(log or os.devnull, "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "vhd.cli", *ARGS, "--db", str(db)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def _finished(process, log):
+    """Whether the run ended with 0; else its stderr's tail, for the assertion message."""
+    code = process.wait(timeout=600)
+    return code == 0, f"exit {code}: " + log.read_text(errors="replace")[-3000:]
 
 
 def _rows(db):
@@ -50,8 +57,9 @@ def _rows(db):
 @pytest.fixture(scope="module")
 def reference(prefect_server, tmp_path_factory):
     db = tmp_path_factory.mktemp("crash") / "whole.duckdb"
-    process = _start(prefect_server, db)
-    assert process.wait(timeout=600) == 0
+    log = db.with_suffix(".log")
+    ok, why = _finished(_start(prefect_server, db, log), log)
+    assert ok, why
     return _rows(db)[0]
 
 
@@ -108,7 +116,9 @@ def test_sigkill_then_rerun_loses_and_duplicates_nothing(prefect_server, referen
         assert all(len(set(v)) == len(v) for v in before.values())
     else:
         before = {t: [] for t in TABLES}
-    assert _start(prefect_server, db).wait(timeout=600) == 0
+    log = tmp_path / "rerun.log"
+    ok, why = _finished(_start(prefect_server, db, log), log)
+    assert ok, why
     after, orphans = _rows(db)
     assert orphans == 0
     for table in TABLES:
