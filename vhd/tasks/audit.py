@@ -25,7 +25,7 @@ from vhd.schemas.errors import UnknownFamily
 from vhd.schemas.hashing import digest_problems, sha256_hex
 from vhd.schemas.records import Chain, CheckRecord, EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
 from vhd.tasks.instances import is_imported, verify_import
-from vhd.tasks.publish import check_version, finding, grading_digest
+from vhd.tasks.publish import check_version, finding, grading_digest, grading_digest_of_row
 from vhd.tasks.sample import draw, episode_seed
 
 DIGESTS = "field_digests"
@@ -134,7 +134,7 @@ class Auditor:
                 found += model_found
                 found += self._solution(family, chain, theta)
                 if self.replay and theta is not None and self._current(chain.environment) \
-                        and self.published.get(env.env_id) != self.grading(env):
+                        and self.published.get(env.env_id) != self.grading(env, chain.stored.get(env.env_id)):
                     found += self._replayed(family, chain, theta)
         elif chain.model is not None or chain.solution is not None:
             found += self._verdict(chain)
@@ -261,11 +261,11 @@ class Auditor:
             return None
         return family
 
-    def grading(self, env: EnvironmentRecord) -> str:
-        """The environment's grading digest, computed once per audit."""
+    def grading(self, env: EnvironmentRecord, row: dict[str, Any] | None = None) -> str:
+        """The environment's grading digest, computed once per audit (from its stored row, if given)."""
         if env.env_id not in self.digests:
             try:
-                self.digests[env.env_id] = grading_digest(env)
+                self.digests[env.env_id] = grading_digest_of_row(row) if row is not None else grading_digest(env)
             except (TypeError, ValueError):  # an edited row that no longer serialises: flagged by its digests
                 self.digests[env.env_id] = ""
         return self.digests[env.env_id]

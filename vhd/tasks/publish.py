@@ -13,10 +13,10 @@ So a trainer that pins a corpus digest pins everything it and its grader read.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, get_origin
 
 from vhd.schemas.errors import IntegrityError, UnknownCorpusVersion
-from vhd.schemas.hashing import content_id
+from vhd.schemas.hashing import canonical_json, content_id
 from vhd.schemas.records import CorpusVersionRecord, EnvironmentRecord
 
 FORMAT = "manifest@2"
@@ -28,9 +28,23 @@ def finding(env_id: str, table: str, record_id: str, field: str, problem: str) -
     return {"env_id": env_id, "table": table, "id": record_id, "field": field, "problem": problem}
 
 
+# the environment fields stored as canonical JSON text (as the warehouse writes them)
+JSON_FIELDS = frozenset(name for name, f in EnvironmentRecord.model_fields.items()
+                        if get_origin(f.annotation) in (dict, list, tuple))
+
+
 def grading_digest(env: EnvironmentRecord) -> str:
-    """The digest of everything a trainer or grader reads of an environment row."""
-    fields = {k: v for k, v in env.model_dump(mode="json").items() if k not in NOT_GRADED}
+    """The digest of everything a trainer or grader reads of an environment row: every field but
+    NOT_GRADED, with its dict and list fields as the canonical JSON text the warehouse stores."""
+    as_json = env.model_dump(mode="json", include=set(JSON_FIELDS))
+    return grading_digest_of_row({k: canonical_json(as_json[k]) if k in JSON_FIELDS else v
+                                  for k, v in env.model_dump(mode="python").items()})
+
+
+def grading_digest_of_row(row: dict[str, Any]) -> str:
+    """`grading_digest` of a stored environment row (JSON columns as their text), without parsing
+    it: what the audit computes for every environment on every publish attempt."""
+    fields = {k: v for k, v in row.items() if k not in NOT_GRADED and k != "field_digests"}
     return content_id("environment-grading", "grading@1", fields)
 
 

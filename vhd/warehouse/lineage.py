@@ -38,6 +38,9 @@ def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
     invalid: dict[str, dict[str, str]] = {}
 
     def load(cls: type, values: Iterable[Any], column: str | None = None) -> dict[str, Any]:
+        # rows read in bulk are not run through pydantic (their field digests and ids say whether
+        # they changed since they were written, valid records); modules and passages are (their
+        # interface and vocabulary are nested models)
         table, key = TABLES[cls]
         column, wanted = column or key, sorted(set(values))
         pairs = [(row[key] if column != key else row[column], row) for row in wh.stored_rows(cls, column, wanted)]
@@ -45,7 +48,7 @@ def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
             pairs += list(moved(wh, cls, set(wanted) - {ident for ident, _ in pairs}).items())
         out = {}
         for ident, row in pairs:
-            record, bad = parse_row(cls, row, validate=cls is not CheckRecord)  # 10 checks an environment
+            record, bad = parse_row(cls, row, validate=cls in (SetterOutputRecord, PassageRecord))
             stored[row[key]] = row
             if bad:
                 invalid[row[key]] = bad

@@ -513,11 +513,13 @@ class Warehouse:
 
     def exemplars(self, family: str, k: int = 3) -> list[SetterOutputRecord]:
         """Up to `k` modules of `family` behind admitted, current environments, in id order
-        (deterministic: the same warehouse gives the same exemplars)."""
+        (deterministic: the same warehouse gives the same exemplars), each verified (`verified`): a
+        module changed after it was written is never shown to the LLM setter as an example."""
         rows = self.con.execute(
             "SELECT DISTINCT e.setter_output_id FROM environments e WHERE e.family = ? AND e.admitted "
             "AND e.env_id NOT IN (SELECT id FROM superseded) ORDER BY 1 LIMIT ?", [family, k]).fetchall()
-        return [self.get(SetterOutputRecord, r[0]) for r in rows]
+        found = self.verified(SetterOutputRecord, [r[0] for r in rows], complete=True)
+        return [found[r[0]] for r in rows]
 
     def setter_yield(self) -> list[dict[str, Any]]:
         """Per (setter, LLM model): first-try rate, mean attempts, rewrite rate, cost per admitted env."""

@@ -1,5 +1,5 @@
 -- 006: per-field digests of every row a trainer or grader depends on (issue 18). `field_digests`
--- holds canonical JSON {field: first 16 hex digits of sha256(canonical JSON of the value)},
+-- holds canonical JSON {field: first 16 hex digits of the sha256 of the stored value} (`field_digest`),
 -- computed by `Warehouse.insert` over the row as written, run ids and timings included; the audit
 -- recomputes them and names every field that changed. '' for rows written before this migration
 -- (the audit reports them as unsealed; `vhd verify --seal` seals them once they verify).
