@@ -2,7 +2,8 @@
 environment without lineage; the rerun ends with exactly the rows of an uninterrupted run.
 
 The kill points are states of the run, observed from outside, never fractions of a clock: the
-warehouse file appearing (migrations under way), the first sandbox process of the checks, and the
+warehouse appearing (its temporary `.NAME.PID.creating` file while it is migrated, or the file
+itself), the first sandbox process of the checks, and the
 first, second and third commit after the checks began (DuckDB appends each committed transaction to
 the write-ahead log `DB.wal`: its size grows once per commit, and the kill lands while that commit
 is being written or just after)."""
@@ -84,8 +85,8 @@ def _wait_for(point, db, process):
     checking, size, commits = False, 0, 0
     while True:
         assert process.poll() is None, f"refresh ended before it reached {point}"
-        if point == "opened" and db.exists():
-            return
+        if point == "opened" and (db.exists() or any(db.parent.glob(f".{db.name}.*.creating*"))):
+            return  # the warehouse is being created and migrated under a temporary name, or is there
         checking = checking or _checking(process.pid)
         if point == "checking" and checking:
             return
