@@ -203,18 +203,18 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
     report = json.loads(result.stdout)
     named = _names(report["findings"], concerned, table_named, field_named)
     if table == "lineage_edges":  # `vhd verify` also names the edge's own column
-        assert _names(report["findings"], concerned, "lineage_edges", column), report["problems"]
-    assert named, report["problems"]
+        assert _names(report["findings"], concerned, "lineage_edges", column), report["lines"]
+    assert named, report["lines"]
     if table != "corpus_versions":  # the environment is named too (a version's own fields concern none)
-        assert any(f["env_id"] == concerned for f in named + report["findings"]), report["problems"]
+        assert any(f["env_id"] == concerned for f in named + report["findings"]), report["lines"]
 
     with Warehouse.open(db) as wh:
         before = wh.version_names()
         _, published, _, audit = publish(wh, "tamper-test")
         assert not published and not audit["verified"] and wh.version_names() == before
-    assert _names(audit["findings"], concerned, table_named, field_named), audit["problems"]
+    assert _names(audit["findings"], concerned, table_named, field_named), audit["lines"]
     if table != "corpus_versions":
-        assert any(f["env_id"] == concerned for f in audit["findings"]), audit["problems"]
+        assert any(f["env_id"] == concerned for f in audit["findings"]), audit["lines"]
 
     out = tmp_path / "export"
     exported = vhd("export", "--out", out, "--db", db)
@@ -227,7 +227,7 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
 def test_the_untampered_warehouse_verifies(built):
     db, _, _ = built
     report = json.loads(vhd("verify", "--db", db, "--json").stdout)
-    assert report["verified"] and report["envs"] == 6 and report["versions"] == 1, report["problems"]
+    assert report["verified"] and report["envs"] == 6 and report["versions"] == 1, report["lines"]
 
 
 # -- an insert never reuses a row that no longer matches its id (issue 18, item 3) ----------------

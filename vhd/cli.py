@@ -174,7 +174,7 @@ def _report(summary: dict, path: Path, as_json: bool) -> None:
         if as_json:
             _emit(summary)
         _fail(f"the audit found {audit['count']} problems, so no corpus version was published: "
-              f"{audit['problems'][0]}{more}")
+              f"{audit['lines'][0]}{more}")
     if as_json:
         _emit(summary)
         if quality_failed:
@@ -270,7 +270,7 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
                           "ok" if link["hash_ok"] else "[red]MISMATCH[/red]")
         console.print(table)
         console.print(f"seed {report['seed']}, knobs {report['knobs']}")
-        for problem in report["problems"]:
+        for problem in report["lines"]:
             console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
         for note in report["notes"]:
             console.print(f"note: {note}", highlight=False, soft_wrap=True)
@@ -309,7 +309,7 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
         unsealed = [f for f in report["findings"] if f["field"] == DIGESTS and f["problem"].startswith("unsealed")]
         if len(unsealed) != len(report["findings"]):
             _fail(f"--seal: {len(report['findings']) - len(unsealed)} problems other than unsealed rows; "
-                  f"nothing sealed: {report['problems'][0]}")
+                  f"nothing sealed: {report['lines'][0]}")
         by_table: dict[str, set[str]] = {}
         for f in unsealed:
             by_table.setdefault(f["table"], set()).add(f["id"])
@@ -320,7 +320,7 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
     if as_json:
         _emit(report)
     else:
-        for problem in report["problems"]:
+        for problem in report["lines"]:
             console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
         for note in report["notes"]:
             console.print(f"note: {note}", highlight=False, soft_wrap=True)
@@ -632,7 +632,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
     from vhd.mechanisms import registry
     from vhd.schemas.records import ModelRecord, SetterOutputRecord
     from vhd.tasks.export import export_row
-    from vhd.tasks.publish import grading_digest, open_version
+    from vhd.tasks.publish import open_version, pinned
 
     if format not in ("jsonl", "parquet"):
         _fail(f"--format must be jsonl or parquet, got {format!r}")
@@ -642,8 +642,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
         models = wh.verified(ModelRecord, [e.model_id for e in envs], complete=True)
         modules = wh.verified(SetterOutputRecord, [e.setter_output_id for e in envs], complete=True)
         rows = [{**export_row(e, models[e.model_id], modules[e.setter_output_id], registry.get(e.family)),
-                 "digest": grading_digest(e), "corpus_version": version.version,
-                 "corpus_digest": version.manifest["digest"]} for e in envs]
+                 **pinned(e, version)} for e in envs]
     target = out / f"environments.{format}"
     partial = target.with_suffix(target.suffix + ".partial")
     created = not out.exists()
@@ -671,22 +670,11 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
 def _scored_environment(wh, env_id: str, corpus_version: Optional[str]):
     """The environment `vhd score` grades, verified: through `--corpus-version` V (it must be in V),
     else through the latest version that holds it, else through its own row's id and digests."""
-    from vhd.schemas.errors import UnknownEnvironment
-    from vhd.schemas.records import CorpusVersionRecord, EnvironmentRecord
-    from vhd.tasks.publish import open_version
+    from vhd.schemas.records import EnvironmentRecord
+    from vhd.tasks.publish import holding_version
 
-    names = [corpus_version] if corpus_version is not None else sorted(
-        wh.version_names(), key=lambda v: (len(v), v), reverse=True)
-    for name in names:
-        version = wh.verified(CorpusVersionRecord, [name]).get(name) if corpus_version is None else None
-        if version is not None and env_id not in (version.manifest.get("env_ids") or []):
-            continue
-        _, envs = open_version(wh, name)
-        for env in envs:
-            if env.env_id == env_id:
-                return env
-        raise UnknownEnvironment(f"environment {env_id} is not in corpus version {name}")
-    return wh.verified(EnvironmentRecord, [env_id])[env_id]
+    held = holding_version(wh, env_id, corpus_version)
+    return held[1] if held is not None else wh.verified(EnvironmentRecord, [env_id], complete=True)[env_id]
 
 
 def _output_directory(out: Path) -> None:

@@ -72,16 +72,21 @@ def reward(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str
 
 
 def load_row(env_id: str, db: Any = None) -> dict[str, Any]:
-    """The export row (as `vhd export` writes it) of one admitted environment in the warehouse."""
+    """The export row (as `vhd export` writes it) of one admitted environment in the warehouse,
+    its rows verified first (ids and field digests; the latest version that holds it, if any)."""
     from vhd.mechanisms import registry
     from vhd.schemas.errors import UnknownEnvironment
     from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord
     from vhd.tasks.export import export_row
+    from vhd.tasks.publish import holding_version, pinned
     from vhd.warehouse import Warehouse
 
     with Warehouse.open(db, read_only=True) as wh:
-        env = wh.get(EnvironmentRecord, env_id)
+        env = wh.verified(EnvironmentRecord, [env_id]).get(env_id)
         if env is None or not env.admitted:
             raise UnknownEnvironment(f"no admitted environment {env_id!r}; expected an env_id from `vhd envs`")
-        return export_row(env, wh.get(ModelRecord, env.model_id), wh.get(SetterOutputRecord, env.setter_output_id),
-                          registry.get(env.family))
+        held = holding_version(wh, env_id)
+        model = wh.verified(ModelRecord, [env.model_id], complete=True)[env.model_id]
+        output = wh.verified(SetterOutputRecord, [env.setter_output_id], complete=True)[env.setter_output_id]
+        return {**export_row(env, model, output, registry.get(env.family)),
+                **pinned(env, held[0] if held is not None else None)}

@@ -458,7 +458,7 @@ def _markdown(summary: dict[str, Any]) -> str:
     audit = summary.get("audit")
     if audit and not audit["verified"]:
         lines[3:3] = [f"**The audit found {audit['count']} problems: no corpus version was published.**", ""] + [
-            f"- `{p}`" for p in audit["problems"][:20]] + [""]
+            f"- `{p}`" for p in audit["lines"][:20]] + [""]
     quality = summary.get("quality")
     if quality and not quality["passed"]:
         lines[3:3] = ["**The data-quality suite failed: no corpus version was published.**", ""] + [

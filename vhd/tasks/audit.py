@@ -430,7 +430,8 @@ def verify(chain: Chain, *, resolve: bool = True) -> dict[str, Any]:
     links += [_link("check", c, "checks") for c in chain.checks]
     return {
         "env_id": env.env_id, "family": env.family, "verified": not findings,
-        "problems": [line(f) for f in findings], "findings": findings, "notes": auditor.notes,
+        "problems": [f["problem"] for f in findings], "lines": [line(f) for f in findings], "findings": findings,
+        "notes": sorted(set(auditor.notes)),
         "seed": chain.model.seed if chain.model else None, "knobs": chain.model.knobs if chain.model else None,
         "chain": links, "runs": {rid: (r.model_dump() if r else None) for rid, r in chain.runs.items()},
     }
@@ -465,8 +466,8 @@ def summary(findings: list[dict[str, str]], envs: int, versions: int, seconds: f
             notes: list[str] = ()) -> dict[str, Any]:
     """The audit's report as the publish gate and `vhd verify` give it."""
     return {"verified": not findings, "envs": envs, "versions": versions, "seconds": round(seconds, 3),
-            "findings": findings, "problems": [line(f) + (f" (env {f['env_id']})" if f["env_id"] else "")
-                                               for f in findings],
+            "findings": findings, "problems": [f["problem"] for f in findings],
+            "lines": [line(f) + (f" (env {f['env_id']})" if f["env_id"] else "") for f in findings],
             "notes": sorted(set(notes))}
 
 
@@ -500,7 +501,8 @@ def published_digests(versions: list[tuple[Any, dict[str, Any], dict[str, str]]]
 def brief(report: dict[str, Any], keep: int = 20) -> dict[str, Any]:
     """The report with its first `keep` findings only (what a run's summary stores)."""
     return {**{k: v for k, v in report.items() if k != "digests"}, "count": len(report["findings"]),
-            "findings": report["findings"][:keep], "problems": report["problems"][:keep]}
+            "findings": report["findings"][:keep], "problems": report["problems"][:keep],
+            "lines": report["lines"][:keep]}
 
 
 # relation -> (the child's table, the parent's table, the child's field that names the parent)

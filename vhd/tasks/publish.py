@@ -160,3 +160,31 @@ def open_version(wh: Any, name: str | None = None) -> tuple[CorpusVersionRecord,
         raise IntegrityError(f"corpus version {chosen} {found[0]['field']}: {found[0]['problem']}{more}; "
                              "run `vhd verify` for every problem")
     return version, [envs[i] for i in ids]
+
+
+def holding_version(wh: Any, env_id: str, name: str | None = None
+                    ) -> tuple[CorpusVersionRecord, EnvironmentRecord] | None:
+    """(version, environment) for the published version `name` — by default the latest that lists
+    `env_id` — verified first (`open_version`); None when no version lists it. With `name`, an
+    environment that version does not list is an UnknownEnvironment."""
+    from vhd.schemas.errors import UnknownEnvironment
+
+    names = [name] if name is not None else sorted(wh.version_names(), key=lambda v: (len(v), v), reverse=True)
+    for candidate in names:
+        if name is None:
+            listed = wh.verified(CorpusVersionRecord, [candidate]).get(candidate)
+            if listed is None or env_id not in (listed.manifest.get("env_ids") or []):
+                continue
+        version, envs = open_version(wh, candidate)
+        for env in envs:
+            if env.env_id == env_id:
+                return version, env
+        raise UnknownEnvironment(f"environment {env_id} is not in corpus version {candidate}")
+    return None
+
+
+def pinned(env: EnvironmentRecord, version: CorpusVersionRecord | None) -> dict[str, str]:
+    """The export columns that pin a row: its grading digest and the version's corpus digest
+    ("" for both when no published version holds the environment)."""
+    return {"digest": grading_digest(env), "corpus_version": version.version if version is not None else "",
+            "corpus_digest": version.manifest["digest"] if version is not None else ""}
