@@ -116,13 +116,12 @@ def test_written_out_presentation_grades_plans(name):
         s = family.solve(theta)
         if s.u_star - s.u_default <= 1e-9 * max(1.0, abs(s.u_star)):
             continue  # no span: default_band rejects it
-        integer = bool(np.issubdtype(s.policy.dtype, np.integer))
         text = written.instruction(family, theta, "A test passage.")
         assert json.dumps(theta, sort_keys=True) in text and family.plan_format in text
         u_star, u_default = written.graded_values(family, theta, s.policy)
         assert abs(u_star - s.u_star) <= 1e-6 * max(1.0, abs(s.u_star)) and u_default == s.u_default
-        best = written.score_plan(family, theta, u_star, u_default, json.loads(json.dumps(s.policy.tolist())), integer)
-        base = written.score_plan(family, theta, u_star, u_default, family.default_policy(theta).tolist(), integer)
+        best = written.score_plan(family, theta, u_star, u_default, json.loads(json.dumps(s.policy.tolist())))
+        base = written.score_plan(family, theta, u_star, u_default, family.default_policy(theta).tolist())
         assert (best["reward"], base["reward"]) == (1.0, 0.0), (best, base)
         gates = written.gates(family, theta, s.policy, s.u_star, s.u_default, s.u_idle, text, seed)
         failed = [(g, message) for g, ok, message, _ in gates if not ok]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks import sandbox
+from vhd.tasks.sandbox import launch as sandbox
 from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import _twin_difference, check_batch, perturbed
 from vhd.tasks.passages import builtin_passages

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from vhd.tasks import sandbox
+from vhd.tasks.sandbox import launch as sandbox
 
 REPORT = 60_000  # fits in a pipe buffer: the child can write it all and exit without a reader
 

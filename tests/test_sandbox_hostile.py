@@ -20,7 +20,8 @@ import pytest
 
 from vhd.mechanisms import registry
 from vhd.tasks.check import check_batch
-from vhd.tasks.sandbox import Limits, _parse, marked_processes, plan, run_job
+from vhd.tasks.sandbox import Limits, marked_processes, plan, run_job
+from vhd.tasks.sandbox.launch import _parse
 from vhd.tasks.sandbox import pool as pools
 
 # RLIMIT_CPU 2 s decides; the wall-clock backstop, 30 × 3 = 90 s, only ends a job that stops using CPU: a

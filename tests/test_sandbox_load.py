@@ -20,8 +20,9 @@ import pytest
 from vhd.mechanisms import registry
 from vhd.schemas.errors import SandboxError
 from vhd.tasks import check
-from vhd.tasks import sandbox
-from vhd.tasks.sandbox import Limits, SandboxResult, Usage, _wall_expired, run_job
+from vhd.tasks.sandbox import launch as sandbox
+from vhd.tasks.sandbox import Limits, SandboxResult, Usage, run_job
+from vhd.tasks.sandbox.launch import _wall_expired
 from vhd.tasks.sandbox import pool as pools
 from vhd.tasks.sandbox.pool import SandboxPool
 

@@ -67,7 +67,7 @@ def test_deep_nesting_is_one_line_never_a_recursion_error():
         for _ in range(depth):
             deep = [deep]
         for plan in (deep, [deep] + s.policy.tolist()[1:], s.policy.tolist()[:-1] + [deep]):
-            row = written.score_trajectory(FAMILY, theta, s.u_star, s.u_default, [],
+            row = written.score_trajectory(FAMILY, theta, s.u_star, s.u_default,
                                            [{"tool": written.SUBMIT, "arguments": {"plan": plan}}])
             assert row["reward"] == 0.0 and row["utility"] is None and "\n" not in row["error"], row
             assert row["error"].startswith("invalid plan: ") and len(row["error"]) <= written.MESSAGE_CHARS
@@ -87,7 +87,7 @@ def test_submission_takes_exactly_one_plan():
 def test_an_infeasible_plan_scores_zero_with_the_reason():
     theta, s = _instance()
     everything = [1] * theta["n_items"]
-    row = written.score_plan(FAMILY, theta, s.u_star, s.u_default, everything, integer=True)
+    row = written.score_plan(FAMILY, theta, s.u_star, s.u_default, everything)
     assert row["reward"] == 0.0 and row["utility"] is None and "capacity" in row["error"]
 
 
@@ -138,7 +138,7 @@ def test_every_family_refuses_every_non_plan_with_one_line(name):
     and the expected form, reward 0 — and `evaluate` refuses the same mistakes made on numpy arrays."""
     family = registry.get(name)
     theta, s, u_star, u_default = _graded(family)
-    best = written.score_trajectory(family, theta, u_star, u_default, [], written.calls_for(s.policy))
+    best = written.score_trajectory(family, theta, u_star, u_default, written.calls_for(s.policy))
     assert best["error"] is None and best["reward"] == 1.0, best
     spec = family.plan_spec(theta)
     Draft202012Validator.check_schema(spec.schema())
@@ -155,7 +155,7 @@ def test_every_family_refuses_every_non_plan_with_one_line(name):
         assert "−1 in the last entry" in bad
     for what, plan in bad.items():
         trajectory = [{"tool": written.SUBMIT, "arguments": {"plan": plan}}]
-        row = written.score_trajectory(family, theta, u_star, u_default, [], trajectory)
+        row = written.score_trajectory(family, theta, u_star, u_default, trajectory)
         assert row["reward"] == 0.0 and row["utility"] is None, (what, row)
         message = row["error"]
         assert message.startswith("invalid plan: ") and "\n" not in message, (what, message)

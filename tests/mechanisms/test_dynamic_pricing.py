@@ -437,7 +437,7 @@ def test_invalid_calls_leave_state_unchanged_and_running_out_salvages():
     assert env.done and env.call(name("view_stock"), {})["ok"] is False
     sold = sum(tickets[t] < numerator(theta, t, 0) for t in range(2))
     expected = sold * theta["prices"][0] + theta["salvage_value"] * (theta["capacity"] - sold)
-    assert env.outcome() == {"utility": float(expected), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(expected), "terminal": True, "turns_used": 3}.items()
 
 
 def test_presentations_hide_exactly_the_hidden_parameters():

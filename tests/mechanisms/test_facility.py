@@ -352,7 +352,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("finalize_network", {})["ok"] and env.done
     before = env.state_digest()
     assert call("open_site", {"site": 2})["ok"] is False and env.state_digest() == before
-    assert env.outcome() == {"utility": float(-cost(theta, [0])), "terminal": True, "turns_used": 4}
+    assert env.outcome().items() >= {"utility": float(-cost(theta, [0])), "terminal": True, "turns_used": 4}.items()
 
 
 def test_running_out_of_turns_finalizes_the_network_as_it_stands():
@@ -362,7 +362,7 @@ def test_running_out_of_turns_finalizes_the_network_as_it_stands():
     assert env.call(out.tool_name("open_site"), {"site": 4})["ok"]
     assert env.call(out.tool_name("view_network"), {})["ok"]
     assert env.call(out.tool_name("open_site"), {"site": 6})["ok"]
-    assert env.done and env.outcome() == {"utility": float(-cost(theta, [4, 6])), "terminal": True, "turns_used": 3}
+    assert env.done and env.outcome().items() >= {"utility": float(-cost(theta, [4, 6])), "terminal": True, "turns_used": 3}.items()
     env = make_env(2, theta, "I", budget=2)  # nothing open when the turns run out: depot 0 alone
     assert env.call(out.tool_name("get_site_costs"), {})["ok"] and env.call(out.tool_name("view_log"), {})["ok"]
     assert env.done and env.outcome()["utility"] == -cost(theta, [0])

@@ -386,7 +386,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("submit_selection", {})["ok"] and env.done
     before = env.state_digest()
     assert call("add_item", {"item": 2})["ok"] is False and env.state_digest() == before
-    assert env.outcome() == {"utility": 0.0, "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": 0.0, "terminal": True, "turns_used": 3}.items()
 
 
 def test_running_out_of_turns_submits_the_selection_as_it_stands():
@@ -399,7 +399,7 @@ def test_running_out_of_turns_submits_the_selection_as_it_stands():
     assert env.call(out.tool_name("view_selection"), {})["ok"]
     assert env.call(out.tool_name("add_item"), {"item": chosen[1]})["ok"]
     assert env.done
-    assert env.outcome() == {"utility": float(worth(theta, chosen[:2])), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(worth(theta, chosen[:2])), "terminal": True, "turns_used": 3}.items()
     assert env.call(out.tool_name("add_item"), {"item": chosen[-1]})["ok"] is False
 
 

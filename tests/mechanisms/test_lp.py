@@ -400,7 +400,7 @@ def test_budget_run_out_produces_the_plan_as_it_stands():
     assert env.call(out.tool_name("set_production"), {"product": 1, "quantity": 2})["ok"]
     assert env.call(out.tool_name("view_plan"), {})["ok"]
     assert env.call(out.tool_name("set_production"), {"product": 0, "quantity": 1})["ok"]
-    assert env.done and env.outcome() == {"utility": 13.0, "terminal": True, "turns_used": 3}
+    assert env.done and env.outcome().items() >= {"utility": 13.0, "terminal": True, "turns_used": 3}.items()
 
 
 @pytest.mark.parametrize("k", range(len(PASSAGES)))

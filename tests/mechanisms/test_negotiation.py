@@ -455,7 +455,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     for tool, args in (("make_offer", {"price": 1}), ("pass_round", {}), ("walk_away", {})):
         before = env.state_digest()
         assert call(tool, args)["ok"] is False and env.state_digest() == before
-    assert env.outcome() == {"utility": 4.0 - 1, "terminal": True, "turns_used": 2}
+    assert env.outcome().items() >= {"utility": 4.0 - 1, "terminal": True, "turns_used": 2}.items()
 
 
 def test_closed_negotiation_refuses_decisions_inside_the_world():
@@ -477,7 +477,7 @@ def test_running_out_of_turns_passes_the_remaining_rounds():
     assert env.call(out.tool_name("view_round"), {})["ok"]
     assert env.call(out.tool_name("make_offer"), {"price": 30})["answer"] == "rejected"
     assert env.done
-    assert env.outcome() == {"utility": 4.0 - 2 * 5, "terminal": True, "turns_used": 2}
+    assert env.outcome().items() >= {"utility": 4.0 - 2 * 5, "terminal": True, "turns_used": 2}.items()
 
 
 def test_presentation_a_hides_the_numbers_that_i_states():

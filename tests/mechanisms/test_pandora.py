@@ -494,7 +494,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     before = env.state_digest()
     assert call("open_box", {"box": 2})["ok"] is False and env.state_digest() == before
     prize0 = pan.World.draw(theta, 0)[0]
-    assert env.outcome() == {"utility": float(max(prize0, 5) - 5), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(max(prize0, 5) - 5), "terminal": True, "turns_used": 3}.items()
 
 
 def test_running_out_of_turns_keeps_the_best_prize_so_far():
@@ -507,7 +507,7 @@ def test_running_out_of_turns_keeps_the_best_prize_so_far():
     assert env.call(out.tool_name("open_box"), {"box": 0})["ok"]
     assert env.done
     expected = max(theta["fallback"], prizes[4], prizes[0]) - theta["costs"][4] - theta["costs"][0]
-    assert env.outcome() == {"utility": float(expected), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(expected), "terminal": True, "turns_used": 3}.items()
     assert env.call(out.tool_name("open_box"), {"box": 1})["ok"] is False
 
 

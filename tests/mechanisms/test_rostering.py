@@ -601,7 +601,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("assign_shift", {"staff": 1, "day": 1, "shift": 1})["ok"] is False and env.state_digest() == before
     # published: staff 0 on the night of day 0, staff 1 on the early shift of day 2: 8 + 5 in wages, 3 heads short
     roster = [[1, -1, -1], [-1, -1, 0]]
-    assert env.outcome() == {"utility": float(-cost(theta, roster)), "terminal": True, "turns_used": 7}
+    assert env.outcome().items() >= {"utility": float(-cost(theta, roster)), "terminal": True, "turns_used": 7}.items()
 
 
 def test_running_out_of_turns_publishes_the_roster_as_it_stands():
@@ -617,7 +617,7 @@ def test_running_out_of_turns_publishes_the_roster_as_it_stands():
     roster = [[-1] * theta["horizon"] for _ in range(theta["n_staff"])]
     for c in calls[:2]:
         roster[c["arguments"]["staff"]][c["arguments"]["day"]] = c["arguments"]["shift"]
-    assert env.outcome() == {"utility": float(-cost(theta, roster)), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(-cost(theta, roster)), "terminal": True, "turns_used": 3}.items()
     assert env.call(out.tool_name(calls[2]["tool"]), calls[2]["arguments"])["ok"] is False
     short = make_env(4, theta, "A", budget=1)
     refused = short.call(out.tool_name("get_coverage_sheet"), {})  # needs 2 turns

@@ -362,7 +362,7 @@ def test_running_out_of_turns_drives_home():
     env = make_env(1, theta, budget=len(route))
     for stop in route:
         env.call(out.tool_name("drive_to"), {"stop": stop})
-    assert env.outcome() == {"utility": float(utility(theta, route)), "terminal": True, "turns_used": len(route)}
+    assert env.outcome().items() >= {"utility": float(utility(theta, route)), "terminal": True, "turns_used": len(route)}.items()
 
 
 @pytest.mark.parametrize("k", [0, 3, 6])

@@ -359,7 +359,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("assign_job", {"job": 0, "machine": 1})["ok"] and call("dispatch", {})["ok"] and env.done
     before = env.state_digest()
     assert call("assign_job", {"job": 1, "machine": 1})["ok"] is False and env.state_digest() == before
-    assert env.outcome() == {"utility": -float(3 + 2 + 2), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": -float(3 + 2 + 2), "terminal": True, "turns_used": 3}.items()
 
 
 def test_a_world_refuses_after_dispatch_even_when_called_directly():
@@ -383,7 +383,7 @@ def test_running_out_of_turns_dispatches_the_plan_as_it_stands():
     assert env.call(out.tool_name("assign_job"), {"job": 1, "machine": 2})["ok"]
     assert env.done
     plan = [1, 2] + [-1] * 7
-    assert env.outcome() == {"utility": float(-makespan(theta, plan)), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(-makespan(theta, plan)), "terminal": True, "turns_used": 3}.items()
     assert env.call(out.tool_name("assign_job"), {"job": 2, "machine": 0})["ok"] is False
     # a three-turn job list does not fit in two remaining turns and is refused without a charge
     env = make_env(2, theta, "A", budget=4)

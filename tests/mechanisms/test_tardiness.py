@@ -424,7 +424,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("schedule_next", {"job": 0})["ok"] and call("release_schedule", {})["ok"] and env.done
     before = env.state_digest()
     assert call("schedule_next", {"job": 1})["ok"] is False and env.state_digest() == before
-    assert env.outcome() == {"utility": float(-cost(theta, [2, 0, 1, 3])), "terminal": True, "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(-cost(theta, [2, 0, 1, 3])), "terminal": True, "turns_used": 3}.items()
 
 
 def test_a_world_refuses_after_release_even_when_called_directly():
@@ -448,8 +448,8 @@ def test_running_out_of_turns_releases_the_sequence_as_it_stands():
     assert env.call(out.tool_name("view_sequence"), {})["ok"]
     assert env.call(out.tool_name("schedule_next"), {"job": order[1]})["ok"]
     assert env.done
-    assert env.outcome() == {"utility": float(-cost(theta, released(theta, order[:2]))), "terminal": True,
-                             "turns_used": 3}
+    assert env.outcome().items() >= {"utility": float(-cost(theta, released(theta, order[:2]))), "terminal": True,
+                                     "turns_used": 3}.items()
     assert env.call(out.tool_name("schedule_next"), {"job": order[2]})["ok"] is False
     # a three-turn sheet does not fit in two remaining turns and is refused without a charge
     env = make_env(2, theta, "A", budget=4)

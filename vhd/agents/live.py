@@ -30,7 +30,7 @@ from typing import Any
 from vhd.agents import Table
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EpisodeRecord
-from vhd.tasks import sandbox
+from vhd.tasks.sandbox import launch as sandbox
 from vhd.tasks.export import player_config
 from vhd.tasks.score import score
 

@@ -303,8 +303,9 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
 
 def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
     """Doing nothing never pays: the episode finished at once (`Env.finish()` before any call)
-    ends, realizes what the family's reference World realizes, and π* beats it on this episode.
-    The reward's zero is max(u_default, u_idle), so the empty trajectory scores exactly 0."""
+    ends, realizes what the family's reference World realizes, and π* beats it on this episode
+    (default_band judges π* against the default). The reward's zero is max(u_default, u_idle),
+    so the empty trajectory scores exactly 0."""
     played, expected = ev.idle_played(), ev.reference_idle or {}
     if played.get("exception"):
         return False, "finishing the episode at once raised: " + played["exception"][-300:]
@@ -315,9 +316,12 @@ def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
     idle = played.get("utility")
     if not isinstance(idle, (int, float)) or not _close(idle, expected.get("utility", math.nan)):
         return False, f"finishing at once gives {idle!r}, the family's reference World {expected.get('utility')!r}"
-    zero, optimal = max(ev.refs.default.utility, idle), ev.refs.optimal.utility
-    if not optimal - zero > 1e-9 * max(1.0, abs(optimal)):
-        return False, f"on this episode doing nothing ({idle:g}) or the default is not below π* ({optimal:g})"
+    optimal = ev.refs.optimal.utility  # π* above the default is default_band's to judge
+    if not gate_default_band(ev)[0]:  # a θ default_band rejects is not judged twice
+        return True, f"finishing at once agrees with the reference World ({idle:g}); θ is default_band's verdict"
+    if not optimal - idle > 1e-9 * max(1.0, abs(optimal)):
+        return False, f"on this episode doing nothing ({idle:g}) is not below π* ({optimal:g})"
+    zero = max(ev.refs.default.utility, idle)
     return True, f"doing nothing realizes {idle:g}; the reward's zero is {zero:g}, π* {optimal:g}"
 
 

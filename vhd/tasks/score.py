@@ -16,31 +16,32 @@ the default nor doing nothing earns reward.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import TrajectoryFormatError
 from vhd.schemas.records import EnvironmentRecord, SetterOutputRecord
+from vhd.tasks import written
+from vhd.tasks.reward import reward
 from vhd.tasks.sandbox import Limits, run_job
 
+REPLAY_ATTEMPTS = 3
 
-def reward(utility: float | None, u_star: float, u_default: float, u_idle: float | None = None) -> float:
-    """r = clip01((u − u0) / (u* − u0)) with u0 = max(u_default, u_idle); 0 for no utility."""
-    zero = u_default if u_idle is None else max(u_default, u_idle)
-    span = u_star - zero
-    if utility is None or not math.isfinite(utility) or span <= 0:
-        return 0.0
-    return min(1.0, max(0.0, (utility - zero) / span))
+__all__ = ["parse_trajectories", "replay", "reward", "score"]
 
 
 def replay(module: str, config: dict[str, Any], trajectories: list[list[dict[str, Any]]],
            limits: Limits = Limits()) -> list[dict[str, Any]]:
     """Play each trajectory in the sandbox and finish it by the contract's rule (`Env.finish()`).
-    One row per trajectory: utility (None if the module failed), error, terminal, refused calls."""
+    One row per trajectory: utility (None if the module failed), error, terminal, refused calls.
+    A job the machine starved is run again, and raises SandboxError if it stays starved."""
     job = {"module": module, "episodes": [{"key": "score", "config": config, "finish": True,
                                            "trajectories": trajectories}]}
-    result = run_job(job, limits)
+    for _ in range(REPLAY_ATTEMPTS):  # a job the busy machine starved (wall_timeout) says nothing of the play
+        result = run_job(job, limits)
+        if not result.transient:
+            break
+    result.settled()  # still starved: SandboxError, never a reward of 0 for machine load
     if result.status != "ok":
         return [{"utility": None, "error": result.message, "terminal": False} for _ in trajectories]
     rows = []
@@ -99,9 +100,7 @@ def score(env: EnvironmentRecord, setter_output: SetterOutputRecord, theta: dict
           trajectories: list[list[dict[str, Any]]], limits: Limits = Limits()) -> list[dict[str, Any]]:
     """Reward of each trajectory on a stored environment (F: the written plan's grader)."""
     if env.presentation == "F":
-        from vhd.tasks import written
-
-        return [written.score_trajectory(family, theta, env.u_star, env.u_default, env.reference_trajectory, t)
+        return [written.score_trajectory(family, theta, env.u_star, env.u_default, t, env.u_idle)
                 for t in trajectories]
     rows = replay(setter_output.module, env.config(theta), trajectories, limits)
     return [{"reward": reward(row["utility"], env.u_star, env.u_default, env.u_idle), **row} for row in rows]

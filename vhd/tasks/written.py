@@ -36,7 +36,7 @@ from jsonschema import Draft202012Validator
 from vhd.mechanisms import Family
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.schemas.errors import TrajectoryFormatError
-from vhd.tasks.score import reward
+from vhd.tasks.reward import reward
 
 SUBMIT = "submit_plan"
 TURN_BUDGET = 1
@@ -146,25 +146,24 @@ def calls_for(policy: np.ndarray) -> list[dict[str, Any]]:
 
 
 def score_plan(family: Family, theta: dict[str, Any], u_star: float, u_default: float, plan: Any,
-               integer: bool | None = None) -> dict[str, Any]:
-    """Reward of one submitted plan; a plan not of the declared form scores 0 with a one-line error.
-    `integer` is not read: whether entries are integers is the family's declaration (`plan_spec`)."""
+               u_idle: float | None = None) -> dict[str, Any]:
+    """Reward of one submitted plan (its expected utility, reward zero max(u_default, u_idle));
+    a plan not of the family's declared form (`plan_spec`) scores 0 with a one-line error."""
     try:
         utility = plan_utility(family, theta, plan)
     except InvalidPlan as exc:
         return {"utility": None, "reward": 0.0, "error": one_line(f"invalid plan: {exc}"), "terminal": True}
-    return {"utility": utility, "reward": reward(utility, u_star, u_default), "error": None, "terminal": True}
+    return {"utility": utility, "reward": reward(utility, u_star, u_default, u_idle), "error": None, "terminal": True}
 
 
 def score_trajectory(family: Family, theta: dict[str, Any], u_star: float, u_default: float,
-                     reference: list[dict[str, Any]], trajectory: list[dict[str, Any]]) -> dict[str, Any]:
-    """Score one F trajectory. The plan's form is the family's declaration for θ (`plan_spec`),
-    not guessed from the reference trajectory, which is kept in the signature for the callers."""
+                     trajectory: list[dict[str, Any]], u_idle: float | None = None) -> dict[str, Any]:
+    """Score one F trajectory: exactly one `submit_plan` call, its plan of the family's declared form."""
     try:
         plan = submission(trajectory)
     except TrajectoryFormatError as exc:
         return {"utility": None, "reward": 0.0, "error": one_line(str(exc)), "terminal": True}
-    return score_plan(family, theta, u_star, u_default, plan)
+    return score_plan(family, theta, u_star, u_default, plan, u_idle)
 
 
 # --- the F gates -----------------------------------------------------------------------------

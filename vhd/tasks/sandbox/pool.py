@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vhd.tasks.sandbox import (MARKER, RUNNER, Limits, Plan, SandboxResult, _Channel, _drain, _masks, _parse,
+from vhd.tasks.sandbox.launch import (MARKER, RUNNER, Limits, Plan, SandboxResult, _Channel, _drain, _masks, _parse, _run,
                                _wall_expired, descendants, plan, usage)
 
 ZYGOTE = RUNNER.with_name("zygote.py")
@@ -321,7 +321,6 @@ class SandboxPool:
             try:
                 zygote = self._borrow(hash_seed)
             except ZygoteFailedToStart:
-                from vhd.tasks.sandbox import _run
                 self.fallbacks += 1
                 return _run(job, limits, hash_seed, self.how)
             try:
