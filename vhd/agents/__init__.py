@@ -88,4 +88,4 @@ def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
     calls = to_calls(t.setter_output, t.family.simulate(t.model.theta, policy, t.env.episode_seed).calls)
     if agent == "greedy" and t.env.presentation == "A":
         calls = _probes(t) + calls
-    return calls[: t.env.turn_budget]
+    return calls  # the module's own turn rule and call limit end the episode, as on every surface

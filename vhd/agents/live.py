@@ -124,7 +124,7 @@ def _anthropic_loop(t: Table, model: str, session: Any, prompt: str, messages: l
     tools = [{"name": x["name"], "description": x.get("description", ""), "input_schema": x["input_schema"]}
              for x in session.tools]
     messages.append({"role": "user", "content": prompt})
-    while not session.done and len(calls) < t.env.turn_budget and tokens["input"] + tokens["output"] < token_budget:
+    while not session.done and tokens["input"] + tokens["output"] < token_budget:  # the module's turn rule and call limit end it
         reply = client.messages.create(model=model, max_tokens=MAX_TOKENS, tools=tools, messages=messages)
         tokens["input"] += reply.usage.input_tokens
         tokens["output"] += reply.usage.output_tokens
@@ -150,7 +150,7 @@ def _openai_loop(t: Table, base_url: str, model: str, session: Any, prompt: str,
     tools = [{"type": "function", "function": {"name": x["name"], "description": x.get("description", ""),
                                                "parameters": x["input_schema"]}} for x in session.tools]
     messages.append({"role": "user", "content": prompt})
-    while not session.done and len(calls) < t.env.turn_budget and tokens["input"] + tokens["output"] < token_budget:
+    while not session.done and tokens["input"] + tokens["output"] < token_budget:  # the module's turn rule and call limit end it
         reply = client.chat.completions.create(model=model, messages=messages, tools=tools, max_tokens=MAX_TOKENS)
         if reply.usage is not None:
             tokens["input"] += reply.usage.prompt_tokens
