@@ -35,8 +35,8 @@ from collections import Counter
 
 from vhd.mechanisms import registry
 from vhd.schemas.records import EnvironmentRecord
-from vhd.tasks import audit
-from vhd.tasks.publish import build_manifest
+from vhd.tasks import audit, gate
+from vhd.tasks.publish import build_manifest, grading_digest
 from vhd.warehouse import Warehouse
 from vhd.warehouse.lineage import load_chains, load_versions
 
@@ -71,10 +71,10 @@ def once(path: Path, resolve: bool, every: bool) -> dict[str, Any]:
     envs = {i: c.environment for i, c in chains.items()}
     t0 = clock()
     rows = audit.Auditor(replay=False, resolve=False)  # hashes, digests, lineage, verdicts, versions
-    found = rows.chains(chains) + audit.audit_versions(versions, envs, runs, rows.digests)
+    found = rows.chains(chains) + gate.audit_versions(versions, envs, runs, rows.digests)
     timings["rows"] = clock() - t0
     t0 = clock()
-    digests = {i: audit.grading_digest(e) for i, e in envs.items()}
+    digests = {i: grading_digest(e) for i, e in envs.items()}
     timings["digests"] = clock() - t0
     t0 = clock()
     every_env = audit.Auditor(resolve=False)  # a first publish: every environment replayed
@@ -83,7 +83,7 @@ def once(path: Path, resolve: bool, every: bool) -> dict[str, Any]:
     timings["replay"] = timings["gate_first"] - timings["rows"]
     t0 = clock()
     noop = audit.Auditor(resolve=False, published=digests)  # every environment already in a version
-    found += noop.chains(chains) + audit.audit_versions(versions, envs, runs, noop.digests)
+    found += noop.chains(chains) + gate.audit_versions(versions, envs, runs, noop.digests)
     timings["gate_noop"] = clock() - t0
     t0 = clock()
     build_manifest([chains[k["env_id"]].environment for k in keys], noop.digests)

@@ -291,7 +291,8 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
     environment, table, row and field (docs/RELIABILITY.md, "What is verified where")."""
     from vhd.schemas.records import (CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord,
                                      PassageRecord, SetterOutputRecord, SolutionRecord)
-    from vhd.tasks.audit import DIGESTS, whole
+    from vhd.tasks.audit import DIGESTS
+    from vhd.tasks.gate import whole
     from vhd.warehouse import Warehouse
     from vhd.warehouse.lineage import load_chains, load_rows, load_versions
 

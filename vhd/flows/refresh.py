@@ -30,8 +30,8 @@ from vhd.schemas.records import (
     CorpusVersionRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
 )
 from vhd.tasks import annotate as annotate_stage
-from vhd.tasks import audit as audit_stage
 from vhd.tasks import check as check_stage
+from vhd.tasks import gate as gate_stage
 from vhd.tasks import presets
 from vhd.tasks import publish as publish_stage
 from vhd.tasks import quality as quality_stage
@@ -296,7 +296,7 @@ def quality_task(frame: Any, expected_splits: dict[str, int] | None) -> dict[str
 
 @task(cache_policy=NO_CACHE)
 def audit_task(chains: dict, versions: list, runs: set[str]) -> dict[str, Any]:
-    return audit_stage.gate(chains, versions, runs)
+    return gate_stage.gate(chains, versions, runs)
 
 
 def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None = None
@@ -417,7 +417,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
         summary["setter"] = setter_note
         summary["failed"] = {name: row["failed"] for name, row in per.items() if row.get("failed")}
         summary["quality"] = quality
-        summary["audit"] = audit_stage.brief(audit)
+        summary["audit"] = gate_stage.brief(audit)
         summary["superseded"] = marked
         summary["interrupted"] = interrupted
         summary["worlds"] = wh.worlds()

@@ -5,7 +5,7 @@ environment's u*, u₀, u_idle and trajectories replayed from the stored solutio
     >>> report = verify(chain)                                  # one environment (`vhd audit`)
     >>> report["verified"], report["findings"][:1]
     (False, [{'env_id': '3fa2…', 'table': 'environments', 'id': '3fa2…', 'field': 'u_star', 'problem': '…'}])
-    >>> findings = Auditor(resolve=False).chains(chains)        # many (the publish gate, `vhd verify`)
+    >>> findings = Auditor(resolve=False).chains(chains)        # many (tasks/gate.py: the publish gate, `vhd verify`)
 
 A finding names the environment it concerns, the table, the row and the field. Rows shared by
 several environments (a module, a solution, a passage) are checked once per audit and reported
@@ -15,7 +15,6 @@ for every environment that depends on them. What each layer proves is in docs/RE
 
 from __future__ import annotations
 
-import json
 import math
 import zlib
 from typing import Any, Iterable
@@ -23,9 +22,10 @@ from typing import Any, Iterable
 from vhd.mechanisms import Family, registry
 from vhd.schemas.errors import UnknownFamily
 from vhd.schemas.hashing import digest_problems, sha256_hex
-from vhd.schemas.records import Chain, CheckRecord, EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.schemas.records import Chain, CheckRecord, EnvironmentRecord, ModelRecord, SolutionRecord
 from vhd.tasks.instances import is_imported, verify_import
-from vhd.tasks.publish import check_version, finding, grading_digest, grading_digest_of_row
+from vhd.tasks.publish import finding, grading_digest, grading_digest_of_row
+from vhd.tasks.regrade import expected_budget, realized
 from vhd.tasks.sample import draw, episode_seed
 
 DIGESTS = "field_digests"
@@ -369,53 +369,6 @@ class Auditor:
         return found
 
 
-def expected_budget(family: Family, env: EnvironmentRecord, theta: dict[str, Any]) -> int:
-    from vhd.tasks import written
-
-    return written.TURN_BUDGET if env.presentation == "F" else family.turn_budget(theta)
-
-
-def realized(family: Family, env: EnvironmentRecord, solution: SolutionRecord, output: SetterOutputRecord,
-             theta: dict[str, Any], passage: Any) -> dict[str, Any]:
-    """What annotate() stored for this environment, computed again: u*, u₀ (and u_idle of an
-    admitted environment), the reference and default trajectories; in F also the instruction
-    and tools, which the pipeline renders from θ (in I and A the module writes them: digest only)."""
-    from vhd.tasks import written
-    from vhd.tasks.check import to_calls
-    from vhd.tasks.solve import unpack_policy
-
-    policy = unpack_policy(solution.policy)
-    if env.presentation == "F":
-        from vhd.tasks.setters.template import narrative
-
-        u_star, u_default = (written.graded_values(family, theta, policy) if env.admitted
-                             else (solution.u_star, solution.u_default))
-        out = {"u_star": u_star, "u_default": u_default,
-               "reference_trajectory": written.calls_for(policy),
-               "default_trajectory": written.calls_for(family.default_policy(theta)),
-               "tools": written.tools(family)}
-        if env.admitted:
-            out["u_idle"] = solution.u_idle
-        if passage is not None:
-            out["instruction"] = written.instruction(family, theta, narrative(passage))
-        return out
-    optimal = family.simulate(theta, policy, env.episode_seed)
-    default = family.simulate(theta, family.default_policy(theta), env.episode_seed)
-    out = {"u_star": optimal.utility, "u_default": default.utility,
-           "reference_trajectory": to_calls(output, optimal.calls), "default_trajectory": to_calls(output, default.calls)}
-    if env.admitted:
-        out["u_idle"] = reference_idle(family, env.config(theta))
-    return out
-
-
-def reference_idle(family: Family, config: dict[str, Any]) -> float:
-    """What finishing at once realizes in the family's reference World (trusted code, in process)."""
-    from vhd.tasks.check import reference_module
-
-    module, _ = reference_module(family)
-    return float(module.create(config).finish()["utility"])
-
-
 def verify(chain: Chain, *, resolve: bool = True) -> dict[str, Any]:
     """The audit of one environment's chain, as `vhd audit` prints it."""
     auditor = Auditor(resolve=resolve)
@@ -444,117 +397,3 @@ def _link(kind: str, record: Any, relation: str) -> dict[str, Any]:
         ok = False
     return {"kind": kind, "id": record.id, "relation": relation, "code_version": record.version(),
             "run_id": getattr(record, "run_id", ""), "hash_ok": ok}
-
-
-def audit_versions(versions: list[tuple[Any, dict[str, Any], dict[str, str]]], envs: dict[str, Any],
-                   runs: set[str], digests: dict[str, str] | None = None) -> list[dict[str, str]]:
-    """Findings on published corpus versions: their rows' field digests and values, and their
-    manifests against the stored environments (`publish.check_version`). `versions` as
-    `lineage.load_versions` gives them; `envs` holds every environment they name."""
-    found = []
-    for version, row, invalid in versions:
-        name = str(version.version)
-        problems = [(field, f"invalid value: {why}") for field, why in invalid.items()] + digest_problems(row)
-        found += [finding("", "corpus_versions", name, field, problem) for field, problem in problems]
-        if not invalid:
-            ids = version.manifest.get("env_ids", []) if isinstance(version.manifest, dict) else []
-            found += check_version(version, {i: envs.get(i) for i in ids if isinstance(i, str)}, runs, digests)
-    return found
-
-
-def summary(findings: list[dict[str, str]], envs: int, versions: int, seconds: float,
-            notes: list[str] = ()) -> dict[str, Any]:
-    """The audit's report as the publish gate and `vhd verify` give it."""
-    return {"verified": not findings, "envs": envs, "versions": versions, "seconds": round(seconds, 3),
-            "findings": findings, "problems": [f["problem"] for f in findings],
-            "lines": [line(f) + (f" (env {f['env_id']})" if f["env_id"] else "") for f in findings],
-            "notes": sorted(set(notes))}
-
-
-def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
-         runs: set[str]) -> dict[str, Any]:
-    """The publish gate's audit: every chain (hashes, digests, lineage, verdicts, θ re-derived,
-    u*/u₀/u_idle and trajectories replayed; π* is not re-solved) and every published version."""
-    import time
-
-    started = time.perf_counter()
-    auditor = Auditor(resolve=False, published=published_digests(versions))
-    found = auditor.chains(chains)
-    found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
-    report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes)
-    report["replayed"] = auditor.replayed
-    report["digests"] = auditor.digests
-    return report
-
-
-def published_digests(versions: list[tuple[Any, dict[str, Any], dict[str, str]]]) -> dict[str, str]:
-    """env_id -> grading digest, as the published versions (manifest@2) recorded them."""
-    out: dict[str, str] = {}
-    for version, _, _ in versions:
-        manifest = version.manifest if isinstance(version.manifest, dict) else {}
-        ids, digests = manifest.get("env_ids"), manifest.get("env_digests")
-        if isinstance(ids, list) and isinstance(digests, list) and len(ids) == len(digests):
-            out.update((i, d) for i, d in zip(ids, digests) if isinstance(i, str) and isinstance(d, str))
-    return out
-
-
-def brief(report: dict[str, Any], keep: int = 20) -> dict[str, Any]:
-    """The report with its first `keep` findings only (what a run's summary stores)."""
-    return {**{k: v for k, v in report.items() if k != "digests"}, "count": len(report["findings"]),
-            "findings": report["findings"][:keep], "problems": report["problems"][:keep],
-            "lines": report["lines"][:keep]}
-
-
-# relation -> (the child's table, the parent's table, the child's field that names the parent)
-RELATIONS = {"instance_of": ("environments", "models", "model_id"),
-             "graded_by": ("environments", "solutions", "solution_id"),
-             "rendered_by": ("environments", "setter_outputs", "setter_output_id"),
-             "checks": ("checks", "environments", "env_id"),
-             "solves": ("solutions", "models", "model_id"),
-             "skinned_by": ("setter_outputs", "passages", "passage_id")}
-
-
-def edge_findings(edges: list[Any], tables: dict[str, list[tuple[Any, dict[str, Any], dict[str, str]]]]
-                  ) -> list[dict[str, str]]:
-    """Every stored lineage edge must be the edge its child row implies: a known relation, a
-    stored child and parent of the relation's tables, the parent the child names."""
-    records = {table: {record.id: record for record, _, _ in rows} for table, rows in tables.items()}
-    found = []
-    for edge in edges:
-        where = f"{edge.child_id[:12]}→{edge.parent_id[:12]}"
-        if edge.relation not in RELATIONS:
-            found.append(finding("", "lineage_edges", where, "relation", f"unknown relation {edge.relation!r}"))
-            continue
-        child_table, parent_table, field = RELATIONS[edge.relation]
-        child = records.get(child_table, {}).get(edge.child_id)
-        envs = records.get("environments", {})
-        env_id = next((i for i in ((edge.child_id,) if child_table == "environments" else
-                                   (edge.parent_id,) if edge.relation == "checks" else ()) if i in envs), "")
-        if child is None:
-            found.append(finding(env_id, "lineage_edges", where, "child_id",
-                                 f"names no stored {child_table} row ({edge.relation})"))
-        elif getattr(child, field, None) != edge.parent_id:
-            found.append(finding(env_id, "lineage_edges", where, "parent_id",
-                                 f"is not the {field} of its child ({edge.relation})"))
-        if edge.parent_id not in records.get(parent_table, {}):
-            found.append(finding(env_id, "lineage_edges", where, "parent_id",
-                                 f"names no stored {parent_table} row ({edge.relation})"))
-    return found
-
-
-def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]], runs: set[str],
-          tables: dict[str, list[tuple[Any, dict[str, Any], dict[str, str]]]], edges: list[Any], *,
-          resolve: bool = True) -> dict[str, Any]:
-    """`vhd verify`: every environment's chain (admitted or not, superseded included), every
-    published version, every other row of the record tables and every lineage edge; π*
-    re-solved with `resolve`."""
-    import time
-
-    started = time.perf_counter()
-    auditor = Auditor(resolve=resolve)
-    found = auditor.chains(chains)
-    found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
-    for table, rows in tables.items():
-        found += auditor.rows(table, rows)
-    found += edge_findings(edges, tables)
-    return summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes)
