@@ -31,6 +31,7 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import check_models
 from vhd.tasks.setters.template import render_module
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("dynamic_pricing")
 PASSAGES = builtin_passages()
@@ -500,28 +501,17 @@ def test_a_changed_sale_price_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("horizon", lambda t: t["horizon"] + 0.5, id="horizon-fraction"),  # before: a raw TypeError
     # before: a raw TypeError
     pytest.param("salvage_value", lambda t: t["salvage_value"] + 0.5, id="salvage_value-fraction"),
-    pytest.param("prices", lambda t: _bumped(t["prices"], (0,), 0.5), id="prices-fraction"),  # before: solved
-    pytest.param("buy_early", lambda t: _bumped(t["buy_early"], (0,), 0.5), id="buy_early-fraction"),  # before: solved
+    pytest.param("prices", lambda t: bumped(t["prices"], (0,), 0.5), id="prices-fraction"),  # before: solved
+    pytest.param("buy_early", lambda t: bumped(t["buy_early"], (0,), 0.5), id="buy_early-fraction"),  # before: solved
     pytest.param("capacity", lambda t: 61, id="capacity-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"dynamic_pricing θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

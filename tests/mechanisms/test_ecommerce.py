@@ -27,6 +27,7 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import check_models
 from vhd.tasks.setters.template import render_module
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("ecommerce")
 PASSAGES = builtin_passages()
@@ -750,29 +751,18 @@ def test_a_changed_overhead_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("unit_cost", lambda t: 0, id="unit_cost-zero"),  # before: a raw ZeroDivisionError
     pytest.param("holding_cost", lambda t: 10**6, id="holding_cost-huge"),  # before: a solve that did not end
     pytest.param("unit_cost", lambda t: t["unit_cost"] + 0.5, id="unit_cost-fraction"),  # before: a raw IndexError
     # before: solved
-    pytest.param("demand_weights", lambda t: _bumped(t["demand_weights"], (0, 0, 0, 0), 0.5),
+    pytest.param("demand_weights", lambda t: bumped(t["demand_weights"], (0, 0, 0, 0), 0.5),
                  id="demand_weights-fraction"),
     pytest.param("cash_cap", lambda t: 10**5, id="cash_cap-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"ecommerce θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

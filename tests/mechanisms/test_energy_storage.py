@@ -29,6 +29,7 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import check_models
 from vhd.tasks.setters.template import render_module
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("energy_storage")
 PASSAGES = builtin_passages()
@@ -650,27 +651,16 @@ def test_a_world_that_pays_one_point_more_efficiency_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("power", lambda t: t["power"] + 0.5, id="power-fraction"),  # before: a raw IndexError
     # before: solved
-    pytest.param("regime_prices", lambda t: _bumped(t["regime_prices"], (0,), 0.5), id="regime_prices-fraction"),
+    pytest.param("regime_prices", lambda t: bumped(t["regime_prices"], (0,), 0.5), id="regime_prices-fraction"),
     pytest.param("efficiency_pct", lambda t: t["efficiency_pct"] + 0.5, id="efficiency_pct-fraction"),  # before: solved
     pytest.param("capacity", lambda t: 61, id="capacity-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"energy_storage θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.mechanisms import inventory_dp as inv
 from vhd.schemas.errors import InvalidParams
+from theta_cases import smallest_theta
 
 FAM = registry.get("inventory_dp")
 TOL = 1e-9
@@ -446,17 +447,6 @@ def test_params_bounds_accept_edges_and_family_translates_errors():
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     # before: a raw KeyError
     pytest.param("initial_stock", lambda t: t["initial_stock"] + 0.5, id="initial_stock-fraction"),
@@ -467,6 +457,6 @@ def _bumped(value, index, delta):
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"inventory_dp θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

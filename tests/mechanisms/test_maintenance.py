@@ -31,6 +31,7 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import check_models
 from vhd.tasks.setters.template import render_module
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("maintenance")
 PASSAGES = builtin_passages()
@@ -533,28 +534,17 @@ def test_a_world_with_a_different_wear_draw_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     # before: a raw TypeError
     pytest.param("n_conditions", lambda t: t["n_conditions"] + 0.5, id="n_conditions-fraction"),
-    pytest.param("revenue", lambda t: _bumped(t["revenue"], (0,), 0.5), id="revenue-fraction"),  # before: solved
+    pytest.param("revenue", lambda t: bumped(t["revenue"], (0,), 0.5), id="revenue-fraction"),  # before: solved
     # before: solved
-    pytest.param("wear_weights", lambda t: _bumped(t["wear_weights"], (0, 0), 0.5), id="wear_weights-fraction"),
+    pytest.param("wear_weights", lambda t: bumped(t["wear_weights"], (0, 0), 0.5), id="wear_weights-fraction"),
     pytest.param("horizon", lambda t: 201, id="horizon-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"maintenance θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

@@ -28,6 +28,7 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.pipeline import check_models
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("negotiation")
 TOL = 1e-9
@@ -546,28 +547,17 @@ def test_a_buyer_who_refuses_his_exact_value_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("max_price", lambda t: t["max_price"] + 0.5, id="max_price-fraction"),  # before: a raw TypeError
     # before: a raw IndexError
-    pytest.param("value_points", lambda t: _bumped(t["value_points"], (0,), 0.5), id="value_points-fraction"),
+    pytest.param("value_points", lambda t: bumped(t["value_points"], (0,), 0.5), id="value_points-fraction"),
     # before: solved
-    pytest.param("value_weights", lambda t: _bumped(t["value_weights"], (0,), 0.5), id="value_weights-fraction"),
+    pytest.param("value_weights", lambda t: bumped(t["value_weights"], (0,), 0.5), id="value_weights-fraction"),
     pytest.param("max_price", lambda t: 10**6, id="max_price-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"negotiation θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

@@ -27,6 +27,7 @@ from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import draw
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.pipeline import check_models
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("pandora")
 PASSAGES = builtin_passages()
@@ -590,27 +591,16 @@ def test_a_world_with_a_different_draw_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("n_boxes", lambda t: t["n_boxes"] + 0.5, id="n_boxes-fraction"),  # before: a raw TypeError
-    pytest.param("costs", lambda t: _bumped(t["costs"], (0,), 0.5), id="costs-fraction"),  # before: solved
+    pytest.param("costs", lambda t: bumped(t["costs"], (0,), 0.5), id="costs-fraction"),  # before: solved
     # before: solved
-    pytest.param("prize_weights", lambda t: _bumped(t["prize_weights"], (0, 0), 0.5), id="prize_weights-fraction"),
+    pytest.param("prize_weights", lambda t: bumped(t["prize_weights"], (0, 0), 0.5), id="prize_weights-fraction"),
     pytest.param("n_boxes", lambda t: 8, id="n_boxes-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"pandora θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

@@ -27,6 +27,7 @@ from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.pipeline import check_models
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("qp")
 TOL = 1e-9
@@ -547,28 +548,17 @@ def test_the_world_and_evaluate_share_one_budget_sum():
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("assets", lambda t: t["assets"] + 0.5, id="assets-fraction"),  # before: a raw TypeError
     pytest.param("budget", lambda t: t["budget"] + 0.5, id="budget-fraction"),  # before: solved
     # before: solved
-    pytest.param("exposures", lambda t: _bumped(t["exposures"], (0, 0), 0.5), id="exposures-fraction"),
+    pytest.param("exposures", lambda t: bumped(t["exposures"], (0, 0), 0.5), id="exposures-fraction"),
     pytest.param("assets", lambda t: 9, id="assets-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"qp θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
 
@@ -577,6 +567,6 @@ def test_a_solver_that_fails_is_a_solver_error_with_a_reason():
     """Before: Clarabel's own cvxpy.error.SolverError escaped raw for a budget of 2^50."""
     from vhd.schemas.errors import SolverError
 
-    theta = dict(_refusal_theta(), budget=2 ** 50)
+    theta = dict(smallest_theta(FAM), budget=2 ** 50)
     with pytest.raises(SolverError, match="Clarabel"):
         FAM.solve(theta)

@@ -31,6 +31,7 @@ from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import check_models
 from vhd.tasks.sample import draw
 from vhd.tasks.setters.template import render_module
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("rostering")
 PASSAGES = builtin_passages()
@@ -700,28 +701,17 @@ def test_a_world_that_pays_no_shift_premium_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("n_staff", lambda t: t["n_staff"] + 0.5, id="n_staff-fraction"),  # before: a raw TypeError
     # before: solved
-    pytest.param("base_wages", lambda t: _bumped(t["base_wages"], (0,), 0.5), id="base_wages-fraction"),
+    pytest.param("base_wages", lambda t: bumped(t["base_wages"], (0,), 0.5), id="base_wages-fraction"),
     # before: solved
-    pytest.param("availability", lambda t: _bumped(t["availability"], (0, 0, 0), 0.5), id="availability-fraction"),
+    pytest.param("availability", lambda t: bumped(t["availability"], (0, 0, 0), 0.5), id="availability-fraction"),
     pytest.param("n_staff", lambda t: 13, id="n_staff-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"rostering θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

@@ -26,6 +26,7 @@ from vhd.tasks.sample import sample_models
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.solve import solve_models
 from vhd.tasks.synthesize import synthesize
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("routing")
 PASSAGES = builtin_passages()
@@ -449,26 +450,15 @@ def test_a_doubled_travel_cost_in_the_module_is_rejected(gate_batch):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("n_stops", lambda t: t["n_stops"] + 0.5, id="n_stops-fraction"),  # before: a raw TypeError
     pytest.param("travel_cost", lambda t: t["travel_cost"] + 0.5, id="travel_cost-fraction"),  # before: solved
-    pytest.param("travel", lambda t: _bumped(t["travel"], (0, 1), 0.5), id="travel-fraction"),  # before: solved
+    pytest.param("travel", lambda t: bumped(t["travel"], (0, 1), 0.5), id="travel-fraction"),  # before: solved
     pytest.param("n_stops", lambda t: 10, id="n_stops-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"routing θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))

@@ -28,6 +28,7 @@ from vhd.tasks.sample import sample_models
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.solve import solve_models
 from vhd.tasks.synthesize import synthesize
+from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("scheduling")
 PASSAGES = builtin_passages()
@@ -476,26 +477,15 @@ def test_a_world_that_forgets_the_unassigned_jobs_is_rejected(gated):
 # θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
 
 
-def _refusal_theta():
-    return FAM.sample(FAM.Params(**{k: lo for k, (lo, _) in FAM.knob_ranges.items()}), np.random.default_rng(3))
-
-
-def _bumped(value, index, delta):
-    """A copy of a nested list with the entry at `index` moved by `delta` (a fraction where integers are declared)."""
-    if not index:
-        return value + delta
-    return [_bumped(v, index[1:], delta) if i == index[0] else v for i, v in enumerate(value)]
-
-
 @pytest.mark.parametrize("key,change", [
     pytest.param("n_machines", lambda t: t["n_machines"] + 0.5, id="n_machines-fraction"),  # before: a raw TypeError
     # before: a SolverError
-    pytest.param("processing", lambda t: _bumped(t["processing"], (0,), 0.5), id="processing-fraction"),
+    pytest.param("processing", lambda t: bumped(t["processing"], (0,), 0.5), id="processing-fraction"),
     pytest.param("n_jobs", lambda t: 11, id="n_jobs-size"),  # before: no size guard
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
     naming the field, raised before anything is allocated."""
-    theta = _refusal_theta()
+    theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"scheduling θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
