@@ -290,3 +290,22 @@ def test_rerunning_a_batch_after_an_edge_was_deleted_fails_the_gate(built, prefe
     assert result.returncode == 1
     lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "graded_by" in lines[0] and env["env_id"][:12] in lines[0], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command", [("export", "--out", "OUT"), ("eval", "--agent", "oracle", "--corpus-version", "v1"),
+                                     ("score", "ENV", "--trajectories", "TRAJ")])
+def test_a_deleted_environment_of_a_version_is_one_line_for_every_reader(built, tmp_path, command):
+    """The issue's case: an environment deleted from a published version made `export` crash and
+    `eval --corpus-version` evaluate without it. Every reader verifies the version first."""
+    db, env, _ = built
+    copy = tmp_path / "deleted.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("DELETE FROM environments WHERE env_id = ?", [env["F"]])
+    con.close()
+    (tmp_path / "t.jsonl").write_text("[]\n")
+    args = [{"OUT": tmp_path / "out", "ENV": env["env_id"], "TRAJ": tmp_path / "t.jsonl"}.get(a, a) for a in command]
+    result = vhd(*args, "--db", copy)
+    assert result.exit_code == 1, result.output[-2000:]
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "corpus version v1" in result.stderr
+    assert env["F"][:12] in result.stderr and not (tmp_path / "out").exists()
