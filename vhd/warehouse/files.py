@@ -10,9 +10,9 @@ and which DuckDB files are refused. Every refusal is one `WarehouseError` line n
 - Locks: DuckDB lets one writer or any number of readers hold a file. A writer that finds
   readers, and a reader that finds a writer, wait up to `VHD_LOCK_WAIT_SECONDS` (default 60),
   saying so once on stderr; a second writer is refused at once (`WarehouseBusy`).
-- A file that is not a whole vhd warehouse is refused, never adopted: a DuckDB file shorter than
-  its header says (`check_complete`), another application's DuckDB file, or one written by a
-  newer vhd (`pending_migrations`).
+- A file that is not a whole vhd warehouse is refused, never adopted: a DuckDB file too short for
+  the blocks its header has in use (`check_complete`), another application's DuckDB file, or one
+  written by a newer vhd (`pending_migrations`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ WAIT_ENV = "VHD_LOCK_WAIT_SECONDS"
 DEFAULT_WAIT = 60.0
 HEADER_BYTES = 3 * 4096             # DuckDB's main header and two database headers, before block 0
 _HOLDER = re.compile(r"PID (\d+)")
+_SHORT_READ = "Could not read enough bytes"   # DuckDB's IOException for a read past the end of the file
 
 
 def lock_wait() -> float:
@@ -118,6 +119,9 @@ def connect(path: Path, read_only: bool, wait: float | None = None) -> duckdb.Du
         except duckdb.IOException as exc:
             text = str(exc)
             holder = _HOLDER.search(text)
+            if not holder and _SHORT_READ in text:  # the catalog's own blocks are past the end
+                raise WarehouseError(f"{path} is truncated: DuckDB cannot read its catalog ({_first_line(exc)}) "
+                                     "(a partial copy?); restore it from a whole copy") from None
             if not holder:
                 raise WarehouseError(f"cannot open warehouse {path}: {_first_line(exc)}") from None
             pid, readers_hold = holder.group(1), "read-only mode" in text
@@ -138,12 +142,23 @@ def connect(path: Path, read_only: bool, wait: float | None = None) -> duckdb.Du
 
 
 def check_complete(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """Refuse a file shorter than the blocks its header counts (a truncated copy, a torn
-    download): DuckDB reads blocks lazily, so such a file opens and fails, or answers short, later."""
-    blocks, block_size = con.execute("SELECT total_blocks, block_size FROM pragma_database_size()").fetchall()[0]
-    expected, size = HEADER_BYTES + blocks * block_size, path.stat().st_size
-    if size < expected:
-        raise WarehouseError(f"{path} is truncated: {size:,} bytes where its header counts {expected:,} "
+    """Refuse a file too short to hold the blocks in use (a truncated copy, a torn download):
+    DuckDB reads blocks lazily, so such a file opens and fails, or answers short, later.
+
+    The rule is `size >= header + (total_blocks - free_blocks) * block_size`, not `total_blocks`
+    alone: the header's block count includes free blocks, and a checkpoint cuts trailing free
+    blocks off the file without lowering that count (a healthy file had 211 blocks, 79 free, and
+    was 2 blocks shorter than the count). The blocks in use have distinct ids below the count, so
+    a whole file holds at least that many; a shorter file has lost a block in use, and a file that
+    passes was never cut inside a block DuckDB needs unless free blocks sit before the cut. The
+    exact bound (the highest id in use) needs DuckDB's free list, which only its own metadata
+    format holds; a file cut below its metadata fails to open at all (see `connect`)."""
+    total, free, block_size = con.execute(
+        "SELECT total_blocks, free_blocks, block_size FROM pragma_database_size()").fetchall()[0]
+    used = total - free
+    needed, size = HEADER_BYTES + used * block_size, path.stat().st_size
+    if size < needed:
+        raise WarehouseError(f"{path} is truncated: {size:,} bytes where its {used:,} blocks in use need {needed:,} "
                              "(a partial copy?); restore it from a whole copy")
 
 
