@@ -76,7 +76,7 @@ def test_generated_module_is_standard_library_only():
         out, _ = generated(k)
         assert not re.search(r"^\s*(from|import)\s+vhd\b", out.module, flags=re.M)
         imports = set(re.findall(r"^import (\w+)", out.module, flags=re.M))
-        assert imports <= {"hashlib", "json", "math", "random", "sqlite3"}, imports
+        assert imports <= {"hashlib", "json", "math", "random", "sqlite3", "threading"}, imports
 
 
 def test_by_lead_covers_every_lead_time():
@@ -132,8 +132,8 @@ def test_observations_track_the_simulated_state(lead):
         available = on_hand + (q if lead == 0 else 0)
         left = available - min(available, demands[day])
         on_hand, transit = {0: (left, 0), 1: (left + q, 0), 2: (left + transit, q)}[lead]
-    assert env.outcome() == {"utility": episode.utility, "terminal": True,
-                             "turns_used": 3 * theta["horizon"] + sum(1 for q in episode.decisions if q)}
+    calls = 3 * theta["horizon"] + sum(1 for q in episode.decisions if q)  # every call accepted, one turn each
+    assert env.outcome() == {"utility": episode.utility, "terminal": True, "turns_used": calls, "calls_used": calls}
 
 
 def test_probes_reveal_theta():
