@@ -63,7 +63,6 @@ class TextToolEnv(gymnasium.Env):
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=1, charset=CHARSET)
         self._env = None
         self._lock = threading.RLock()
-        self._finished = False
         self.steps = 0
         self.trajectory: list[dict[str, Any]] = []
         self.result: dict[str, Any] | None = None
@@ -80,7 +79,7 @@ class TextToolEnv(gymnasium.Env):
 
     @property
     def finished(self) -> bool:
-        return self._finished
+        return self.result is not None  # set once, when the episode ends
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         # The episode seed is fixed by the environment (its grader config); `seed` only seeds
@@ -88,13 +87,13 @@ class TextToolEnv(gymnasium.Env):
         with self._lock:
             super().reset(seed=seed)
             self._env = self._module.create(self.grader["config"])
-            self.steps, self.trajectory, self._finished, self.result = 0, [], False, None
+            self.steps, self.trajectory, self.result = 0, [], None
             observation = _text({"instruction": self.row["player"]["instruction"], "tools": self.tools})
             return observation, {"env_id": self.row["env_id"], "turn_budget": self.turn_budget}
 
     def step(self, action: Any):
         with self._lock:
-            if self._env is None or self._finished:
+            if self._env is None or self.finished:
                 raise RuntimeError("call reset() before step() (the episode has ended)")
             self.steps += 1
             try:
@@ -123,7 +122,7 @@ class TextToolEnv(gymnasium.Env):
         with self._lock:
             if self._env is None:
                 raise RuntimeError("call reset() before finish()")
-            if self._finished:
+            if self.finished:
                 return self.result["reward"], dict(self.result)
             return self._end()
 
@@ -132,5 +131,4 @@ class TextToolEnv(gymnasium.Env):
         r = episode_reward(self.grader, outcome["utility"])
         self.result = {"utility": outcome["utility"], "reward": r, "turns_used": outcome["turns_used"],
                        "calls_used": outcome.get("calls_used")}
-        self._finished = True
         return r, dict(self.result)
