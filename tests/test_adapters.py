@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 from vhd.adapters import load_row, reward
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
-from vhd.tasks.setters.runtime import call_limit
+from vhd.mechanisms._runtime import call_limit
 
 
 @pytest.fixture(scope="module")

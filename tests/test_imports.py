@@ -61,7 +61,7 @@ def test_sandbox_runner_and_env_runtime_use_the_standard_library_only():
     import sys
 
     for path in (ROOT / "tasks" / "sandbox" / "runner.py", ROOT / "tasks" / "sandbox" / "session.py",
-                 ROOT / "tasks" / "setters" / "runtime.py"):
+                 ROOT / "mechanisms" / "_runtime.py"):
         roots = {name.split(".")[0] for name in _imports(path)}
         assert roots <= set(sys.stdlib_module_names), (path, roots - set(sys.stdlib_module_names))
 

@@ -27,7 +27,7 @@ def test_every_operator_makes_a_compiling_mutant_that_differs(admitted):
     output, candidates = admitted
     made = mutants(FAMILY, output, candidates[0].model.theta, 1.0, np.random.default_rng(0))
     assert {m.operator for m in made} == {"flip_operator", "scale_cost", "drop_check", "shift_horizon", "free_probe",
-                                          "leak_hidden", "constant_utility"}
+                                          "leak_hidden", "constant_utility", "stale_state"}
     for mutant in made:
         assert mutant.module != output.module
         compile(mutant.module, "mutant.py", "exec")

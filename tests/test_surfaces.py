@@ -31,7 +31,7 @@ from vhd.tasks.export import export_row
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
 from vhd.tasks.score import score
-from vhd.tasks.setters.runtime import call_limit
+from vhd.mechanisms._runtime import call_limit
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.solve import solve_models
 

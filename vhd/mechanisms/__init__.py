@@ -1,5 +1,9 @@
 """Mechanism families: pure maths, one module each. See docs/ADDING_A_FAMILY.md."""
 
-from vhd.mechanisms._contract import Certificate, Episode, Family, Solution, ToolSpec, register, registry
+from vhd.mechanisms._contract import (
+    AgentError, BaseWorld, Certificate, Episode, Family, Solution, ToolSpec, integer, number, register, registry, text,
+    tool, tools_of,
+)
 
-__all__ = ["Certificate", "Episode", "Family", "Solution", "ToolSpec", "register", "registry"]
+__all__ = ["AgentError", "BaseWorld", "Certificate", "Episode", "Family", "Solution", "ToolSpec", "integer", "number",
+           "register", "registry", "text", "tool", "tools_of"]

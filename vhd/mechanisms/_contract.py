@@ -14,6 +14,8 @@ tool calls that play it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -22,16 +24,11 @@ import numpy as np
 from pydantic import BaseModel
 
 from vhd.mechanisms._plan import PlanSpec
+from vhd.mechanisms._runtime import AgentError, BaseWorld  # noqa: F401  (the families import both from here)
 from vhd.schemas.errors import InvalidParams, UnknownFamily
 
 Group = Literal["train", "near_ood", "far_ood", "probe_budgeted", "beyond"]
 Role = Literal["probe", "decision", "clock", "observe"]
-
-
-class AgentError(Exception):
-    """A player's mistake inside a World tool. In a generated module the runtime defines its
-    own AgentError and the World's source is re-executed there, so this class serves only
-    in-process use of a World (tests)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +42,67 @@ class ToolSpec:
     reveals: tuple[str, ...] = ()
     turn_cost: int = 1
     noisy: bool = False
+
+
+def integer(low: int, high: int, description: str) -> dict[str, Any]:
+    """The JSON Schema of a whole-number argument in low … high."""
+    return {"type": "integer", "minimum": low, "maximum": high, "description": description}
+
+
+def number(low: float, high: float, description: str) -> dict[str, Any]:
+    """The JSON Schema of a real-number argument in low … high."""
+    return {"type": "number", "minimum": low, "maximum": high, "description": description}
+
+
+def text(max_length: int, description: str) -> dict[str, Any]:
+    """The JSON Schema of a string argument of at most `max_length` characters."""
+    return {"type": "string", "maxLength": max_length, "description": description}
+
+
+def tool(role: Role, description: str, *, reveals: tuple[str, ...] = (), turn_cost: int = 1, noisy: bool = False,
+         **arguments: dict[str, Any]) -> Callable[[Callable], Callable]:
+    """Declare a World method `tool_<name>` one of the family's tools.
+
+        >>> class World(BaseWorld):
+        ...     @tool("observe", "Show one day's offer.", day=integer(0, 29, "day number, 0 for the first"))
+        ...     def tool_view_offer(self, day):
+        ...         return {"day": day}
+        >>> [(spec.name, spec.input_schema["required"]) for spec in tools_of(World)]
+        [('view_offer', ['day'])]
+
+    `description` may use the passage's vocabulary (`{site}`, `{item}`…); `reveals` names the θ
+    keys a probe shows; each keyword is the JSON Schema of the method's argument of that name
+    (`integer`, `number`, `text`), in the method's order; an argument with a default is optional.
+    """
+    def declare(method: Callable) -> Callable:
+        if not method.__name__.startswith("tool_"):
+            raise TypeError(f"@tool declares methods named tool_<name>, not {method.__name__}")
+        parameters = list(inspect.signature(method).parameters.values())[1:]
+        if [p.name for p in parameters] != list(arguments):
+            raise TypeError(f"{method.__qualname__} takes {[p.name for p in parameters]}, its @tool declares "
+                            f"{list(arguments)}")
+        schema: dict[str, Any] = {"type": "object", "properties": dict(arguments)}
+        required = [p.name for p in parameters if p.default is inspect.Parameter.empty]
+        if required:
+            schema["required"] = required
+        schema["additionalProperties"] = False
+        method.tool_spec = ToolSpec(method.__name__[len("tool_"):], role, description, schema, tuple(reveals),
+                                    turn_cost, noisy)
+        return method
+
+    return declare
+
+
+@functools.cache
+def tools_of(world: type) -> tuple[ToolSpec, ...]:
+    """The tools a World declares with `@tool`, in the order its methods are defined (base classes first)."""
+    found: dict[str, ToolSpec] = {}
+    for cls in reversed(world.__mro__):
+        for attribute in vars(cls).values():
+            spec = getattr(attribute, "tool_spec", None)
+            if spec is not None:
+                found[spec.name] = spec
+    return tuple(found.values())
 
 
 @dataclass(frozen=True)
@@ -111,7 +169,6 @@ class Family:
     random_policy: Callable[[dict[str, Any], np.random.Generator], np.ndarray]
     evaluate: Callable[[dict[str, Any], np.ndarray], float]
     simulate: Callable[[dict[str, Any], np.ndarray, int], Episode]
-    tools: tuple[ToolSpec, ...]
     world: type
     hidden: tuple[str, ...]
     default_band: tuple[float, float]
@@ -127,6 +184,13 @@ class Family:
     # near-boundary decisions for the reference_agreement gate: θ, rng → canonical call sequences
     # that land exactly on a domain check (a capacity filled to the unit, a forbidden pair)
     boundary_calls: Callable[[dict[str, Any], np.random.Generator], list[list[dict[str, Any]]]] | None = None
+
+    # MIGRATION (issue 15): families still passing a ToolSpec table; removed once all declare @tool
+    tools: tuple[ToolSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.tools:
+            object.__setattr__(self, "tools", tools_of(self.world))
 
     @property
     def split(self) -> str:

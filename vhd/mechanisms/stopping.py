@@ -51,7 +51,7 @@ from fractions import Fraction
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, text, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -217,21 +217,16 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The consignment's relational world: catalog, offers, ledger, notes and a state table."""
 
     PARAMS = ("horizon", "values", "weights", "waiting_cost")
+    STATE = (("day", 0), ("closed", 0))
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         if len(params["values"]) != len(params["weights"]) or not params["values"] or sum(params["weights"]) <= 0:
             raise ValueError("values and weights must be non-empty lists of one length with positive total weight")
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         self.offers = World.draw(params, episode_seed)
         t = self.t
         db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, supplier TEXT)" % t["catalog"])
@@ -240,10 +235,8 @@ class World:
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, day INTEGER REFERENCES %s(day), kind TEXT, "
                    "amount INTEGER)" % (t["ledger"], t["offers"]))
         db.execute("CREATE TABLE %s (note_id INTEGER PRIMARY KEY, day INTEGER, text TEXT)" % t["notes"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
                    (self.v["sku"], self.v["item"], self.v["unit"], self.v["supplier"]))
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("day", 0), ("closed", 0)])
         self._arrive(0)
 
     @staticmethod
@@ -261,12 +254,6 @@ class World:
         return offers
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _arrive(self, day):
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?, 'open')" % self.t["offers"],
                         (day, self.v["sku"], self.offers[day]))
@@ -292,16 +279,22 @@ class World:
         self._set("closed", 1)
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s forecast of buyers' offers for {item}: every possible amount in {currency} and "
+          "its probability.", reveals=("values", "weights"))
     def tool_get_offer_forecast(self):
         total = float(sum(self.p["weights"]))
         return {"offer_probabilities": [{"amount": v, "probability": w / total}
                                         for v, w in zip(self.p["values"], self.p["weights"])],
                 "currency": self.v["currency"], "note": "one offer a day, independent of the other days"}
 
+    @tool("probe", "Read the {supplier}'s consignment terms: the storage fee in {currency} per day the lot waits.",
+          reveals=("waiting_cost",))
     def tool_get_fee_schedule(self):
         return {"storage_fee_per_day": self.p["waiting_cost"], "currency": self.v["currency"],
                 "charged": "storage fee × day of acceptance, deducted from the accepted offer; nothing if unsold"}
 
+    @tool("observe", "Show the offer of one day (today or an earlier day): amount in {currency} and status.",
+          day=integer(0, MAX_HORIZON - 1, "day number, 0 for the first day"))
     def tool_view_offer(self, day):
         today = self._get("day")
         if day > today:
@@ -311,38 +304,45 @@ class World:
         return {"day": day, "amount": amount, "status": status, "currency": self.v["currency"],
                 "net_if_accepted_today": None if status != "open" else "amount minus storage fee × %d" % today}
 
+    @tool("observe", "List the offers already declined (or accepted) with their amounts.")
     def tool_view_offer_history(self):
         rows = self.db.execute("SELECT day, amount, status FROM %s WHERE status != 'open' ORDER BY day"
                                % self.t["offers"]).fetchall()
         return {"past_offers": [{"day": d, "amount": a, "status": s} for d, a, s in rows]}
 
+    @tool("observe", "Show today's day number and how many days are left.")
     def tool_view_calendar(self):
         day = self._get("day")
         return {"today": day, "days_left_after_today": self.p["horizon"] - 1 - day, "horizon": self.p["horizon"],
                 "closed": bool(self._get("closed"))}
 
+    @tool("observe", "Show the settlement ledger of the {site}: proceeds and storage fees.")
     def tool_view_ledger(self):
         rows = self.db.execute("SELECT entry_id, day, kind, amount FROM %s ORDER BY entry_id"
                                % self.t["ledger"]).fetchall()
         return {"entries": [{"entry": e, "day": d, "kind": k, "amount": a} for e, d, k, a in rows],
                 "balance": self.utility(), "currency": self.v["currency"]}
 
+    @tool("observe", "List your notes.")
     def tool_view_notes(self):
         rows = self.db.execute("SELECT note_id, day, text FROM %s ORDER BY note_id" % self.t["notes"]).fetchall()
         return {"notes": [{"note": n, "day": d, "text": x} for n, d, x in rows]}
 
+    @tool("observe", "Write a note for yourself (changes nothing else).", text=text(500, "the note, 1 to 500 characters"))
     def tool_write_note(self, text):
         if not text.strip() or len(text) > 500:
             raise AgentError("a note is 1 to 500 characters, got %d" % len(text))
         cursor = self.db.execute("INSERT INTO %s (day, text) VALUES (?, ?)" % self.t["notes"], (self._get("day"), text))
         return {"note": cursor.lastrowid}
 
+    @tool("observe", "Delete one of your notes.", note=integer(1, 100000, "number of the note"))
     def tool_delete_note(self, note):
         if self.db.execute("SELECT COUNT(*) FROM %s WHERE note_id = ?" % self.t["notes"], (note,)).fetchone()[0] == 0:
             raise AgentError("there is no note %d" % note)
         self.db.execute("DELETE FROM %s WHERE note_id = ?" % self.t["notes"], (note,))
         return {"deleted": note}
 
+    @tool("decision", "Accept today's offer for the lot of {item}: the lot is sold and the episode ends.")
     def tool_accept_offer(self):
         self._open()
         day, amount = self._today()
@@ -356,6 +356,8 @@ class World:
         return {"accepted_day": day, "amount": amount, "storage_fees": fee, "net": amount - fee,
                 "currency": self.v["currency"]}
 
+    @tool("clock", "Decline today's offer (it is gone for good) and wait for the next day's offer; on the last day "
+          "this ends the episode with no sale.")
     def tool_decline_offer(self):
         self._open()
         day, amount = self._today()
@@ -403,41 +405,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-TOOLS = (
-    ToolSpec("get_offer_forecast", "probe", "Read the {site}'s forecast of buyers' offers for {item}: every "
-             "possible amount in {currency} and its probability.", _NO_ARGS, reveals=("values", "weights")),
-    ToolSpec("get_fee_schedule", "probe", "Read the {supplier}'s consignment terms: the storage fee in {currency} "
-             "per day the lot waits.", _NO_ARGS, reveals=("waiting_cost",)),
-    ToolSpec("view_offer", "observe", "Show the offer of one day (today or an earlier day): amount in {currency} "
-             "and status.",
-             {"type": "object", "properties": {"day": {"type": "integer", "minimum": 0, "maximum": MAX_HORIZON - 1,
-                                                       "description": "day number, 0 for the first day"}},
-              "required": ["day"], "additionalProperties": False}),
-    ToolSpec("view_offer_history", "observe", "List the offers already declined (or accepted) with their "
-             "amounts.", _NO_ARGS),
-    ToolSpec("view_calendar", "observe", "Show today's day number and how many days are left.", _NO_ARGS),
-    ToolSpec("view_ledger", "observe", "Show the settlement ledger of the {site}: proceeds and storage fees.",
-             _NO_ARGS),
-    ToolSpec("view_notes", "observe", "List your notes.", _NO_ARGS),
-    ToolSpec("write_note", "observe", "Write a note for yourself (changes nothing else).",
-             {"type": "object", "properties": {"text": {"type": "string", "description": "the note, 1 to 500 "
-                                                                                          "characters"}},
-              "required": ["text"], "additionalProperties": False}),
-    ToolSpec("delete_note", "observe", "Delete one of your notes.",
-             {"type": "object", "properties": {"note": {"type": "integer", "minimum": 1, "maximum": 100000,
-                                                        "description": "number of the note"}},
-              "required": ["note"], "additionalProperties": False}),
-    ToolSpec("accept_offer", "decision", "Accept today's offer for the lot of {item}: the lot is sold and the "
-             "episode ends.", _NO_ARGS),
-    ToolSpec("decline_offer", "clock", "Decline today's offer (it is gone for good) and wait for the next day's "
-             "offer; on the last day this ends the episode with no sale.", _NO_ARGS),
-)
-
 register(Family(
     name="stopping",
-    version="1",
+    version="2",
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",
@@ -451,7 +421,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = E[offer] (accept the first one): below −1 taking

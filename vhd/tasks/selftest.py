@@ -4,8 +4,8 @@
     >>> report["total"]["rejected"] / report["total"]["mutants"]
     1.0
 
-A mutant is the module with one deliberate bug in its `World` class (found with `ast`, so a
-mutation never lands in a comment or the runtime):
+A mutant is the module with one deliberate bug in its `World` class or in the `BaseWorld` it
+extends (found with `ast`, so a mutation never lands in a comment or the rest of the runtime):
 
 | operator | what it does |
 |---|---|
@@ -16,6 +16,7 @@ mutation never lands in a comment or the runtime):
 | `free_probe` | a probe's turn cost set to 0 in the module's tool table |
 | `leak_hidden` | a no-argument observation tool also returns one hidden θ field |
 | `constant_utility` | `utility()` returns π*'s utility on the first candidate's episode whatever happened |
+| `stale_state` | the runtime's `BaseWorld._set` writes nothing (every World keeps its state table through it) |
 
 A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden` and
 `free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
@@ -300,7 +301,22 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
     if utility is not None:
         utility.body = [ast.Return(ast.Constant(float(u_constant)))]
         found.append(Mutant("constant_utility", "utility", _splice(module, world)))
+    stale = _stale_state(module)
+    if stale is not None:
+        found.append(Mutant("stale_state", "BaseWorld._set", stale))
     return found
+
+
+def _stale_state(module: str) -> str | None:
+    """The module with the runtime's `BaseWorld._set` writing nothing (None: a module without a BaseWorld)."""
+    base = next((node for node in ast.parse(module).body if isinstance(node, ast.ClassDef) and node.name == "BaseWorld"),
+                None)
+    setter = next((m for m in base.body if isinstance(m, ast.FunctionDef) and m.name == "_set"), None) if base else None
+    if setter is None:
+        return None
+    setter.body = [ast.Pass()]
+    lines = module.splitlines(keepends=True)
+    return "".join(lines[:base.lineno - 1]) + ast.unparse(ast.fix_missing_locations(base)) + "\n" + "".join(lines[base.end_lineno:])
 
 
 A_ONLY = ("leak_hidden", "free_probe")  # bugs that only presentation A must not have

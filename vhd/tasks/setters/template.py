@@ -5,12 +5,13 @@
     'place_batch'
 
 It renders the contract module of DESIGN §5 from three parts: the generic runtime
-(`runtime.py`, standard library only), the family's `World` class, and a skin made from a
-passage's vocabulary (tool names, table names, descriptions, narrative).
+(`vhd/mechanisms/_runtime.py`, standard library only), the family's `World` class without its
+`@tool` declarations, and a skin made from a passage's vocabulary (tool names, table names, descriptions, narrative).
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import re
@@ -23,7 +24,7 @@ from vhd.tasks import AST_LOCK
 
 SETTER = "template"
 SETTER_VERSION = "2"
-_RUNTIME = Path(__file__).with_name("runtime.py")
+_RUNTIME = Path(__file__).parents[2] / "mechanisms" / "_runtime.py"
 
 
 def _slug(text: str) -> str:
@@ -35,13 +36,26 @@ _WORLD_SOURCE: dict[str, str] = {}
 
 
 def world_source(family: Family) -> str:
-    """`inspect.getsource(family.world)`, once per family and under a lock: it runs `ast.parse`,
-    which CPython 3.11 does not make safe to call from several threads at once (Prefect runs
-    tasks in threads; the race shows up as "AST constructor recursion depth mismatch")."""
+    """The source of `family.world` without its `@tool(...)` lines (the skin carries the tools,
+    and their arguments may name the family module's constants), once per family and under a
+    lock: it runs `ast.parse`, which CPython 3.11 does not make safe to call from several threads
+    at once (Prefect runs tasks in threads; the race shows up as "AST constructor recursion depth
+    mismatch")."""
     with _SOURCE_LOCK:
         if family.code_version not in _WORLD_SOURCE:
-            _WORLD_SOURCE[family.code_version] = inspect.getsource(family.world)
+            _WORLD_SOURCE[family.code_version] = _without_declarations(inspect.getsource(family.world))
         return _WORLD_SOURCE[family.code_version]
+
+
+def _without_declarations(source: str) -> str:
+    lines = source.splitlines(keepends=True)
+    cut: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and getattr(decorator.func, "id", "") == "tool":
+                    cut.update(range(decorator.lineno - 1, decorator.end_lineno))
+    return "".join(line for k, line in enumerate(lines) if k not in cut)
 
 
 def narrative(passage: PassageRecord) -> str:

@@ -1,14 +1,15 @@
-"""The generic half of every template-rendered environment module (standard library only).
+"""The standard-library half of every family: the rules of play (`Env`) and what every `World` shares.
 
     >>> env = create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
     >>> env.call("view_stock", {})
     {'ok': True, 'on_hand': 4, ..., 'turns_left': 39}
 
-The template setter pastes this file's source, then a family's `World` class, then a `SKIN`
-dict into one module, so the module runs with no part of this project installed. `Env`
-implements the contract of DESIGN §5: argument validation against each tool's JSON Schema,
-turn accounting, and all-or-nothing calls (every tool runs inside a SQLite savepoint; an
-`AgentError` rolls the world back and is reported as {"ok": False, "error": ...}).
+The template setter pastes this file's source (without this docstring), then a family's `World`
+class (a `BaseWorld`), then a `SKIN` dict into one module, so the module runs with no part of this
+project installed; in-process, the families' Worlds subclass the same `BaseWorld` and raise the
+same `AgentError`. `Env` implements the contract of DESIGN §5: argument validation against each
+tool's JSON Schema, turn accounting, and all-or-nothing calls (every tool runs inside a SQLite
+savepoint; an `AgentError` rolls the world back and is reported as {"ok": False, "error": ...}).
 A `World` keeps all of its mutable state in the SQLite database, so that rollback is total.
 """
 
@@ -30,6 +31,62 @@ def call_limit(turn_budget):
 
 class AgentError(Exception):
     """A mistake by the player: reported, never raised out of `Env.call`."""
+
+
+class BaseWorld:
+    """What every family's `World` shares: θ, the skin's names, a key-value state table, a log.
+
+    A World is one episode of a family's decision process kept in the SQLite database `db`, all
+    of its mutable state included (so a refused call rolls back completely). A subclass names the
+    θ keys it reads in `PARAMS` and the state table's keys with their first values in `STATE`,
+    calls this `__init__` first and then creates its own tables (their skinned names are in
+    `self.t`), and defines:
+
+    - `over()`: whether the episode has ended; `utility()`: what it has realised so far;
+    - `run_out()`: end the episode as the instruction says it ends when the turns run out;
+    - `instruction(presentation, turn_budget)`: what the player reads ("I": θ given, "A": probed);
+    - one `tool_<canonical name>` method per tool, declared with `vhd.mechanisms.tool` (the
+      declarations are the family's tool table; the template setter leaves them out of modules,
+      whose skin carries the tools). A player's mistake raises `AgentError`.
+    """
+
+    PARAMS = ()
+    STATE = ()
+
+    def __init__(self, db, params, episode_seed, skin):
+        missing = [key for key in self.PARAMS if key not in params]
+        if missing:
+            raise ValueError("params lack %s" % ", ".join(missing))
+        self.db, self.p, self.skin, self.episode_seed = db, params, skin, episode_seed
+        self.t, self.v = skin["tables"], skin["vocab"]
+        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % self.t["state"])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % self.t["state"], list(self.STATE))
+
+    def _get(self, key):
+        """A value of the state table."""
+        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
+
+    def _set(self, key, value):
+        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _log(self, action, **columns):
+        """Append one entry to the log table: its `action` and the named columns."""
+        names = ["action"] + list(columns)
+        self.db.execute("INSERT INTO %s (%s) VALUES (%s)" % (self.t["log"], ", ".join(names), ", ".join("?" * len(names))),
+                        [action] + list(columns.values()))
+
+    def over(self):
+        raise NotImplementedError
+
+    def utility(self):
+        raise NotImplementedError
+
+    def run_out(self):
+        raise NotImplementedError
+
+    def instruction(self, presentation, turn_budget):
+        raise NotImplementedError
 
 
 _JSON_TYPES = {

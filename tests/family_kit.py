@@ -1,0 +1,76 @@
+"""What the family tests share: a family's rendered modules, episodes of them, one gated run,
+and a mutant judged by the real gates. The registry-wide tests of every family are in
+tests/test_contract.py; a family's own test file keeps only what is particular to its model.
+
+    >>> from vhd.mechanisms import registry
+    >>> out, module = generated(registry.get("stopping"), 0)
+    >>> out.tool_name("accept_offer") in [tool["name"] for tool in module.SKIN["tools"]]
+    True
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import SetterOutputRecord
+from vhd.tasks.check import Verdict, check_batch
+from vhd.tasks.passages import builtin_passages
+from vhd.tasks.pipeline import CheckedBatch, check_models
+from vhd.tasks.setters.template import render_module
+
+PASSAGES = builtin_passages()
+
+
+_MODULES: dict[tuple[str, int], tuple[SetterOutputRecord, types.ModuleType]] = {}
+_RUNS: dict[tuple[str, int, int], CheckedBatch] = {}
+
+
+def generated(family: Family, k: int) -> tuple[SetterOutputRecord, types.ModuleType]:
+    """The template setter's module of `family` in the world of built-in passage k, executed."""
+    key = (family.code_version, k)
+    if key not in _MODULES:
+        out = render_module(family, PASSAGES[k])
+        module = types.ModuleType(f"generated_{family.name}_{k}")
+        exec(compile(out.module, f"<generated {family.name} {k}>", "exec"), module.__dict__)
+        _MODULES[key] = (out, module)
+    return _MODULES[key]
+
+
+def env_of(family: Family, k: int, theta: dict[str, Any], presentation: str = "I", seed: int = 0,
+           budget: int | None = None) -> Any:
+    """A fresh episode of that module on θ (the family's own turn budget unless given)."""
+    return generated(family, k)[1].create({
+        "params": theta, "presentation": presentation, "episode_seed": seed,
+        "turn_budget": family.turn_budget(theta) if budget is None else budget,
+    })
+
+
+def play(family: Family, k: int, env: Any, canonical_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Make canonical calls under the module's names; the answers."""
+    out = generated(family, k)[0]
+    return [env.call(out.tool_name(call["tool"]), call["arguments"]) for call in canonical_calls]
+
+
+def gated(family: Family, models: int = 6, seed: int = 0) -> CheckedBatch:
+    """One run of the real gates over `models` sampled models of the family (cached per session)."""
+    key = (family.code_version, models, seed)
+    if key not in _RUNS:
+        _RUNS[key] = check_models(family, models, seed=seed, passages=PASSAGES)
+    return _RUNS[key]
+
+
+def failed(verdicts: list[Verdict]) -> set[str]:
+    """The names of the gates that failed in any of `verdicts`."""
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
+
+
+def mutant_verdicts(family: Family, run: CheckedBatch, old: str, new: str, which: int = 0) -> list[Verdict]:
+    """The gates' verdicts on output `which` of a gated run with `old` (found exactly once in its
+    module) replaced by `new`, over that output's own candidates."""
+    output = run.outputs[which]
+    assert output.module.count(old) == 1, f"{old!r} occurs {output.module.count(old)} times in the module"
+    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
+    mine = [c for c in run.candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    return check_batch(family, wrong, mine)
