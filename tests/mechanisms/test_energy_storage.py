@@ -15,24 +15,19 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import types
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import env_of, failed, gated, generated, mutant_verdicts
+from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import energy_storage as es
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.setters.template import render_module
-from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("energy_storage")
-PASSAGES = builtin_passages()
 TOL = 1e-9
 HIDDEN = ("regime_prices", "hour_profile", "transition_weights", "efficiency_pct", "cycling_cost", "terminal_value")
 
@@ -468,34 +463,18 @@ def test_params_edges_and_knob_ranges():
 # ---------------------------------------------------------------------------------------------
 # The rendered module.
 
-_MOD = {}
-
-
-def generated(k):
-    if k not in _MOD:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType(f"gen_energy_{k}")
-        exec(compile(out.module, f"<energy {k}>", "exec"), module.__dict__)  # noqa: S102  (the setter's own output)
-        _MOD[k] = (out, module)
-    return _MOD[k]
-
-
-def env_of(k, theta, presentation="I", seed=0, budget=None):
-    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                                   "turn_budget": budget or FAM.turn_budget(theta)})
-
-
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_module_replays_every_plan(k):
-    out, _ = generated(k)
-    names = [out.tool_name(t.name) for t in FAM.tools]
-    assert len(set(names)) == len(names) == 14
-    theta = SIM[k % len(SIM)]
+@pytest.mark.parametrize("k", range(len(SIM)))
+def test_module_books_every_plan_to_the_hundredth(k):
+    """The module's cash is the simulator's utility exactly (money in hundredths), on the larger θ
+    of SIM, with its fourteen tools."""
+    out, _ = generated(FAM, k)
+    assert len(FAM.tools) == 14
+    theta = SIM[k]
     rng = np.random.default_rng(k)
     for name, plan in _plans(theta, rng).items():
         seed = 1000 + k
         episode = FAM.simulate(theta, plan, seed)
-        env = env_of(k, theta, "A", seed)
+        env = env_of(FAM, k, theta, "A", seed)
         for call in episode.calls:
             assert env.call(out.tool_name(call["tool"]), call["arguments"])["ok"], (name, call)
         assert env.done and env.outcome()["utility"] == episode.utility, name
@@ -507,15 +486,15 @@ def test_noisy_sticker_is_a_seeded_estimate_that_changes_nothing_else():
     assert "estimate" in noisy[0].description
     exact = FAM.tool("get_tariff_sheet")
     assert exact.turn_cost == 2 and "regime_prices" in exact.reveals and not noisy[0].reveals
-    out, _ = generated(1)
+    out, _ = generated(FAM, 1)
     theta, seed = SIM[1], 77
     name = out.tool_name
-    env = env_of(1, theta, "A", seed)
+    env = env_of(FAM, 1, theta, "A", seed)
     reads = [env.call(name("read_price_sticker"), {}) for _ in range(40)]
     assert reads[0]["turns_left"] == FAM.turn_budget(theta) - 1
-    again = env_of(1, theta, "A", seed).call(name("read_price_sticker"), {})
+    again = env_of(FAM, 1, theta, "A", seed).call(name("read_price_sticker"), {})
     assert again["estimates"] == reads[0]["estimates"]  # the same episode seed, the same first read
-    other = env_of(1, theta, "A", seed + 1).call(name("read_price_sticker"), {})
+    other = env_of(FAM, 1, theta, "A", seed + 1).call(name("read_price_sticker"), {})
     estimates = [[e["estimated_base_price"] for e in r["estimates"]] for r in reads + [other]]
     assert len({tuple(e) for e in estimates}) > 20
     for r, true in enumerate(theta["regime_prices"]):
@@ -527,7 +506,7 @@ def test_noisy_sticker_is_a_seeded_estimate_that_changes_nothing_else():
     assert sheet["turns_left"] == reads[-1]["turns_left"] - 2
     # reading the sticker between the trades of π* leaves the dynamics and the utility alone
     episode = FAM.simulate(theta, FAM.solve(theta).policy, seed)
-    env = env_of(1, theta, "A", seed, budget=3 * len(episode.calls) + 10)
+    env = env_of(FAM, 1, theta, "A", seed, budget=3 * len(episode.calls) + 10)
     for call in episode.calls:
         assert env.call(name("read_price_sticker"), {})["ok"]
         assert env.call(name(call["tool"]), call["arguments"])["ok"]
@@ -535,10 +514,10 @@ def test_noisy_sticker_is_a_seeded_estimate_that_changes_nothing_else():
 
 
 def test_probes_and_observations_report_theta_and_state():
-    out, _ = generated(2)
+    out, _ = generated(FAM, 2)
     theta, seed = SIM[0], 3
     name = out.tool_name
-    env = env_of(2, theta, "A", seed)
+    env = env_of(FAM, 2, theta, "A", seed)
     regimes = es.World.regime_path(theta, seed)
     spec = env.call(name("get_battery_spec"), {})
     assert (spec["efficiency_pct"], spec["wear_cost_per_unit_discharged"], spec["buy_back_price_per_unit_at_end"]) == (
@@ -561,10 +540,10 @@ def test_probes_and_observations_report_theta_and_state():
 
 
 def test_invalid_calls_leave_state_unchanged():
-    out, _ = generated(0)
+    out, _ = generated(FAM, 0)
     theta = dict(SIM[0], initial_soc=1)
     name = out.tool_name
-    env = env_of(0, theta)
+    env = env_of(FAM, 0, theta)
     assert env.call(name("discharge"), {"units": 1})["ok"]
     bad = [("charge", {"units": 1}),  # a discharge is scheduled
            ("discharge", {"units": 1}),  # only 1 unit stored
@@ -578,16 +557,16 @@ def test_invalid_calls_leave_state_unchanged():
     before = env.state_digest()
     assert not env.call(name("cancel_schedule"), {})["ok"] and env.state_digest() == before
     assert not env.call(name("charge"), {"units": theta["power"] + 1})["ok"]
-    full = env_of(0, dict(theta, initial_soc=theta["capacity"]))
+    full = env_of(FAM, 0, dict(theta, initial_soc=theta["capacity"]))
     assert not full.call(name("charge"), {"units": 1})["ok"]
 
 
 def test_running_out_of_turns_idles_the_rest_and_buys_back():
-    out, _ = generated(3)
+    out, _ = generated(FAM, 3)
     theta = dict(SIM[0], initial_soc=2)
     name = out.tool_name
     regimes = es.World.regime_path(theta, 9)
-    env = env_of(3, theta, "I", 9, budget=3)
+    env = env_of(FAM, 3, theta, "I", 9, budget=3)
     env.call(name("charge"), {"units": 1})
     env.call(name("end_hour"), {})
     env.call(name("discharge"), {"units": 1})  # the last turn: dropped, the hours pass idle
@@ -598,11 +577,11 @@ def test_running_out_of_turns_idles_the_rest_and_buys_back():
 
 def test_presentation_a_hides_what_i_states():
     theta = SIM[2]
-    a = env_of(0, theta, "A").instruction
-    i = env_of(0, theta, "I").instruction
+    a = env_of(FAM, 0, theta, "A").instruction
+    i = env_of(FAM, 0, theta, "I").instruction
     assert "Base price per regime" in i and "Base price per regime" not in a
     assert f"× {theta['efficiency_pct']} %" in i and f"{theta['efficiency_pct']} %" not in a
-    out, _ = generated(0)
+    out, _ = generated(FAM, 0)
     assert out.tool_name("get_tariff_sheet") in a and out.tool_name("read_price_sticker") in a
     moved = {k: v for k, v in theta.items()}
     moved.update(regime_prices=[p + 1 for p in theta["regime_prices"]], efficiency_pct=theta["efficiency_pct"] + 1,
@@ -610,40 +589,29 @@ def test_presentation_a_hides_what_i_states():
                  hour_profile=[x + 1 for x in theta["hour_profile"]],
                  transition_weights=[[w + 1 for w in row] for row in theta["transition_weights"]])
     assert set(moved) - {k for k in moved if moved[k] == theta[k]} == set(HIDDEN) == set(FAM.hidden)
-    assert env_of(0, moved, "A").instruction == a and env_of(0, moved, "I").instruction != i
+    assert env_of(FAM, 0, moved, "A").instruction == a and env_of(FAM, 0, moved, "I").instruction != i
 
 
 # ---------------------------------------------------------------------------------------------
 # The real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=5, passages=PASSAGES)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def test_gates_admit_most_models_in_both_presentations(gated):
-    _, _, verdicts = gated
+def test_gates_admit_most_models_in_both_presentations():
+    verdicts = gated(FAM).verdicts
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert len(mine) == 6 and sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:
-        assert v.admitted or {g.name for g in v.gates if not g.passed} == {"default_band"}, v.reason
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
 
 
-def test_a_world_that_pays_one_point_more_efficiency_is_rejected(gated):
-    outputs, candidates, _ = gated
-    old = 'self._book(hour, "sale", price * -k * p["efficiency_pct"])'
+def test_a_world_that_pays_one_point_more_efficiency_is_rejected():
+    run = gated(FAM)
     rejected = []
-    for output in outputs:
-        assert output.module.count(old) == 1
-        wrong = output.model_copy(update={"module": output.module.replace(
-            old, 'self._book(hour, "sale", price * -k * (p["efficiency_pct"] + 1))')})
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        for v in check_batch(FAM, wrong, mine):
-            failed = {g.name for g in v.gates if not g.passed}
-            rejected.append(bool(failed & {"replay_agreement", "dynamics_agreement"}))
+    for which in range(len(run.outputs)):
+        for v in mutant_verdicts(FAM, run, 'self._book(hour, "sale", price * -k * p["efficiency_pct"])',
+                                 'self._book(hour, "sale", price * -k * (p["efficiency_pct"] + 1))', which):
+            rejected.append(bool(failed([v]) & {"replay_agreement", "dynamics_agreement"}))
     assert rejected and all(rejected)
 
 
@@ -652,11 +620,10 @@ def test_a_world_that_pays_one_point_more_efficiency_is_rejected(gated):
 
 
 @pytest.mark.parametrize("key,change", [
-    pytest.param("power", lambda t: t["power"] + 0.5, id="power-fraction"),  # before: a raw IndexError
-    # before: solved
+    pytest.param("power", lambda t: t["power"] + 0.5, id="power-fraction"),
     pytest.param("regime_prices", lambda t: bumped(t["regime_prices"], (0,), 0.5), id="regime_prices-fraction"),
-    pytest.param("efficiency_pct", lambda t: t["efficiency_pct"] + 0.5, id="efficiency_pct-fraction"),  # before: solved
-    pytest.param("capacity", lambda t: 61, id="capacity-size"),  # before: no size guard
+    pytest.param("efficiency_pct", lambda t: t["efficiency_pct"] + 0.5, id="efficiency_pct-fraction"),
+    pytest.param("capacity", lambda t: 61, id="capacity-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

@@ -52,7 +52,7 @@ import random
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -337,28 +337,22 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The site's battery world: battery, hourly prices, trades, a ledger in hundredths, a state table."""
 
     PARAMS = ("horizon", "capacity", "power", "initial_soc", "initial_regime", "regime_prices", "hour_profile",
               "transition_weights", "efficiency_pct", "cycling_cost", "terminal_value")
+    STATE = (("hour", 0), ("soc", 0), ("scheduled", 0), ("sticker_reads", 0))  # soc: set to initial_soc
     LABELS = ((), ("flat",), ("low", "high"), ("low", "normal", "high"), ("low", "normal", "high", "spike"))
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack " + ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n = len(params["regime_prices"])
         if len(params["hour_profile"]) != 24 or len(params["transition_weights"]) != n or any(
                 len(row) != n or sum(row) <= 0 for row in params["transition_weights"]):
             raise ValueError("hour_profile needs 24 entries and transition_weights an R × R matrix of positive rows")
         if not 0 <= params["initial_soc"] <= params["capacity"] or not 0 <= params["initial_regime"] < n:
             raise ValueError("initial_soc or initial_regime out of range")
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
-        self.seed = episode_seed
         self.labels = self.LABELS[n] if n < len(self.LABELS) else tuple(f"regime {r}" for r in range(n))
         self.regimes = World.regime_path(params, episode_seed)
         t = self.t
@@ -368,11 +362,9 @@ class World:
                    f"{t['prices']}(hour), kind TEXT, units INTEGER, price INTEGER, soc_after INTEGER)")
         db.execute(f"CREATE TABLE {t['ledger']} (entry_id INTEGER PRIMARY KEY, hour INTEGER, kind TEXT, "
                    "hundredths INTEGER)")
-        db.execute(f"CREATE TABLE {t['state']} (key TEXT PRIMARY KEY, value INTEGER)")
         db.execute(f"INSERT INTO {t['battery']} VALUES (?, ?, ?)",
                    (self.v["site"] + " battery", params["capacity"], params["power"]))
-        db.executemany(f"INSERT INTO {t['state']} VALUES (?, ?)",
-                       [("hour", 0), ("soc", params["initial_soc"]), ("scheduled", 0), ("sticker_reads", 0)])
+        self._set("soc", params["initial_soc"])
         self._open_hour(0)
 
     @staticmethod
@@ -390,12 +382,6 @@ class World:
         return path
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute(f"SELECT value FROM {self.t['state']} WHERE key = ?", (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute(f"UPDATE {self.t['state']} SET value = ? WHERE key = ?", (value, key))
-
     def _book(self, hour, kind, hundredths):
         if hundredths:
             self.db.execute(f"INSERT INTO {self.t['ledger']} (hour, kind, hundredths) VALUES (?, ?, ?)",
@@ -429,6 +415,9 @@ class World:
             self.tool_end_hour()
 
     # -- probes -----------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s electricity tariff sheet: the exact base price in {currency} per energy unit "
+          "of every price regime and the add-on for each hour of day. Costs 2 turns.",
+          reveals=("regime_prices", "hour_profile"), turn_cost=2)
     def tool_get_tariff_sheet(self):
         p = self.p
         return {"base_price_by_regime": [{"regime": r, "label": self.labels[r], "base_price": x}
@@ -437,9 +426,11 @@ class World:
                 "price_rule": "price of hour t = base price of its regime + add-on of hour of day t % 24",
                 "currency": self.v["currency"], "per": "energy unit"}
 
+    @tool("probe", "Read the price sticker posted at the meter: an estimate (with noise, fresh on every read) of "
+          "each regime's base price in {currency}. Costs 1 turn.", noisy=True)
     def tool_read_price_sticker(self):
         k = self._get("sticker_reads")
-        rng = random.Random(self.seed * 7919 + k)  # its own stream: the regime path never sees it
+        rng = random.Random(self.episode_seed * 7919 + k)  # its own stream: the regime path never sees it
         estimates = []
         for r, x in enumerate(self.p["regime_prices"]):
             spread = max(2, (x + 2) // 5)
@@ -450,6 +441,8 @@ class World:
                 "note": "an estimate: each base price is off by up to about a fifth, in either direction; "
                         "every read is a fresh estimate; the tariff sheet has the exact prices"}
 
+    @tool("probe", "Read the market outlook: the probability of each price regime next hour, given this hour's "
+          "regime.", reveals=("transition_weights",))
     def tool_get_market_outlook(self):
         rows = []
         for r, row in enumerate(self.p["transition_weights"]):
@@ -458,6 +451,9 @@ class World:
                          "next_hour_probabilities": [w / total for w in row]})
         return {"transitions": rows, "note": "the next hour's regime depends only on this hour's regime"}
 
+    @tool("probe", "Read the battery's spec sheet: discharge efficiency, wear cost per unit discharged and the "
+          "buy-back price in {currency} per unit stored at the end.",
+          reveals=("efficiency_pct", "cycling_cost", "terminal_value"))
     def tool_get_battery_spec(self):
         p = self.p
         return {"efficiency_pct": p["efficiency_pct"], "wear_cost_per_unit_discharged": p["cycling_cost"],
@@ -466,26 +462,33 @@ class World:
                 "note": "discharging k units is paid as k × efficiency_pct / 100 units at the hour's price"}
 
     # -- observations -----------------------------------------------------------------------
+    @tool("observe", "Show the battery's state of charge, capacity, power limit and this hour's scheduled trade.")
     def tool_view_battery(self):
         return {"state_of_charge": self._get("soc"), "capacity": self.p["capacity"],
                 "power_limit_per_hour": self.p["power"], "scheduled_this_hour": self._get("scheduled"),
                 "unit": "energy unit"}
 
+    @tool("observe", "Show the {site}'s cash balance from battery trading, in {currency}.")
     def tool_view_cash(self):
         return {"cash": self._cents() / 100, "currency": self.v["currency"]}
 
+    @tool("observe", "List the most recent charges and discharges with their prices.",
+          limit=integer(1, MAX_HORIZON, "how many trades to list"))
     def tool_view_trades(self, limit=10):
         rows = self.db.execute(f"SELECT trade_id, hour, kind, units, price, soc_after FROM {self.t['trades']} "
                                "ORDER BY trade_id DESC LIMIT ?", (limit,)).fetchall()
         keys = ("trade", "hour", "kind", "units", "price", "state_of_charge_after")
         return {"trades": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "Show the hour, the hour of day, the hours left and the current price regime.")
     def tool_view_clock(self):
         hour = self._get("hour")
         r = self.regimes[min(hour, self.p["horizon"] - 1)]
         return {"hour": hour, "hour_of_day": hour % 24, "hours_left": self.p["horizon"] - hour,
                 "regime": r, "regime_label": self.labels[r]}
 
+    @tool("observe", "Show the price regime and the price in {currency} of this hour or an earlier one.",
+          hour=integer(0, MAX_HORIZON - 1, "hour number, 0 for the first hour"))
     def tool_view_price(self, hour):
         now = self._get("hour")
         if hour > now or hour >= self.p["horizon"]:
@@ -494,6 +497,8 @@ class World:
                                           (hour,)).fetchone()
         return {"hour": hour, "regime": r, "regime_label": label, "price": price, "currency": self.v["currency"]}
 
+    @tool("observe", "List the regimes and prices of the hours already traded.",
+          last_hours=integer(1, MAX_HORIZON, "how many hours back"))
     def tool_view_price_history(self, last_hours=24):
         rows = self.db.execute(f"SELECT hour, regime, label, price FROM {self.t['prices']} WHERE hour < ? "
                                "ORDER BY hour DESC LIMIT ?", (self._get("hour"), last_hours)).fetchall()
@@ -501,6 +506,9 @@ class World:
         return {"past_hours": [dict(zip(keys, row)) for row in rows]}
 
     # -- decisions and the clock ------------------------------------------------------------
+    @tool("decision", "Schedule a charge this hour: buy energy from the grid at this hour's price (adds to this "
+          "hour's charge; settled when the hour ends).",
+          units=integer(1, MAX_CAPACITY, "energy units to charge this hour"))
     def tool_charge(self, units):
         self._live()
         scheduled, soc, p = self._get("scheduled"), self._get("soc"), self.p
@@ -514,6 +522,9 @@ class World:
         self._set("scheduled", scheduled + units)
         return {"scheduled_this_hour": scheduled + units, "state_of_charge": soc}
 
+    @tool("decision", "Schedule a discharge this hour: sell stored energy at this hour's price, less the efficiency "
+          "loss and wear (adds to this hour's discharge; settled when the hour ends).",
+          units=integer(1, MAX_CAPACITY, "energy units to discharge this hour"))
     def tool_discharge(self, units):
         self._live()
         scheduled, soc, p = self._get("scheduled"), self._get("soc"), self.p
@@ -526,6 +537,7 @@ class World:
         self._set("scheduled", scheduled - units)
         return {"scheduled_this_hour": scheduled - units, "state_of_charge": soc}
 
+    @tool("decision", "Cancel this hour's scheduled charge or discharge.")
     def tool_cancel_schedule(self):
         self._live()
         if self._get("scheduled") == 0:
@@ -533,6 +545,8 @@ class World:
         self._set("scheduled", 0)
         return {"scheduled_this_hour": 0}
 
+    @tool("clock", "Close the hour: settle the scheduled trade at this hour's price and move to the next hour (its "
+          "regime and price are shown).")
     def tool_end_hour(self):
         self._live()
         p, hour, k, soc = self.p, self._get("hour"), self._get("scheduled"), self._get("soc")
@@ -602,57 +616,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _units(what: str) -> dict:
-    return {"type": "object", "properties": {"units": {"type": "integer", "minimum": 1, "maximum": MAX_CAPACITY,
-                                                       "description": f"energy units to {what} this hour"}},
-            "required": ["units"], "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("get_tariff_sheet", "probe", "Read the {site}'s electricity tariff sheet: the exact base price in "
-             "{currency} per energy unit of every price regime and the add-on for each hour of day. Costs 2 turns.",
-             _NO_ARGS, reveals=("regime_prices", "hour_profile"), turn_cost=2),
-    ToolSpec("read_price_sticker", "probe", "Read the price sticker posted at the meter: an estimate (with noise, "
-             "fresh on every read) of each regime's base price in {currency}. Costs 1 turn.", _NO_ARGS, noisy=True),
-    ToolSpec("get_market_outlook", "probe", "Read the market outlook: the probability of each price regime next "
-             "hour, given this hour's regime.", _NO_ARGS, reveals=("transition_weights",)),
-    ToolSpec("get_battery_spec", "probe", "Read the battery's spec sheet: discharge efficiency, wear cost per unit "
-             "discharged and the buy-back price in {currency} per unit stored at the end.", _NO_ARGS,
-             reveals=("efficiency_pct", "cycling_cost", "terminal_value")),
-    ToolSpec("view_battery", "observe", "Show the battery's state of charge, capacity, power limit and this "
-             "hour's scheduled trade.", _NO_ARGS),
-    ToolSpec("view_cash", "observe", "Show the {site}'s cash balance from battery trading, in {currency}.", _NO_ARGS),
-    ToolSpec("view_trades", "observe", "List the most recent charges and discharges with their prices.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": MAX_HORIZON,
-                                                         "description": "how many trades to list"}},
-              "additionalProperties": False}),
-    ToolSpec("view_clock", "observe", "Show the hour, the hour of day, the hours left and the current price "
-             "regime.", _NO_ARGS),
-    ToolSpec("view_price", "observe", "Show the price regime and the price in {currency} of this hour or an "
-             "earlier one.",
-             {"type": "object", "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": MAX_HORIZON - 1,
-                                                        "description": "hour number, 0 for the first hour"}},
-              "required": ["hour"], "additionalProperties": False}),
-    ToolSpec("view_price_history", "observe", "List the regimes and prices of the hours already traded.",
-             {"type": "object", "properties": {"last_hours": {"type": "integer", "minimum": 1, "maximum": MAX_HORIZON,
-                                                              "description": "how many hours back"}},
-              "additionalProperties": False}),
-    ToolSpec("charge", "decision", "Schedule a charge this hour: buy energy from the grid at this hour's price "
-             "(adds to this hour's charge; settled when the hour ends).", _units("charge")),
-    ToolSpec("discharge", "decision", "Schedule a discharge this hour: sell stored energy at this hour's price, "
-             "less the efficiency loss and wear (adds to this hour's discharge; settled when the hour ends).",
-             _units("discharge")),
-    ToolSpec("cancel_schedule", "decision", "Cancel this hour's scheduled charge or discharge.", _NO_ARGS),
-    ToolSpec("end_hour", "clock", "Close the hour: settle the scheduled trade at this hour's price and move to the "
-             "next hour (its regime and price are shown).", _NO_ARGS),
-)
-
 register(Family(
     name="energy_storage",
-    version="1",
+    version="2",
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",
@@ -667,7 +633,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = buy-back of the initial charge: below −1 never
