@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
-import types
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import registry
 from vhd.mechanisms import pandora as pan
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import draw
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.pipeline import check_models
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("pandora")
-PASSAGES = builtin_passages()
 TOL = 1e-9
 
 
@@ -366,24 +360,6 @@ def test_params_edges_and_family_translates_errors():
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_pandora_%d" % k)
-        exec(compile(out.module, "<generated pandora %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
-
-
-def make_env(k, theta, presentation="I", budget=None, seed=0):
-    _, module = generated(k)
-    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
-
-
 def certain(theta):
     """The same boxes with one sure prize each (the top value): realized = expected utility."""
     return dict(theta, prize_values=[[row[-1]] for row in theta["prize_values"]],
@@ -391,17 +367,16 @@ def certain(theta):
 
 
 @pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_every_passage_renders_and_replays_every_plan(k):
-    out, _ = generated(k)
-    names = [out.tool_name(t.name) for t in FAM.tools]
-    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
-    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+def test_the_module_takes_one_turn_a_call_and_reproduces_evaluate_on_certain_prizes(k):
+    """Beyond the generic replay (tests/test_contract.py): every call of a plan costs one turn, and
+    with one sure prize per box the module's utility is `evaluate`'s exactly."""
+    out, _ = generated(FAM, k)
     theta = SIM[k % len(SIM)]
     rng = np.random.default_rng(k)
     for which in (theta, certain(theta)):
         for name, plan in _plans(which, rng).items():
             for presentation, seed in (("I", k), ("A", 1000 + k)):
-                env = make_env(k, which, presentation, seed=seed)
+                env = env_of(FAM, k, which, presentation, seed=seed)
                 episode = FAM.simulate(which, plan, seed)
                 for call in episode.calls:
                     assert not env.done
@@ -419,8 +394,8 @@ def test_best_box_names_the_best_opened_box_whether_or_not_it_beats_the_fallback
     """A prize equal to the fallback (a tie) needs no rule: best_prize is the higher value, best_box
     the opened box with the highest prize (the first opened on ties)."""
     theta = make(10, 3, [(1, [(10, 1)]), (1, [(4, 1)]), (1, [(20, 1)]), (1, [(10, 1)])])
-    out, _ = generated(0)
-    env = make_env(0, theta)
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, None)
     call("open_box", box=1)  # 4 < fallback 10
@@ -434,8 +409,8 @@ def test_best_box_names_the_best_opened_box_whether_or_not_it_beats_the_fallback
 
 def test_probes_and_observations_report_theta_and_state():
     theta = SIM[0]
-    out, _ = generated(0)
-    env = make_env(0, theta, "A", seed=3)
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta, "A", seed=3)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     box = call("inspect_box", box=2)
     assert box["fee"] == theta["costs"][2] and box["prizes"] == theta["prize_values"][2]
@@ -463,8 +438,8 @@ def test_probes_and_observations_report_theta_and_state():
 
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make(0, 2, [(3, [(10, 1), (20, 1)]), (2, [(5, 1)]), (4, [(0, 1), (40, 1)])])
-    out, _ = generated(1)
-    env = make_env(1, theta, "I")
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "I")
     tools = {t.name for t in FAM.tools}
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in tools else tool, args)
     assert call("open_box", {"box": 0})["ok"]
@@ -500,8 +475,8 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
 
 def test_running_out_of_turns_keeps_the_best_prize_so_far():
     theta = SIM[1]
-    out, _ = generated(2)
-    env = make_env(2, theta, "I", budget=3, seed=8)
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, "I", seed=8, budget=3)
     prizes = pan.World.draw(theta, 8)
     assert env.call(out.tool_name("open_box"), {"box": 4})["ok"]
     assert env.call(out.tool_name("view_best"), {})["ok"]
@@ -518,10 +493,10 @@ def test_presentation_a_hides_the_numbers_that_i_states():
                  prize_values=[[v + 500 for v in row] for row in theta["prize_values"]],
                  prize_weights=[[w + 1 for w in row] for row in theta["prize_weights"]])
     for k in range(len(PASSAGES)):
-        out, _ = generated(k)
-        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
-        assert make_env(k, other, "A").instruction == a_text
-        assert make_env(k, other, "I").instruction != i_text
+        out, _ = generated(FAM, k)
+        i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
+        assert env_of(FAM, k, other, "A").instruction == a_text
+        assert env_of(FAM, k, other, "I").instruction != i_text
         for i, fee in enumerate(theta["costs"]):
             assert "box %d: fee %d;" % (i, fee) in i_text and "fee %d" % fee not in a_text
             for v in theta["prize_values"][i]:
@@ -536,55 +511,34 @@ def test_presentation_a_hides_the_numbers_that_i_states():
 # Through the real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=4, passages=PASSAGES)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def _failed(verdicts):
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def test_the_gates_admit_the_family_in_both_presentations(gated):
-    _, _, verdicts = gated
-    assert len(verdicts) == 12
+def test_the_gates_admit_five_of_six_models_in_each_presentation():
+    """Stricter than the generic admission test (three of six): the sampled fees rarely put the
+    fee-blind default outside its band."""
     for presentation in ("I", "A"):
-        mine = [v for v in verdicts if v.candidate.presentation == presentation]
+        mine = [v for v in gated(FAM).verdicts if v.candidate.presentation == presentation]
         assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
-    for v in verdicts:  # a rejection may only come from the model's own default band
-        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
-        assert v.instruction and len(v.tools) == len(FAM.tools)
 
 
-def _mutated(gated, k, old, new):
-    outputs, candidates, _ = gated
-    output = outputs[k]
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    return check_batch(FAM, wrong, mine)
-
-
-def test_doubled_fees_in_the_world_are_rejected(gated):
-    verdicts = _mutated(gated, 0, "return self._best()[0] - self._paid()", "return self._best()[0] - 2 * self._paid()")
+def test_doubled_fees_in_the_world_are_rejected():
+    verdicts = mutant_verdicts(FAM, gated(FAM), "return self._best()[0] - self._paid()",
+                               "return self._best()[0] - 2 * self._paid()")
     assert not any(v.admitted for v in verdicts)
-    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_world_that_books_each_fee_one_unit_short_is_rejected(gated):
+def test_a_world_that_books_each_fee_one_unit_short_is_rejected():
     # π* opens at least one box on every admitted model (u* > u_idle), so its replay is off by one
     old = """VALUES (?, 'fee', ?)" % self.t["ledger"], (used, -fee))"""
-    verdicts = _mutated(gated, -1, old, old.replace("-fee", "-fee + 1"))
+    verdicts = mutant_verdicts(FAM, gated(FAM), old, old.replace("-fee", "-fee + 1"), which=-1)
     assert not any(v.admitted for v in verdicts)
-    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_world_with_a_different_draw_is_rejected(gated):
-    verdicts = _mutated(gated, 1, "ticket, k = rng.randrange(sum(weights)), 0",
-                        "ticket, k = rng.randrange(sum(weights)) // 2, 0")
+def test_a_world_with_a_different_draw_is_rejected():
+    verdicts = mutant_verdicts(FAM, gated(FAM), "ticket, k = rng.randrange(sum(weights)), 0",
+                               "ticket, k = rng.randrange(sum(weights)) // 2, 0", which=1)
     assert not any(v.admitted for v in verdicts)
-    assert {"replay_agreement", "dynamics_agreement"} & _failed(verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} & failed(verdicts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,11 +546,10 @@ def test_a_world_with_a_different_draw_is_rejected(gated):
 
 
 @pytest.mark.parametrize("key,change", [
-    pytest.param("n_boxes", lambda t: t["n_boxes"] + 0.5, id="n_boxes-fraction"),  # before: a raw TypeError
-    pytest.param("costs", lambda t: bumped(t["costs"], (0,), 0.5), id="costs-fraction"),  # before: solved
-    # before: solved
+    pytest.param("n_boxes", lambda t: t["n_boxes"] + 0.5, id="n_boxes-fraction"),
+    pytest.param("costs", lambda t: bumped(t["costs"], (0,), 0.5), id="costs-fraction"),
     pytest.param("prize_weights", lambda t: bumped(t["prize_weights"], (0, 0), 0.5), id="prize_weights-fraction"),
-    pytest.param("n_boxes", lambda t: 8, id="n_boxes-size"),  # before: no size guard
+    pytest.param("n_boxes", lambda t: 8, id="n_boxes-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

@@ -51,7 +51,7 @@ from fractions import Fraction
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -364,23 +364,19 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The sealed-lot auction room: boxes, prize tables, openings, a fee ledger and a state table."""
 
     PARAMS = ("n_boxes", "max_open", "fallback", "costs", "prize_values", "prize_weights")
+    STATE = (("stopped", 0), ("fallback", 0))  # the fallback is θ's, set in __init__
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n = params["n_boxes"]
         if len(params["costs"]) != n or len(params["prize_values"]) != n or len(params["prize_weights"]) != n \
                 or any(len(v) != len(w) for v, w in zip(params["prize_values"], params["prize_weights"])):
             raise ValueError("costs, prize_values and prize_weights do not match n_boxes=%r" % (n,))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self._set("fallback", params["fallback"])
         self.prizes = World.draw(params, episode_seed)  # immutable: the hidden contents of the boxes
         t = self.t
         db.execute("CREATE TABLE %s (box_id INTEGER PRIMARY KEY, label TEXT, fee INTEGER, opened INTEGER)"
@@ -391,14 +387,11 @@ class World:
                    "prize INTEGER, fee INTEGER)" % (t["openings"], t["boxes"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, step INTEGER, kind TEXT, amount INTEGER)"
                    % t["ledger"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["boxes"],
                        [(i, "%s-B%d" % (self.v["sku"], i), params["costs"][i]) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["prizes"],
                        [(i, k, v, w) for i in range(n)
                         for k, (v, w) in enumerate(zip(params["prize_values"][i], params["prize_weights"][i]))])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("stopped", 0), ("fallback", params["fallback"])])
 
     @staticmethod
     def draw(params, episode_seed):
@@ -414,12 +407,6 @@ class World:
         return prizes
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _box(self, box):
         n = self.p["n_boxes"]
         if not 0 <= box < n:
@@ -470,6 +457,9 @@ class World:
         return {"prizes": [v for v, _ in rows], "weights": [w for _, w in rows],
                 "probabilities": [w / float(total) for _, w in rows]}
 
+    @tool("probe", "Inspect one sealed lot of {item} from the {supplier}: its opening fee in {currency} and its "
+          "prize table (possible prizes and their weights).", reveals=HIDDEN,
+          box=integer(0, MAX_BOXES - 1, "number of the box to inspect (0-based)"))
     def tool_inspect_box(self, box):
         box = self._box(box)
         fee = self.db.execute("SELECT fee FROM %s WHERE box_id = ?" % self.t["boxes"], (box,)).fetchone()[0]
@@ -477,14 +467,20 @@ class World:
         out.update(self._distribution(box))
         return out
 
+    @tool("probe", "Read the {supplier}'s fee schedule: the opening fee of every box, in {currency}.",
+          reveals=("costs",))
     def tool_read_fee_schedule(self):
         rows = self.db.execute("SELECT box_id, fee FROM %s ORDER BY box_id" % self.t["boxes"]).fetchall()
         return {"fees": [{"box": i, "fee": fee} for i, fee in rows], "currency": self.v["currency"]}
 
+    @tool("probe", "Read the prize catalog: every box's possible prizes in {currency} and their weights.",
+          reveals=("prize_values", "prize_weights"))
     def tool_read_prize_catalog(self):
         return {"boxes": [dict(box=i, **self._distribution(i)) for i in range(self.p["n_boxes"])],
                 "currency": self.v["currency"]}
 
+    @tool("observe", "List the boxes at the {site} with their labels, whether each is open and the prize found "
+          "in it.")
     def tool_list_boxes(self):
         rows = self.db.execute("SELECT b.box_id, b.label, b.opened, o.prize FROM %s b LEFT JOIN %s o "
                                "ON o.box_id = b.box_id ORDER BY b.box_id"
@@ -492,29 +488,39 @@ class World:
         return {"boxes": [{"box": i, "label": label, "opened": bool(opened), "prize": prize}
                           for i, label, opened, prize in rows]}
 
+    @tool("observe", "Show the prize you would keep now (the best prize found or the fallback prize, whichever is "
+          "higher) in {currency}, and the opened box with the highest prize.")
     def tool_view_best(self):
         best, box = self._best()
         return {"best_prize": best, "best_box": box, "fallback": self._get("fallback"),
                 "currency": self.v["currency"]}
 
+    @tool("observe", "Show the total opening fees paid so far, in {currency}.")
     def tool_view_fees_paid(self):
         return {"fees_paid": self._paid(), "currency": self.v["currency"]}
 
+    @tool("observe", "Show how many boxes have been opened and how many may still be opened.")
     def tool_view_openings(self):
         used = self._opened_count()
         return {"opened": used, "max_open": self.p["max_open"], "left": self.p["max_open"] - used,
                 "boxes": self.p["n_boxes"]}
 
+    @tool("observe", "Show the net result if you stopped now: best prize minus fees paid.")
     def tool_view_net(self):
         best, _ = self._best()
         return {"best_prize": best, "fees_paid": self._paid(), "net_if_stopped_now": best - self._paid(),
                 "currency": self.v["currency"]}
 
+    @tool("observe", "List the most recent openings: box, prize found and fee paid.",
+          limit=integer(1, 50, "how many openings to list"))
     def tool_view_log(self, limit=10):
         rows = self.db.execute("SELECT step, box_id, prize, fee FROM %s ORDER BY step DESC LIMIT ?"
                                % self.t["openings"], (limit,)).fetchall()
         return {"openings": [{"step": s, "box": b, "prize": prize, "fee": fee} for s, b, prize, fee in rows]}
 
+    @tool("decision", "Open one sealed box: pay its fee in {currency} and see the prize inside (refused if it is "
+          "already open or the opening cap is reached).",
+          box=integer(0, MAX_BOXES - 1, "number of the box to open (0-based)"))
     def tool_open_box(self, box):
         box = self._box(box)
         opened, fee = self.db.execute("SELECT opened, fee FROM %s WHERE box_id = ?" % self.t["boxes"],
@@ -533,6 +539,8 @@ class World:
         return {"box": box, "prize": prize, "fee": fee, "best_prize": best, "fees_paid": self._paid(),
                 "openings_left": self.p["max_open"] - used - 1, "currency": self.v["currency"]}
 
+    @tool("clock", "Stop searching and keep the best prize found (or the fallback): the episode ends and the "
+          "score is that prize minus all fees paid.")
     def tool_stop_and_take(self):
         best, box = self._stop("prize taken")
         return {"prize_taken": best, "best_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
@@ -568,47 +576,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _box_schema(what):
-    return {"type": "object",
-            "properties": {"box": {"type": "integer", "minimum": 0, "maximum": MAX_BOXES - 1,
-                                   "description": "number of the box %s (0-based)" % what}},
-            "required": ["box"], "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("inspect_box", "probe", "Inspect one sealed lot of {item} from the {supplier}: its opening fee in "
-             "{currency} and its prize table (possible prizes and their weights).", _box_schema("to inspect"),
-             reveals=HIDDEN),
-    ToolSpec("read_fee_schedule", "probe", "Read the {supplier}'s fee schedule: the opening fee of every box, "
-             "in {currency}.", _NO_ARGS, reveals=("costs",)),
-    ToolSpec("read_prize_catalog", "probe", "Read the prize catalog: every box's possible prizes in {currency} "
-             "and their weights.", _NO_ARGS, reveals=("prize_values", "prize_weights")),
-    ToolSpec("list_boxes", "observe", "List the boxes at the {site} with their labels, whether each is open and "
-             "the prize found in it.", _NO_ARGS),
-    ToolSpec("view_best", "observe", "Show the prize you would keep now (the best prize found or the fallback "
-             "prize, whichever is higher) in {currency}, and the opened box with the highest prize.",
-             _NO_ARGS),
-    ToolSpec("view_fees_paid", "observe", "Show the total opening fees paid so far, in {currency}.", _NO_ARGS),
-    ToolSpec("view_openings", "observe", "Show how many boxes have been opened and how many may still be opened.",
-             _NO_ARGS),
-    ToolSpec("view_net", "observe", "Show the net result if you stopped now: best prize minus fees paid.",
-             _NO_ARGS),
-    ToolSpec("view_log", "observe", "List the most recent openings: box, prize found and fee paid.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 50,
-                                                         "description": "how many openings to list"}},
-              "additionalProperties": False}),
-    ToolSpec("open_box", "decision", "Open one sealed box: pay its fee in {currency} and see the prize inside "
-             "(refused if it is already open or the opening cap is reached).", _box_schema("to open")),
-    ToolSpec("stop_and_take", "clock", "Stop searching and keep the best prize found (or the fallback): the "
-             "episode ends and the score is that prize minus all fees paid.", _NO_ARGS),
-)
-
 register(Family(
     name="pandora",
-    version="2",  # 2: the sampled cap binds (max_open < n_boxes); best_box names the best opened box, ties or not
+    version="3",
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
@@ -623,7 +593,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
