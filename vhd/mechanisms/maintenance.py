@@ -61,7 +61,7 @@ from functools import reduce
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -320,28 +320,23 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The workshop's relational world: machine register, work log, ledger, inspections, state."""
 
     PARAMS = ("horizon", "n_conditions", "initial_condition", "revenue", "wear_weights", "maintenance_cost",
               "repair_steps", "replacement_cost", "downtime_penalty", "salvage")
+    STATE = (("day", 0), ("condition", 0), ("work", 0), ("inspections", 0))  # condition: set to initial_condition
     NOISE_SD = 0.08
     WORK = ("none", "maintenance", "replacement")
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n = params["n_conditions"]
         rows = params["wear_weights"]
         if (n < 2 or len(params["revenue"]) != n - 1 or len(params["salvage"]) != n or len(rows) != n - 1
                 or any(len(row) != n or sum(row) <= 0 for row in rows)
                 or not 0 <= params["initial_condition"] < n):
             raise ValueError("n_conditions = %r does not fit revenue, salvage, wear_weights or initial_condition" % n)
-        self.db, self.p, self.skin, self.seed = db, params, skin, episode_seed
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         self.draws = World.tickets(params, episode_seed)
         t = self.t
         db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY, serial TEXT, installed_day INTEGER, "
@@ -352,9 +347,7 @@ class World:
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, day INTEGER, kind TEXT, amount INTEGER)"
                    % t["ledger"])
         db.execute("CREATE TABLE %s (inspection_id INTEGER PRIMARY KEY, day INTEGER, report TEXT)" % t["inspections"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("day", 0), ("condition", params["initial_condition"]), ("work", 0), ("inspections", 0)])
+        self._set("condition", params["initial_condition"])
         self._install(0)
 
     @staticmethod
@@ -375,12 +368,6 @@ class World:
         return len(row) - 1
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _book(self, day, kind, amount):
         if amount:
             self.db.execute("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"],
@@ -418,6 +405,9 @@ class World:
             self.tool_end_day()
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s maintenance cost sheet in {currency}: maintenance fee and how many condition "
+          "states it restores, replacement cost, downtime penalty per failed day and the salvage value by final "
+          "condition.", reveals=COST_FIELDS)
     def tool_get_cost_sheet(self):
         p = self.p
         return {"maintenance_cost": p["maintenance_cost"], "repair_steps": p["repair_steps"],
@@ -426,14 +416,19 @@ class World:
                 "note": "maintenance moves the condition back by repair_steps states (not below 0); salvage is "
                         "paid for the machine's condition after the last day"}
 
+    @tool("probe", "Read the revenue in {currency} that a day of running earns in each working condition of the "
+          "machine.", reveals=("revenue",))
     def tool_get_revenue_table(self):
         return {"revenue_by_condition": list(self.p["revenue"]), "currency": self.v["currency"],
                 "failed_condition": self.p["n_conditions"] - 1,
                 "note": "earned on a day the machine runs in that working condition; a failed machine earns nothing"}
 
+    @tool("probe", "Have the machine inspected: a quick, noisy estimate (standard error 0.08, fresh noise on every "
+          "call) of the daily probability that running it in each working condition moves it to another condition. "
+          "An estimate only; the reliability report is exact.", reveals=("wear_weights",), noisy=True)
     def tool_inspect_machine(self):
         count = self._get("inspections") + 1
-        noise = random.Random(self.seed * 7919 + count)  # its own stream: the tickets are untouched
+        noise = random.Random(self.episode_seed * 7919 + count)  # its own stream: the tickets are untouched
         estimates = []
         for row in self.p["wear_weights"]:
             exact = 1.0 - row[len(estimates)] / float(sum(row))
@@ -445,6 +440,8 @@ class World:
                 "standard_error": self.NOISE_SD,
                 "note": "an estimate: each inspection draws fresh independent noise; the reliability report is exact"}
 
+    @tool("probe", "Read the engineering reliability report: the exact probability of each next condition after a "
+          "day of running, from every working condition. Costs 2 turns.", reveals=("wear_weights",), turn_cost=2)
     def tool_get_reliability_report(self):
         rows = self.p["wear_weights"]
         return {"wear_probabilities": [{"from_condition": c, "to_condition_probabilities":
@@ -453,6 +450,8 @@ class World:
                                                                  for c, row in enumerate(rows)],
                 "failed_condition": self.p["n_conditions"] - 1}
 
+    @tool("observe", "Show the installed machine: serial, install day, condition, whether it has failed and the work "
+          "scheduled today.")
     def tool_view_machine(self):
         _, serial, installed = self._machine()
         condition = self._get("condition")
@@ -460,9 +459,12 @@ class World:
                 "failed": condition == self.p["n_conditions"] - 1, "n_conditions": self.p["n_conditions"],
                 "work_scheduled_today": self.WORK[self._get("work")]}
 
+    @tool("observe", "Show the cash balance of the {site} in {currency}.")
     def tool_view_cash(self):
         return {"cash": self._cash(), "currency": self.v["currency"]}
 
+    @tool("observe", "List recent closed days: work done, condition before and after, revenue.",
+          last_days=integer(1, 1000, "how many days back"))
     def tool_view_work_log(self, last_days=7):
         rows = self.db.execute("SELECT w.day, m.serial, w.work, w.condition_before, w.condition_after, w.revenue "
                                "FROM %s w JOIN %s m ON m.machine_id = w.machine_id ORDER BY w.day DESC LIMIT ?"
@@ -470,10 +472,13 @@ class World:
         keys = ("day", "serial", "work", "condition_before", "condition_after", "revenue")
         return {"days": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "Show today's day number and the days left.")
     def tool_view_calendar(self):
         day = self._get("day")
         return {"day": day, "days_left": self.p["horizon"] - day, "horizon": self.p["horizon"]}
 
+    @tool("decision", "Schedule preventive maintenance for today (not on a failed machine): the fee is paid and the "
+          "condition restored when the day ends; no revenue today.")
     def tool_schedule_maintenance(self):
         self._open()
         if self._get("work"):
@@ -484,6 +489,8 @@ class World:
         self._set("work", 1)
         return {"work_scheduled_today": "maintenance"}
 
+    @tool("decision", "Schedule a replacement for today: the new machine is installed when the day ends (condition 0 "
+          "tomorrow) for the replacement cost; no revenue today.")
     def tool_replace_machine(self):
         self._open()
         if self._get("work"):
@@ -491,12 +498,15 @@ class World:
         self._set("work", 2)
         return {"work_scheduled_today": "replacement"}
 
+    @tool("decision", "Cancel the work scheduled for today (the machine then runs).")
     def tool_cancel_work(self):
         if not self._get("work"):
             raise AgentError("no work is scheduled today")
         self._set("work", 0)
         return {"work_scheduled_today": "none"}
 
+    @tool("clock", "Close the day: do the scheduled work, or run the machine (earn, then wear) or, if it has failed, "
+          "book the downtime penalty; move to the next day.")
     def tool_end_day(self):
         p, day, work = self.p, self._get("day"), self._get("work")
         before = self._get("condition")
@@ -578,41 +588,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-TOOLS = (
-    ToolSpec("get_cost_sheet", "probe", "Read the {site}'s maintenance cost sheet in {currency}: maintenance fee and "
-             "how many condition states it restores, replacement cost, downtime penalty per failed day and the "
-             "salvage value by final condition.", _NO_ARGS, reveals=COST_FIELDS),
-    ToolSpec("get_revenue_table", "probe", "Read the revenue in {currency} that a day of running earns in each "
-             "working condition of the machine.", _NO_ARGS, reveals=("revenue",)),
-    ToolSpec("inspect_machine", "probe", "Have the machine inspected: a quick, noisy estimate (standard error "
-             "0.08, fresh noise on every call) of the daily probability that running it in each working "
-             "condition moves it to another condition. An estimate only; the reliability report is exact.",
-             _NO_ARGS, reveals=("wear_weights",), noisy=True),
-    ToolSpec("get_reliability_report", "probe", "Read the engineering reliability report: the exact probability "
-             "of each next condition after a day of running, from every working condition. Costs 2 turns.",
-             _NO_ARGS, reveals=("wear_weights",), turn_cost=2),
-    ToolSpec("view_machine", "observe", "Show the installed machine: serial, install day, condition, whether it "
-             "has failed and the work scheduled today.", _NO_ARGS),
-    ToolSpec("view_cash", "observe", "Show the cash balance of the {site} in {currency}.", _NO_ARGS),
-    ToolSpec("view_work_log", "observe", "List recent closed days: work done, condition before and after, revenue.",
-             {"type": "object", "properties": {"last_days": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                                             "description": "how many days back"}},
-              "additionalProperties": False}),
-    ToolSpec("view_calendar", "observe", "Show today's day number and the days left.", _NO_ARGS),
-    ToolSpec("schedule_maintenance", "decision", "Schedule preventive maintenance for today (not on a failed "
-             "machine): the fee is paid and the condition restored when the day ends; no revenue today.", _NO_ARGS),
-    ToolSpec("replace_machine", "decision", "Schedule a replacement for today: the new machine is installed when "
-             "the day ends (condition 0 tomorrow) for the replacement cost; no revenue today.", _NO_ARGS),
-    ToolSpec("cancel_work", "decision", "Cancel the work scheduled for today (the machine then runs).", _NO_ARGS),
-    ToolSpec("end_day", "clock", "Close the day: do the scheduled work, or run the machine (earn, then wear) or, "
-             "if it has failed, book the downtime penalty; move to the next day.", _NO_ARGS),
-)
-
 register(Family(
     name="maintenance",
-    version="1",
+    version="2",
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",
@@ -626,7 +604,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
