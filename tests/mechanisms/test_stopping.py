@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import types
 from fractions import Fraction
 
 import numpy as np
@@ -21,14 +20,10 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.mechanisms import stopping as st
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.pipeline import check_models
+import family_kit as kit
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("stopping")
-PASSAGES = builtin_passages()
 TOL = 1e-9
 
 
@@ -164,40 +159,15 @@ def test_sample_determinism_bounds_and_params():
             FAM.params(bad)
 
 
-# --- the rendered module ---------------------------------------------------------------------
-
-_MOD = {}
-
-
-def generated(k):
-    if k not in _MOD:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("gen_stop_%d" % k)
-        exec(compile(out.module, "<stop %d>" % k, "exec"), module.__dict__)
-        _MOD[k] = (out, module)
-    return _MOD[k]
+# --- the rendered module and the real gates (the generic ones are in tests/test_contract.py) ---
 
 
 def env_of(k, theta, presentation="I", seed=0):
-    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                                   "turn_budget": FAM.turn_budget(theta)})
-
-
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_module_replays_every_plan(k):
-    out, _ = generated(k)
-    theta = SIM[k % len(SIM)]
-    rng = np.random.default_rng(k)
-    for policy in (FAM.solve(theta).policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
-        for seed in (k, 100 + k):
-            env = env_of(k, theta, "A", seed)
-            for call in FAM.simulate(theta, policy, seed).calls:
-                assert env.call(out.tool_name(call["tool"]), call["arguments"])["ok"]
-            assert env.done and env.outcome()["utility"] == FAM.simulate(theta, policy, seed).utility
+    return kit.env_of(FAM, k, theta, presentation, seed)
 
 
 def test_invalid_calls_leave_state_unchanged_and_hiding():
-    out, _ = generated(0)
+    out, _ = kit.generated(FAM, 0)
     theta = SIM[0]
     env = env_of(0, theta)
     name = out.tool_name
@@ -217,35 +187,14 @@ def test_invalid_calls_leave_state_unchanged_and_hiding():
     assert env_of(0, other, "A").instruction == a and env_of(0, other, "I").instruction != i
 
 
-# --- the real gates --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=0, passages=PASSAGES)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def test_gates_admit_most_models(gated):
-    _, _, verdicts = gated
-    for presentation in ("I", "A"):
-        mine = [v for v in verdicts if v.candidate.presentation == presentation]
-        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
-    for v in verdicts:
-        assert v.admitted or {g.name for g in v.gates if not g.passed} == {"default_band"}, v.reason
-
-
-def test_a_scaled_fee_is_rejected(gated):
-    outputs, candidates, _ = gated
-    old = 'fee = self.p["waiting_cost"] * day'
+def test_a_scaled_fee_is_rejected():
+    run = kit.gated(FAM)
     rejected = []
-    for output in outputs:
-        assert output.module.count(old) == 1
-        wrong = output.model_copy(update={"module": output.module.replace(old, 'fee = 2 * self.p["waiting_cost"] * day + 1')})
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        for v in check_batch(FAM, wrong, mine):
-            failed = {g.name for g in v.gates if not g.passed}
-            rejected.append(bool(failed & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}))
+    for which in range(len(run.outputs)):
+        verdicts = kit.mutant_verdicts(FAM, run, 'fee = self.p["waiting_cost"] * day',
+                                       'fee = 2 * self.p["waiting_cost"] * day + 1', which)
+        rejected += [bool(kit.failed([v]) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"})
+                     for v in verdicts]
     assert sum(rejected) >= len(rejected) - 2
 
 
