@@ -17,24 +17,19 @@ import itertools
 import json
 import math
 import random
-import types
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import dynamic_pricing as dp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.setters.template import render_module
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("dynamic_pricing")
-PASSAGES = builtin_passages()
 TOL = 1e-9
 
 
@@ -339,46 +334,15 @@ def test_solve_at_the_top_of_the_knob_ranges():
 
 
 # ---------------------------------------------------------------------------------------------
-# The rendered module.
-
-_MOD = {}
-
-
-def generated(k):
-    if k not in _MOD:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType(f"gen_pricing_{k}")
-        exec(compile(out.module, f"<pricing {k}>", "exec"), module.__dict__)  # noqa: S102  (the setter's own output)
-        _MOD[k] = (out, module)
-    return _MOD[k]
-
-
-def env_of(k, theta, presentation="I", seed=0, budget=None):
-    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                                   "turn_budget": budget or FAM.turn_budget(theta)})
-
-
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_module_replays_every_plan(k):
-    out, _ = generated(k)
-    theta = SIM[k % len(SIM)]
-    rng = np.random.default_rng(k)
-    for policy in (FAM.solve(theta).policy, FAM.default_policy(theta), FAM.idle_policy(theta),
-                   FAM.random_policy(theta, rng)):
-        for seed in (k, 100 + k):
-            env = env_of(k, theta, "A", seed)
-            episode = FAM.simulate(theta, policy, seed)
-            for call in episode.calls:
-                assert env.call(out.tool_name(call["tool"]), call["arguments"])["ok"]
-            assert env.done and env.outcome()["utility"] == episode.utility
+# The rendered module (its replay of every reference plan: tests/test_contract.py).
 
 
 def test_probes_and_looks_change_nothing_and_the_survey_is_a_seeded_estimate():
-    out, _ = generated(2)
+    out, _ = generated(FAM, 2)
     name = out.tool_name
     theta = SIM[1]
     episode = FAM.simulate(theta, FAM.solve(theta).policy, 4)
-    env = env_of(2, theta, "A", 4, budget=1000)  # the budget changes no dynamics; looks must not run it out
+    env = env_of(FAM, 2, theta, "A", 4, budget=1000)  # the budget changes no dynamics; looks must not run it out
     turns = env.call(name("view_calendar"), {})["turns_left"]
     assert env.call(name("run_market_survey"), {})["turns_left"] == turns - 1
     assert env.call(name("get_demand_study"), {})["turns_left"] == turns - 3
@@ -392,14 +356,14 @@ def test_probes_and_looks_change_nothing_and_the_survey_is_a_seeded_estimate():
         assert env.call(name(call["tool"]), call["arguments"])["ok"]
     assert env.done and env.outcome()["utility"] == episode.utility
 
-    study = env_of(2, theta, "A", 4).call(name("get_demand_study"), {})["purchase_rates"]
+    study = env_of(FAM, 2, theta, "A", 4).call(name("get_demand_study"), {})["purchase_rates"]
     assert [r["sale_probability_first_period"] for r in study] == [x / 1000 for x in theta["buy_early"]]
     assert [r["sale_probability_last_period"] for r in study] == [x / 1000 for x in theta["buy_late"]]
-    assert env_of(2, theta, "A", 4).call(name("get_buyback_terms"), {})["salvage_value_per_unit"] == \
+    assert env_of(FAM, 2, theta, "A", 4).call(name("get_buyback_terms"), {})["salvage_value_per_unit"] == \
         theta["salvage_value"]
 
     def surveys(seed, count):
-        e = env_of(2, theta, "A", seed)
+        e = env_of(FAM, 2, theta, "A", seed)
         return [e.call(name("run_market_survey"), {})["estimates"] for _ in range(count)]
 
     first = surveys(4, 30)
@@ -414,10 +378,10 @@ def test_probes_and_looks_change_nothing_and_the_survey_is_a_seeded_estimate():
 
 
 def test_invalid_calls_leave_state_unchanged_and_running_out_salvages():
-    out, _ = generated(0)
+    out, _ = generated(FAM, 0)
     name = out.tool_name
     theta = SIM[0]
-    env = env_of(0, theta)
+    env = env_of(FAM, 0, theta)
     assert env.call(name("set_price"), {"level": 1})["posted_price"] == theta["prices"][1]
     top = len(theta["prices"])
     for tool, args in (("set_price", {"level": top}), ("set_price", {"level": -1}), ("set_price", {}),
@@ -430,7 +394,7 @@ def test_invalid_calls_leave_state_unchanged_and_running_out_salvages():
     assert env.call(name("close_sales"), {})["ok"] is False and env.state_digest() == before
 
     tickets = tickets_of(theta, 0)
-    env = env_of(0, theta, "I", 0, budget=3)
+    env = env_of(FAM, 0, theta, "I", 0, budget=3)
     assert env.call(name("set_price"), {"level": 0})["ok"]
     assert env.call(name("end_period"), {})["ok"]
     assert not env.done
@@ -442,17 +406,17 @@ def test_invalid_calls_leave_state_unchanged_and_running_out_salvages():
 
 
 def test_presentations_hide_exactly_the_hidden_parameters():
-    out, _ = generated(3)
+    out, _ = generated(FAM, 3)
     theta = SIM[2]
-    a = env_of(3, theta, "A").instruction
-    i = env_of(3, theta, "I").instruction
+    a = env_of(FAM, 3, theta, "A").instruction
+    i = env_of(FAM, 3, theta, "I").instruction
     assert f"Salvage price: {theta['salvage_value']}" in i and "Salvage price:" not in a
     assert f"first {theta['buy_early'][0] / 1000:.3f}" in i and "first 0." not in a
     assert out.tool_name("get_demand_study") in a and out.tool_name("run_market_survey") in a
     assert all(f"level {k} = {p}" in a for k, p in enumerate(theta["prices"]))
     other = dict(theta, buy_early=[x + 1 for x in theta["buy_early"]], buy_late=[x + 1 for x in theta["buy_late"]],
                  salvage_value=theta["salvage_value"] + 1)
-    assert env_of(3, other, "A").instruction == a and env_of(3, other, "I").instruction != i
+    assert env_of(FAM, 3, other, "A").instruction == a and env_of(FAM, 3, other, "I").instruction != i
     assert FAM.tool("run_market_survey").noisy and FAM.tool("run_market_survey").turn_cost == 1
     assert FAM.tool("get_demand_study").turn_cost == 2 and not FAM.tool("get_demand_study").noisy
     assert "ESTIMATE" in FAM.tool("run_market_survey").description
@@ -463,37 +427,26 @@ def test_presentations_hide_exactly_the_hidden_parameters():
 # The real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=0, passages=PASSAGES)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def test_gates_admit_most_models(gated):
-    _, _, verdicts = gated
-    assert len(verdicts) == 12
+def test_gates_admit_most_models_and_the_leak_check_runs():
+    """Stricter than the generic admission test (three of six): five of six per presentation, and
+    in A the information-hiding gate really varied the hidden parameters."""
+    verdicts = gated(FAM).verdicts
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:
-        assert v.admitted or {g.name for g in v.gates if not g.passed} == {"default_band"}, v.reason
         hiding = next(g for g in v.gates if g.name == "information_hiding")
         if v.candidate.presentation == "A":
             assert "invariant to hidden" in hiding.message, hiding.message  # the leak check really ran
 
 
-def test_a_changed_sale_price_is_rejected(gated):
-    outputs, candidates, _ = gated
+def test_a_changed_sale_price_is_rejected():
+    run = gated(FAM)
     old = 'self._book(period, "sales", p["prices"][level])'
     rejected = []
-    for output in outputs:
-        assert output.module.count(old) == 1
-        wrong = output.model_copy(update={"module": output.module.replace(
-            old, 'self._book(period, "sales", p["prices"][level] + 1)')})
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        for v in check_batch(FAM, wrong, mine):
-            failed = {g.name for g in v.gates if not g.passed}
-            rejected.append(bool(failed & {"replay_agreement", "dynamics_agreement"}))
+    for which in range(len(run.outputs)):
+        for v in mutant_verdicts(FAM, run, old, 'self._book(period, "sales", p["prices"][level] + 1)', which):
+            rejected.append(bool(failed([v]) & {"replay_agreement", "dynamics_agreement"}))
     assert rejected and sum(rejected) >= len(rejected) - 1
 
 
@@ -502,12 +455,11 @@ def test_a_changed_sale_price_is_rejected(gated):
 
 
 @pytest.mark.parametrize("key,change", [
-    pytest.param("horizon", lambda t: t["horizon"] + 0.5, id="horizon-fraction"),  # before: a raw TypeError
-    # before: a raw TypeError
+    pytest.param("horizon", lambda t: t["horizon"] + 0.5, id="horizon-fraction"),
     pytest.param("salvage_value", lambda t: t["salvage_value"] + 0.5, id="salvage_value-fraction"),
-    pytest.param("prices", lambda t: bumped(t["prices"], (0,), 0.5), id="prices-fraction"),  # before: solved
-    pytest.param("buy_early", lambda t: bumped(t["buy_early"], (0,), 0.5), id="buy_early-fraction"),  # before: solved
-    pytest.param("capacity", lambda t: 61, id="capacity-size"),  # before: no size guard
+    pytest.param("prices", lambda t: bumped(t["prices"], (0,), 0.5), id="prices-fraction"),
+    pytest.param("buy_early", lambda t: bumped(t["buy_early"], (0,), 0.5), id="buy_early-fraction"),
+    pytest.param("capacity", lambda t: 61, id="capacity-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

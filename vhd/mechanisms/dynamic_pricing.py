@@ -61,7 +61,7 @@ from fractions import Fraction
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -290,25 +290,21 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The seller's relational world: price menu, period history, ledger, surveys and a state table."""
 
     PARAMS = ("horizon", "capacity", "prices", "buy_early", "buy_late", "salvage_value")
+    # units_left starts at θ's capacity (set in __init__); posted is -1 while sales are closed
+    STATE = (("period", 0), ("units_left", 0), ("posted", -1), ("surveys", 0))
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError(f"params lack {', '.join(missing)}")
+        super().__init__(db, params, episode_seed, skin)
         k = len(params["prices"])
         if k < 1 or len(params["buy_early"]) != k or len(params["buy_late"]) != k or params["horizon"] < 2:
             raise ValueError("prices, buy_early and buy_late must be lists of one length and horizon >= 2")
         if any(not 0 <= r <= 1000 for r in list(params["buy_early"]) + list(params["buy_late"])):
             raise ValueError("purchase rates are per mille, in 0 ... 1000")
-        self.db, self.p, self.skin = db, params, skin
-        self.seed = episode_seed
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        self._set("units_left", params["capacity"])
         self.draws = World.tickets(params, episode_seed)
         t = self.t
         db.execute(f"CREATE TABLE {t['menu']} (level INTEGER PRIMARY KEY, price INTEGER)")
@@ -317,10 +313,7 @@ class World:
         db.execute(f"CREATE TABLE {t['ledger']} (entry_id INTEGER PRIMARY KEY, period INTEGER, kind TEXT, "
                    "amount INTEGER)")
         db.execute(f"CREATE TABLE {t['surveys']} (survey_id INTEGER PRIMARY KEY, period INTEGER, estimates TEXT)")
-        db.execute(f"CREATE TABLE {t['state']} (key TEXT PRIMARY KEY, value INTEGER)")
         db.executemany(f"INSERT INTO {t['menu']} VALUES (?, ?)", list(enumerate(params["prices"])))
-        db.executemany(f"INSERT INTO {t['state']} VALUES (?, ?)",
-                       [("period", 0), ("units_left", params["capacity"]), ("posted", -1), ("surveys", 0)])
 
     @staticmethod
     def tickets(params, episode_seed):
@@ -331,12 +324,6 @@ class World:
         return [rng.randrange(span) for _ in range(params["horizon"])]
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute(f"SELECT value FROM {self.t['state']} WHERE key = ?", (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute(f"UPDATE {self.t['state']} SET value = ? WHERE key = ?", (value, key))
-
     def _book(self, period, kind, amount):
         if amount:
             self.db.execute(f"INSERT INTO {self.t['ledger']} (period, kind, amount) VALUES (?, ?, ?)",
@@ -369,6 +356,9 @@ class World:
             self.tool_end_period()
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Commission the demand study for {item}: the exact probability of a sale at every price level "
+          "in the first and in the last period of the season (linear in between).", reveals=("buy_early", "buy_late"),
+          turn_cost=2)
     def tool_get_demand_study(self):
         p, h = self.p, self.p["horizon"]
         rows = [{"level": k, "price": price, "sale_probability_first_period": p["buy_early"][k] / 1000.0,
@@ -378,9 +368,12 @@ class World:
                 "rule": f"in period t (0 ... {h - 1}) the probability of a sale at a level is "
                         f"(first * ({h - 1} - t) + last * t) / {h - 1}; at most one sale a period"}
 
+    @tool("probe", "Run a quick market survey for {item}: an ESTIMATE of the first- and last-period purchase "
+          "rates at every price level from 50 respondents per rate (noisy; each survey draws fresh respondents; the "
+          "demand study gives the exact rates).", reveals=("buy_early", "buy_late"), turn_cost=1, noisy=True)
     def tool_run_market_survey(self):
         k = self._get("surveys")
-        rng = random.Random(self.seed * 7919 + k)  # the survey's own stream: the tickets never see it
+        rng = random.Random(self.episode_seed * 7919 + k)  # the survey's own stream: the tickets never see it
         n = 50
         rows = []
         for level, price in enumerate(self.p["prices"]):
@@ -395,40 +388,51 @@ class World:
                 "note": "an estimate from a small sample: each survey draws fresh respondents; the demand study "
                         "gives the exact rates"}
 
+    @tool("probe", "Read the {supplier}'s buy-back terms: the salvage price in {currency} per {unit} left at the "
+          "end of the season.", reveals=("salvage_value",))
     def tool_get_buyback_terms(self):
         return {"salvage_value_per_unit": self.p["salvage_value"], "currency": self.v["currency"],
                 "when": f"units left at the end of the season are bought back by the {self.v['supplier']}"}
 
+    @tool("observe", "Show the {unit} left to sell and the {unit} sold so far.")
     def tool_view_stock(self):
         left = self._get("units_left")
         return {"units_left": left, "units_sold": self.p["capacity"] - left, "capacity": self.p["capacity"],
                 "unit": self.v["unit"]}
 
+    @tool("observe", "Show the price level posted now (or that sales are closed).")
     def tool_view_price(self):
         out = self._posted()
         out["currency"] = self.v["currency"]
         return out
 
+    @tool("observe", "List the price levels of the menu and their prices in {currency}.")
     def tool_view_price_menu(self):
         rows = self.db.execute(f"SELECT level, price FROM {self.t['menu']} ORDER BY level").fetchall()
         return {"levels": [{"level": k, "price": price} for k, price in rows], "currency": self.v["currency"]}
 
+    @tool("observe", "Show the current period number and the periods left in the season.")
     def tool_view_calendar(self):
         period = self._get("period")
         return {"period": period, "periods_left": max(0, self.p["horizon"] - period), "horizon": self.p["horizon"],
                 "season_over": self.over()}
 
+    @tool("observe", "List recent periods: level posted, whether a {unit} sold, {unit} left.",
+          last_periods=integer(1, 200, "how many periods back"))
     def tool_view_sales(self, last_periods=10):
         rows = self.db.execute(f"SELECT period, level, price, sold, units_left FROM {self.t['periods']} "
                                "ORDER BY period DESC LIMIT ?", (last_periods,)).fetchall()
         keys = ("period", "level", "price", "sold", "units_left")
         return {"periods": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "Show the {site}'s takings so far in {currency}: sales and salvage.")
     def tool_view_revenue(self):
         rows = self.db.execute(f"SELECT kind, COALESCE(SUM(amount), 0) FROM {self.t['ledger']} GROUP BY kind "
                                "ORDER BY kind").fetchall()
         return {"by_kind": dict(rows), "total": self.utility(), "currency": self.v["currency"]}
 
+    @tool("decision", "Post a price level from the menu for {item}; it stays posted for this and later periods "
+          "until changed.", level=integer(0, MAX_LEVELS - 1, "menu level, 0 for the cheapest"))
     def tool_set_price(self, level):
         self._open()
         if level >= len(self.p["prices"]):
@@ -436,6 +440,7 @@ class World:
         self._set("posted", level)
         return self._posted()
 
+    @tool("decision", "Take {item} off sale (no price posted) until a level is posted again.")
     def tool_close_sales(self):
         self._open()
         if self._get("posted") < 0:
@@ -443,6 +448,8 @@ class World:
         self._set("posted", -1)
         return self._posted()
 
+    @tool("clock", "Run the period at the posted price: at most one customer buys one {unit}; then move to the "
+          "next period (after the last one, the {unit} left are bought back).")
     def tool_end_period(self):
         self._open()
         p, period, left, level = self.p, self._get("period"), self._get("units_left"), self._get("posted")
@@ -508,44 +515,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-TOOLS = (
-    ToolSpec("get_demand_study", "probe", "Commission the demand study for {item}: the exact probability of a sale "
-             "at every price level in the first and in the last period of the season (linear in between).",
-             _NO_ARGS, reveals=("buy_early", "buy_late"), turn_cost=2),
-    ToolSpec("run_market_survey", "probe", "Run a quick market survey for {item}: an ESTIMATE of the first- and "
-             "last-period purchase rates at every price level from 50 respondents per rate (noisy; each survey draws "
-             "fresh respondents; the demand study gives the exact rates).", _NO_ARGS,
-             reveals=("buy_early", "buy_late"), turn_cost=1, noisy=True),
-    ToolSpec("get_buyback_terms", "probe", "Read the {supplier}'s buy-back terms: the salvage price in {currency} "
-             "per {unit} left at the end of the season.", _NO_ARGS, reveals=("salvage_value",)),
-    ToolSpec("view_stock", "observe", "Show the {unit} left to sell and the {unit} sold so far.", _NO_ARGS),
-    ToolSpec("view_price", "observe", "Show the price level posted now (or that sales are closed).", _NO_ARGS),
-    ToolSpec("view_price_menu", "observe", "List the price levels of the menu and their prices in {currency}.",
-             _NO_ARGS),
-    ToolSpec("view_calendar", "observe", "Show the current period number and the periods left in the season.",
-             _NO_ARGS),
-    ToolSpec("view_sales", "observe", "List recent periods: level posted, whether a {unit} sold, {unit} left.",
-             {"type": "object", "properties": {"last_periods": {"type": "integer", "minimum": 1, "maximum": 200,
-                                                                "description": "how many periods back"}},
-              "additionalProperties": False}),
-    ToolSpec("view_revenue", "observe", "Show the {site}'s takings so far in {currency}: sales and salvage.",
-             _NO_ARGS),
-    ToolSpec("set_price", "decision", "Post a price level from the menu for {item}; it stays posted for this and "
-             "later periods until changed.",
-             {"type": "object", "properties": {"level": {"type": "integer", "minimum": 0, "maximum": MAX_LEVELS - 1,
-                                                         "description": "menu level, 0 for the cheapest"}},
-              "required": ["level"], "additionalProperties": False}),
-    ToolSpec("close_sales", "decision", "Take {item} off sale (no price posted) until a level is posted again.",
-             _NO_ARGS),
-    ToolSpec("end_period", "clock", "Run the period at the posted price: at most one customer buys one {unit}; then "
-             "move to the next period (after the last one, the {unit} left are bought back).", _NO_ARGS),
-)
-
 register(Family(
     name="dynamic_pricing",
-    version="1",
+    version="2",
     group="beyond",
     model_class="finite-horizon revenue-management MDP (perishable stock, price menu, time-varying demand)",
     solver="backward Bellman recursion (exact integer-scaled rationals, python int)",
@@ -559,7 +531,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = salvage of the whole stock: below −1 never selling
