@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import types
 from fractions import Fraction
 
 import numpy as np
@@ -20,18 +19,14 @@ import pytest
 from pydantic import ValidationError
 from scipy.optimize import minimize
 
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import qp as QP
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.pipeline import check_models
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("qp")
 TOL = 1e-9
-PASSAGES = builtin_passages()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,32 +328,17 @@ def test_params_edges_and_knob_ranges():
 
 
 # ---------------------------------------------------------------------------------------------
-# The rendered module, in-process.
-
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_qp_%d" % k)
-        exec(compile(out.module, "<generated qp %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
+# The rendered module, in-process (tests/test_contract.py renders every passage and replays the
+# reference plans on sampled θ).
 
 
-def make_env(k, theta, presentation="I", budget=None):
-    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": 0,
-                                   "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
-
-
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
+@pytest.mark.parametrize("k", range(len(SIM_THETAS)))
 def test_module_replays_reference_plans_exactly(k):
-    out, _ = generated(k)
-    theta = SIM_THETAS[k % len(SIM_THETAS)]
+    out, _ = generated(FAM, k)
+    theta = SIM_THETAS[k]
     rng = np.random.default_rng(k)
-    for name, policy in _policies(theta, rng).items():
-        env = make_env(k, theta, "AI"[k % 2])
+    for (name, policy), presentation in itertools.product(_policies(theta, rng).items(), "IA"):
+        env = env_of(FAM, k, theta, presentation)
         for call in FAM.simulate(theta, policy, k).calls:
             resp = env.call(out.tool_name(call["tool"]), call["arguments"])
             assert resp["ok"] is True, (name, call, resp)
@@ -369,9 +349,9 @@ def test_module_replays_reference_plans_exactly(k):
 
 
 def test_module_observations_track_the_plan():
-    out, _ = generated(0)
+    out, _ = generated(FAM, 0)
     theta = HAND[5]
-    env = make_env(0, theta, "A")
+    env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
     assert call("get_return_forecast")["expected_return_per_unit"] == {"1": 12, "2": 9, "3": 4}
     assert call("get_position_limits")["cap_per_project"] == {"1": 5, "2": 6, "3": 7}
@@ -395,9 +375,9 @@ def test_module_observations_track_the_plan():
 
 @pytest.mark.parametrize("k", range(len(PASSAGES)))
 def test_invalid_calls_are_reported_and_change_nothing(k):
-    out, _ = generated(k)
+    out, _ = generated(FAM, k)
     theta = HAND[5]  # caps 5, 6, 7; budget 10; three projects
-    env = make_env(k, theta)
+    env = env_of(FAM, k, theta)
     assert env.call(out.tool_name("allocate"), {"asset": 1, "amount": 4.0})["ok"]
     before, turns = env.state_digest(), env.outcome()["turns_used"]
     bad = [
@@ -424,9 +404,9 @@ def test_invalid_calls_are_reported_and_change_nothing(k):
 
 
 def test_turn_budget_running_out_commits_the_plan_as_it_stands():
-    out, _ = generated(1)
+    out, _ = generated(FAM, 1)
     theta = HAND[5]
-    env = make_env(1, theta, "A", budget=3)
+    env = env_of(FAM, 1, theta, "A", budget=3)
     assert env.call(out.tool_name("allocate"), {"asset": 1, "amount": 2.0})["ok"]
     assert env.call(out.tool_name("allocate"), {"asset": 2, "amount": 1.0})["ok"]
     assert env.call(out.tool_name("view_objective"), {})["ok"]
@@ -436,9 +416,9 @@ def test_turn_budget_running_out_commits_the_plan_as_it_stands():
 
 @pytest.mark.parametrize("k", range(len(PASSAGES)))
 def test_presentation_a_hides_what_i_states(k):
-    out, _ = generated(k)
+    out, _ = generated(FAM, k)
     theta = SIM_THETAS[1]
-    text_i, text_a = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+    text_i, text_a = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
     returns = "Expected return per %s, by project: %s." % (
         PASSAGES[k].vocabulary["currency"], ", ".join("%d: %d" % (i + 1, r) for i, r in enumerate(theta["returns"])))
     caps = ", ".join("%d: %d" % (i + 1, c) for i, c in enumerate(theta["caps"]))
@@ -452,74 +432,40 @@ def test_presentation_a_hides_what_i_states(k):
     assert str(theta["budget"]) in text_a  # the budget itself is public
 
 
-def test_every_passage_renders_unique_tool_names():
-    for k in range(len(PASSAGES)):
-        out, _ = generated(k)
-        names = [b.name for b in out.interface]
-        assert len(set(names)) == len(names) == len(FAM.tools)
-
-
 # ---------------------------------------------------------------------------------------------
 # The real admission gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=3, passages=PASSAGES)
-    return run.models, run.outputs, run.candidates, run.verdicts
+def test_gates_admit_both_presentations_of_most_models():
+    run = gated(FAM)
+    admitted = {(v.candidate.model.model_id, v.candidate.presentation) for v in run.verdicts if v.admitted}
+    both = [m for m in run.models if (m.model_id, "I") in admitted and (m.model_id, "A") in admitted]
+    assert len(both) >= 5, [v.reason for v in run.verdicts if not v.admitted]
+    assert len(FAM.tools) >= 10
 
 
-def _failed(verdicts):
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def test_gates_admit_the_family(gated):
-    models, _, _, verdicts = gated
-    assert len(verdicts) == 12
-    admitted = {(v.candidate.model.model_id, v.candidate.presentation) for v in verdicts if v.admitted}
-    both = [m for m in models if (m.model_id, "I") in admitted and (m.model_id, "A") in admitted]
-    assert len(both) >= 5, [v.reason for v in verdicts if not v.admitted]
-    for v in verdicts:
-        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
-        assert v.instruction and len(v.tools) >= 10
-
-
-def _mutate(output, old, new):
-    assert old in output.module, old
-    return output.model_copy(update={"module": output.module.replace(old, new, 1)})
-
-
-def test_a_halved_risk_penalty_is_rejected(gated):
-    _, outputs, candidates, _ = gated
-    output = outputs[0]
-    wrong = _mutate(output, 'return ret - params["risk_aversion"] * risk',
-                    'return ret - 0.5 * params["risk_aversion"] * risk')
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
+def test_a_halved_risk_penalty_is_rejected():
+    verdicts = mutant_verdicts(FAM, gated(FAM), 'return ret - params["risk_aversion"] * risk',
+                               'return ret - 0.5 * params["risk_aversion"] * risk')
     assert not any(v.admitted for v in verdicts)
-    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_budget_check_that_rejects_valid_plans_is_rejected(gated):
-    _, outputs, candidates, _ = gated
-    output = outputs[0]
-    wrong = _mutate(output, 'if total > self.p["budget"] + self.TOL:', 'if total > 0.5 * self.p["budget"]:')
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
+def test_a_budget_check_that_rejects_valid_plans_is_rejected():
+    verdicts = mutant_verdicts(FAM, gated(FAM), 'if total > self.p["budget"] + self.TOL:',
+                               'if total > 0.5 * self.p["budget"]:')
     assert not any(v.admitted for v in verdicts)
-    assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
+    assert failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
 
 
 def test_the_world_and_evaluate_share_one_budget_sum():
-    """Issue 14, "two sums": at budget + TOL the module accepted a plan that `evaluate` refused
-    (the World summed the other amounts then this one, evaluate numpy's order), and the module's
-    utility then exceeded u*. Both now add the amounts in project order (`World.total`) under
-    one rule: on every amount around the boundary they accept and refuse alike, and agree on
-    the utility of what they accept."""
-    out, _ = generated(0)
+    """The World and `evaluate` add the amounts in project order (`World.total`) under one rule:
+    on every amount around budget + TOL, where two sums in different orders disagree, they accept
+    and refuse alike, and agree on the utility of what they accept."""
+    out, _ = generated(FAM, 0)
     theta = theta_of([12, 9, 4], [15, 15, 15], 15, [[1, 0, 2]], 1, 0.05)
     a1, a2 = 5.029683110202227, 4.853921336806875  # amounts on projects 2 and 3 where the two sums differed
-    edge = theta["budget"] + TOL - ((0.0 + a1) + a2)  # the old World's largest accepted amount for project 1
+    edge = theta["budget"] + TOL - ((0.0 + a1) + a2)  # the largest project-1 amount of a sum of the others first
     amounts, x = [], edge
     for _ in range(6):
         x = float(np.nextafter(x, -np.inf))
@@ -528,7 +474,7 @@ def test_the_world_and_evaluate_share_one_budget_sum():
         x = float(np.nextafter(x, np.inf))
     verdicts = set()
     for x in amounts:
-        env = make_env(0, theta)
+        env = env_of(FAM, 0, theta)
         assert env.call(out.tool_name("allocate"), {"asset": 2, "amount": a1})["ok"]
         assert env.call(out.tool_name("allocate"), {"asset": 3, "amount": a2})["ok"]
         accepted = env.call(out.tool_name("allocate"), {"asset": 1, "amount": x})["ok"]
@@ -549,11 +495,10 @@ def test_the_world_and_evaluate_share_one_budget_sum():
 
 
 @pytest.mark.parametrize("key,change", [
-    pytest.param("assets", lambda t: t["assets"] + 0.5, id="assets-fraction"),  # before: a raw TypeError
-    pytest.param("budget", lambda t: t["budget"] + 0.5, id="budget-fraction"),  # before: solved
-    # before: solved
+    pytest.param("assets", lambda t: t["assets"] + 0.5, id="assets-fraction"),
+    pytest.param("budget", lambda t: t["budget"] + 0.5, id="budget-fraction"),
     pytest.param("exposures", lambda t: bumped(t["exposures"], (0, 0), 0.5), id="exposures-fraction"),
-    pytest.param("assets", lambda t: 9, id="assets-size"),  # before: no size guard
+    pytest.param("assets", lambda t: 9, id="assets-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams
@@ -564,7 +509,7 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
 
 
 def test_a_solver_that_fails_is_a_solver_error_with_a_reason():
-    """Before: Clarabel's own cvxpy.error.SolverError escaped raw for a budget of 2^50."""
+    """Clarabel fails on a budget of 2^50: a SolverError that names it, not cvxpy's own error."""
     from vhd.schemas.errors import SolverError
 
     theta = dict(smallest_theta(FAM), budget=2 ** 50)

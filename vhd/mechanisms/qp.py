@@ -45,7 +45,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -346,23 +346,21 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+_ASSET = integer(1, 8, "project number, from 1")  # the argument of the tools on one project
+
+
+class World(BaseWorld):
     """The site's allocation desk: projects, risk factors, exposures, positions, a journal, state."""
 
     PARAMS = ("assets", "factors", "budget", "returns", "caps", "exposures", "ridge", "risk_aversion")
+    STATE = (("committed", 0), ("changes", 0))
     TOL = 1e-9
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n, k = params["assets"], params["factors"]
         if len(params["returns"]) != n or len(params["caps"]) != n or len(params["exposures"]) != k:
             raise ValueError("returns and caps need %d entries and exposures %d rows" % (n, k))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (asset_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, "
                    "cap INTEGER)" % t["assets"])
@@ -374,7 +372,6 @@ class World:
                    % (t["positions"], t["assets"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, asset_id INTEGER, amount REAL)"
                    % t["journal"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["assets"],
                        [(i + 1, "%s project %d" % (self.v["site"], i + 1), params["returns"][i], params["caps"][i])
                         for i in range(n)])
@@ -383,7 +380,6 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["exposures"],
                        [(f + 1, i + 1, params["exposures"][f][i]) for f in range(k) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, 0.0)" % t["positions"], [(i + 1,) for i in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("committed", 0), ("changes", 0)])
 
     @staticmethod
     def total(amounts):
@@ -412,12 +408,6 @@ class World:
         return ret - params["risk_aversion"] * risk
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _amounts(self):
         rows = self.db.execute("SELECT amount FROM %s ORDER BY asset_id" % self.t["positions"]).fetchall()
         return [row[0] for row in rows]
@@ -446,9 +436,12 @@ class World:
         self._set("committed", 1)
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the expected return per {currency} of every project of the {site}.", reveals=("returns",))
     def tool_get_return_forecast(self):
         return {"expected_return_per_unit": {str(i + 1): r for i, r in enumerate(self.p["returns"])}}
 
+    @tool("probe", "Read the risk model: every project's loading on each risk factor, the ridge term and the risk "
+          "aversion.", reveals=("exposures", "ridge", "risk_aversion"))
     def tool_get_risk_model(self):
         p = self.p
         return {"exposures": {"factor %d" % (f + 1): {str(i + 1): a for i, a in enumerate(row)}
@@ -456,24 +449,29 @@ class World:
                 "ridge": p["ridge"], "risk_aversion": p["risk_aversion"],
                 "risk": "sum over factors of (sum_i loading_i * x_i)^2 + ridge * sum_i x_i^2"}
 
+    @tool("probe", "Read the most each project may take, in {currency}, and the budget.", reveals=("caps",))
     def tool_get_position_limits(self):
         return {"cap_per_project": {str(i + 1): c for i, c in enumerate(self.p["caps"])},
                 "budget": self.p["budget"]}
 
+    @tool("observe", "List the {site}'s projects and the number of risk factors.")
     def tool_list_assets(self):
         rows = self.db.execute("SELECT asset_id, name FROM %s ORDER BY asset_id" % self.t["assets"]).fetchall()
         return {"projects": [{"asset": a, "name": name} for a, name in rows], "risk_factors": self.p["factors"]}
 
+    @tool("observe", "Show the amount currently set on every project.")
     def tool_view_allocation(self):
         rows = self.db.execute("SELECT asset_id, amount FROM %s ORDER BY asset_id" % self.t["positions"]).fetchall()
         return {"allocation": {str(a): x for a, x in rows}, "allocated": self._allocated(),
                 "currency": self.v["currency"]}
 
+    @tool("observe", "Show the budget, the amount allocated and what is left, in {currency}.")
     def tool_view_budget(self):
         allocated = self._allocated()
         return {"budget": self.p["budget"], "allocated": allocated, "left": self.p["budget"] - allocated,
                 "currency": self.v["currency"]}
 
+    @tool("observe", "Show the objective of the current plan: expected return minus the risk penalty.")
     def tool_view_objective(self):
         amounts = self._amounts()
         ret = 0.0
@@ -482,12 +480,16 @@ class World:
         value = World.objective(self.p, amounts)
         return {"objective": value, "expected_return": ret, "risk_penalty": ret - value}
 
+    @tool("observe", "List the most recent allocation changes.", limit=integer(1, 100, "how many entries to list"))
     def tool_view_journal(self, limit=10):
         rows = self.db.execute("SELECT entry_id, action, asset_id, amount FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["journal"], (limit,)).fetchall()
         keys = ("entry", "action", "asset", "amount")
         return {"entries": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("decision", "Set the amount of {currency} on one project (replaces its previous amount; must stay within "
+          "the project's cap and the budget).", asset=_ASSET,
+          amount=number(0, 1000000, "amount to put on the project"))
     def tool_allocate(self, asset, amount):
         self._check_asset(asset)
         amount = float(amount)
@@ -506,6 +508,7 @@ class World:
         return {"asset": asset, "amount": amount, "allocated": self._allocated(),
                 "left": self.p["budget"] - self._allocated()}
 
+    @tool("decision", "Take everything off one project.", asset=_ASSET)
     def tool_release_asset(self, asset):
         self._check_asset(asset)
         if self._amounts()[asset - 1] == 0:
@@ -513,6 +516,7 @@ class World:
         self._write("release", asset, 0.0)
         return {"asset": asset, "amount": 0.0, "allocated": self._allocated()}
 
+    @tool("decision", "Take everything off every project.")
     def tool_reset_allocation(self):
         if self._allocated() == 0:
             raise AgentError("nothing is allocated")
@@ -521,6 +525,7 @@ class World:
                 self._write("release", i + 1, 0.0)
         return {"allocated": 0.0, "left": self.p["budget"]}
 
+    @tool("clock", "Commit the current allocation; this ends the episode and scores it.")
     def tool_commit_allocation(self):
         self._set("committed", 1)
         amounts = self._amounts()
@@ -566,43 +571,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_ASSET = {"type": "integer", "minimum": 1, "maximum": 8, "description": "project number, from 1"}
-
-TOOLS = (
-    ToolSpec("get_return_forecast", "probe", "Read the expected return per {currency} of every project of the "
-             "{site}.", _NO_ARGS, reveals=("returns",)),
-    ToolSpec("get_risk_model", "probe", "Read the risk model: every project's loading on each risk factor, the "
-             "ridge term and the risk aversion.", _NO_ARGS, reveals=("exposures", "ridge", "risk_aversion")),
-    ToolSpec("get_position_limits", "probe", "Read the most each project may take, in {currency}, and the "
-             "budget.", _NO_ARGS, reveals=("caps",)),
-    ToolSpec("list_assets", "observe", "List the {site}'s projects and the number of risk factors.", _NO_ARGS),
-    ToolSpec("view_allocation", "observe", "Show the amount currently set on every project.", _NO_ARGS),
-    ToolSpec("view_budget", "observe", "Show the budget, the amount allocated and what is left, in {currency}.",
-             _NO_ARGS),
-    ToolSpec("view_objective", "observe", "Show the objective of the current plan: expected return minus the "
-             "risk penalty.", _NO_ARGS),
-    ToolSpec("view_journal", "observe", "List the most recent allocation changes.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                                                         "description": "how many entries to list"}},
-              "additionalProperties": False}),
-    ToolSpec("allocate", "decision", "Set the amount of {currency} on one project (replaces its previous amount; "
-             "must stay within the project's cap and the budget).",
-             {"type": "object", "properties": {"asset": _ASSET,
-                                               "amount": {"type": "number", "minimum": 0, "maximum": 1000000,
-                                                          "description": "amount to put on the project"}},
-              "required": ["asset", "amount"], "additionalProperties": False}),
-    ToolSpec("release_asset", "decision", "Take everything off one project.",
-             {"type": "object", "properties": {"asset": _ASSET}, "required": ["asset"],
-              "additionalProperties": False}),
-    ToolSpec("reset_allocation", "decision", "Take everything off every project.", _NO_ARGS),
-    ToolSpec("commit_allocation", "clock", "Commit the current allocation; this ends the episode and scores it.",
-             _NO_ARGS),
-)
-
 register(Family(
     name="qp",
-    version="2",  # 2: one budget sum (World.total) for the World and evaluate; a cap's refusal names no cap
+    version="3",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",
@@ -617,7 +588,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=("returns", "caps", "exposures", "ridge", "risk_aversion"),
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
