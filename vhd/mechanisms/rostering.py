@@ -69,7 +69,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
@@ -404,19 +404,23 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+_STAFF = integer(0, MAX_STAFF - 1, "staff member number (0-based)")
+_DAY = integer(0, MAX_HORIZON - 1, "day number (0-based)")
+_SHIFT = integer(0, MAX_SHIFTS_PER_DAY - 1, "shift number of the day (0 = early, the last one = night)")
+
+
+class World(BaseWorld):
     """The site's relational world: staff, shifts, slots, availability, roster, log, state."""
 
     PARAMS = ("n_staff", "horizon", "n_shifts", "shift_names", "demand", "base_wages", "shift_premiums",
               "availability", "max_shifts", "shortage_penalty")
+    STATE = (("sheet_read", 0), ("wages_read", 0), ("terms_read", 0), ("forecasts", 0), ("published", 0))
     STAFF_NAMES = ("Ada", "Bram", "Cleo", "Dev", "Esme", "Farid", "Gwen", "Hugo", "Iris", "Jonas", "Kemi", "Luca",
                    "Mina", "Nils", "Oona", "Pavel")
     FORECAST_SALT = 7919
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n, days, k = params["n_staff"], params["horizon"], params["n_shifts"]
         if n < 1 or days < 1 or k < 2 or len(params["shift_names"]) != k or len(params["shift_premiums"]) != k \
                 or len(params["base_wages"]) != n or len(params["max_shifts"]) != n \
@@ -424,11 +428,6 @@ class World:
                 or len(params["availability"]) != n or any(len(row) != days for row in params["availability"]) \
                 or any(len(cell) != k for row in params["availability"] for cell in row):
             raise ValueError("the parameters do not match n_staff=%r, horizon=%r, n_shifts=%r" % (n, days, k))
-        self.db, self.p, self.skin = db, params, skin
-        self.seed = episode_seed
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         self.cost = {tool["canonical"]: tool.get("turn_cost", 1) for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (staff_id INTEGER PRIMARY KEY, label TEXT, base_wage INTEGER, max_shifts INTEGER, "
@@ -443,7 +442,6 @@ class World:
                    % (t["roster"], t["staff"], t["shifts"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, staff_id INTEGER, day INTEGER, "
                    "shift_id INTEGER)" % t["log"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, 0)" % t["staff"],
                        [(s, World.staff_label(s), params["base_wages"][s], params["max_shifts"][s]) for s in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["shifts"],
@@ -453,9 +451,8 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["availability"],
                        [(s, d, j, 1 if params["availability"][s][d][j] else 0)
                         for s in range(n) for d in range(days) for j in range(k)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("sheet_read", 0), ("wages_read", 0), ("terms_read", 0),
-                        ("forecasts", 0), ("shortage_penalty", params["shortage_penalty"]), ("published", 0)])
+        # θ's shortage penalty sits in the state table: the total cost and view_costs read it there
+        db.execute("INSERT INTO %s VALUES ('shortage_penalty', ?)" % t["state"], (params["shortage_penalty"],))
 
     @staticmethod
     def staff_label(s):
@@ -478,16 +475,6 @@ class World:
         return out
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _log(self, action, staff=None, day=None, shift=None):
-        self.db.execute("INSERT INTO %s (action, staff_id, day, shift_id) VALUES (?, ?, ?, ?)" % self.t["log"],
-                        (action, staff, day, shift))
-
     def _staff(self, staff):
         n = self.p["n_staff"]
         if not 0 <= staff < n:
@@ -563,6 +550,8 @@ class World:
         self._set("published", 1)
 
     # -- probes -----------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s coverage requirement sheet: the exact number of heads every shift of every "
+          "day needs (uses %d turns)." % SHEET_COST, reveals=("demand",), turn_cost=SHEET_COST)
     def tool_get_coverage_sheet(self):
         self._set("sheet_read", 1)
         names = self.p["shift_names"]
@@ -574,15 +563,19 @@ class World:
         return {"required_heads": [{"day": d, "shifts": sheet[d]} for d in range(self.p["horizon"])],
                 "exact": True}
 
+    @tool("probe", "Read a quick forecast of the heads every shift of every day needs: an estimate only, each "
+          "figure may be off by one head (each call gives a fresh estimate).", reveals=("demand",), noisy=True)
     def tool_get_demand_forecast(self):
         number = self._get("forecasts")
         self._set("forecasts", number + 1)
         names = self.p["shift_names"]
-        estimate = World.forecast(self.p, self.seed, number)
+        estimate = World.forecast(self.p, self.episode_seed, number)
         return {"estimated_heads": [{"day": d, "shifts": dict(zip(names, row))} for d, row in enumerate(estimate)],
                 "forecast_number": number, "exact": False,
                 "note": "an estimate: each figure may be off by one head; the coverage sheet has the exact numbers"}
 
+    @tool("probe", "Read the wage sheet: every staff member's base wage per shift and every shift's premium, in "
+          "{currency}.", reveals=("base_wages", "shift_premiums"))
     def tool_get_wage_sheet(self):
         self._set("wages_read", 1)
         names = self.p["shift_names"]
@@ -594,6 +587,8 @@ class World:
                                    for s, _, w in staff],
                 "currency": self.v["currency"]}
 
+    @tool("probe", "Read one staff member's availability: the shifts they can work on each day.",
+          reveals=("availability",), staff=_STAFF)
     def tool_read_availability(self, staff):
         staff = self._staff(staff)
         self.db.execute("UPDATE %s SET availability_read = 1 WHERE staff_id = ?" % self.t["staff"], (staff,))
@@ -606,6 +601,8 @@ class World:
         return {"staff": staff, "label": World.staff_label(staff),
                 "available": [{"day": d, "shifts": days[d]} for d in range(self.p["horizon"])]}
 
+    @tool("probe", "Read the {site}'s work rules: every staff member's limit of shifts over the period, and the rest "
+          "rules.", reveals=("max_shifts",))
     def tool_get_work_rules(self):
         rows = self.db.execute("SELECT staff_id, label, max_shifts FROM %s ORDER BY staff_id" % self.t["staff"]).fetchall()
         names = self.p["shift_names"]
@@ -614,12 +611,16 @@ class World:
                           "no %s shift on the day after a %s shift" % (names[0], names[-1]),
                           "a staff member works at most their max_shifts shifts over the period"]}
 
+    @tool("probe", "Read the shortage terms: the penalty in {currency} for every head a shift is short of its "
+          "requirement.", reveals=("shortage_penalty",))
     def tool_get_shortage_terms(self):
         self._set("terms_read", 1)
         return {"penalty_per_uncovered_head": self._get("shortage_penalty"), "currency": self.v["currency"],
                 "note": "charged for every head a shift is short of its requirement; extra heads are paid, not credited"}
 
     # -- observations -------------------------------------------------------------------------
+    @tool("observe", "List the staff members with their labels, how many shifts each is rostered for and whether "
+          "their availability has been read.")
     def tool_list_staff(self):
         rows = self.db.execute("SELECT staff_id, label, availability_read FROM %s ORDER BY staff_id"
                                % self.t["staff"]).fetchall()
@@ -627,10 +628,13 @@ class World:
                           for s, label, read in rows],
                 "shifts": self.p["shift_names"], "days": self.p["horizon"]}
 
+    @tool("observe", "Show the whole roster: each staff member's shift (or off) on every day.")
     def tool_view_roster(self):
         return {"roster": self._grid(), "assigned_shifts": self.db.execute(
             "SELECT COUNT(*) FROM %s" % self.t["roster"]).fetchone()[0]}
 
+    @tool("observe", "Show one day (by its number): who works each shift and how many heads (and, once the coverage "
+          "sheet is read, how many are required).", day=_DAY)
     def tool_view_date(self, day):
         day = self._day(day)
         names = self.p["shift_names"]
@@ -646,6 +650,8 @@ class World:
             out.append(entry)
         return {"day": day, "shifts": out}
 
+    @tool("observe", "Show the heads rostered on every shift of every day (and the shortfall once the coverage sheet "
+          "is read).")
     def tool_view_coverage(self):
         names = self.p["shift_names"]
         heads = self._heads()
@@ -661,6 +667,8 @@ class World:
                 out.append(entry)
         return {"coverage": out, "requirements_known": bool(sheet)}
 
+    @tool("observe", "Show the roster's cost so far in {currency}: the wage bill, the uncovered heads and the "
+          "shortage cost (each once the sheet it needs has been read).")
     def tool_view_costs(self):
         wages = self._wage_bill() if self._get("wages_read") else None
         short = self._short_heads() if self._get("sheet_read") else None
@@ -671,12 +679,16 @@ class World:
                 "currency": self.v["currency"],
                 "note": "a figure is null until the sheet it needs has been read"}
 
+    @tool("observe", "List the most recent assignments, removals and clears.",
+          limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
         rows = self.db.execute("SELECT entry_id, action, staff_id, day, shift_id FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["log"], (limit,)).fetchall()
         return {"log": [{"entry": e, "action": a, "staff": s, "day": d, "shift": j} for e, a, s, d, j in rows]}
 
     # -- decisions --------------------------------------------------------------------------
+    @tool("decision", "Put one staff member on one shift of one day (refused if it breaks availability, the shift "
+          "limit, one shift a day or the rest rule).", staff=_STAFF, day=_DAY, shift=_SHIFT)
     def tool_assign_shift(self, staff, day, shift):
         self._open()
         staff, day, shift = self._staff(staff), self._day(day), self._shift(shift)
@@ -703,10 +715,11 @@ class World:
                              % (label, staff, names[shift], day, self.name["read_availability"],
                                 self.name["get_work_rules"]))
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["roster"], (staff, day, shift))
-        self._log("assign", staff, day, shift)
+        self._log("assign", staff_id=staff, day=day, shift_id=shift)
         return {"assigned": {"staff": staff, "label": label, "day": day, "shift": names[shift]},
                 "heads_on_shift": self._heads()[day][shift], "shifts_assigned": self._worked(staff)}
 
+    @tool("decision", "Take one staff member off the shift they work on one day.", staff=_STAFF, day=_DAY)
     def tool_unassign_shift(self, staff, day):
         self._open()
         staff, day = self._staff(staff), self._day(day)
@@ -714,10 +727,11 @@ class World:
         if current is None:
             raise AgentError("%s (staff %d) is off on day %d" % (World.staff_label(staff), staff, day))
         self.db.execute("DELETE FROM %s WHERE staff_id = ? AND day = ?" % self.t["roster"], (staff, day))
-        self._log("unassign", staff, day, current)
+        self._log("unassign", staff_id=staff, day=day, shift_id=current)
         return {"unassigned": {"staff": staff, "day": day, "shift": self.p["shift_names"][current]},
                 "shifts_assigned": self._worked(staff)}
 
+    @tool("decision", "Clear one whole day: take every staff member off every shift of that day.", day=_DAY)
     def tool_clear_date(self, day):
         self._open()
         day = self._day(day)
@@ -725,9 +739,11 @@ class World:
         if count == 0:
             raise AgentError("nobody is rostered on day %d" % day)
         self.db.execute("DELETE FROM %s WHERE day = ?" % self.t["roster"], (day,))
-        self._log("clear day", None, day, None)
+        self._log("clear day", day=day)
         return {"cleared_day": day, "removed_shifts": count}
 
+    @tool("clock", "Publish the roster: the episode ends and the score is minus its total cost in {currency} (wages "
+          "plus shortage penalties).")
     def tool_publish_roster(self):
         self._open()
         self._log("published")
@@ -789,60 +805,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_STAFF = {"type": "integer", "minimum": 0, "maximum": MAX_STAFF - 1, "description": "staff member number (0-based)"}
-_DAY = {"type": "integer", "minimum": 0, "maximum": MAX_HORIZON - 1, "description": "day number (0-based)"}
-_SHIFT = {"type": "integer", "minimum": 0, "maximum": MAX_SHIFTS_PER_DAY - 1,
-          "description": "shift number of the day (0 = early, the last one = night)"}
-
-
-def _args(**props):
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("get_coverage_sheet", "probe", "Read the {site}'s coverage requirement sheet: the exact number of "
-             "heads every shift of every day needs (uses %d turns)." % SHEET_COST, _NO_ARGS, reveals=("demand",),
-             turn_cost=SHEET_COST),
-    ToolSpec("get_demand_forecast", "probe", "Read a quick forecast of the heads every shift of every day needs: an "
-             "estimate only, each figure may be off by one head (each call gives a fresh estimate).", _NO_ARGS,
-             reveals=("demand",), noisy=True),
-    ToolSpec("get_wage_sheet", "probe", "Read the wage sheet: every staff member's base wage per shift and every "
-             "shift's premium, in {currency}.", _NO_ARGS, reveals=("base_wages", "shift_premiums")),
-    ToolSpec("read_availability", "probe", "Read one staff member's availability: the shifts they can work on each "
-             "day.", _args(staff=_STAFF), reveals=("availability",)),
-    ToolSpec("get_work_rules", "probe", "Read the {site}'s work rules: every staff member's limit of shifts over "
-             "the period, and the rest rules.", _NO_ARGS, reveals=("max_shifts",)),
-    ToolSpec("get_shortage_terms", "probe", "Read the shortage terms: the penalty in {currency} for every head a "
-             "shift is short of its requirement.", _NO_ARGS, reveals=("shortage_penalty",)),
-    ToolSpec("list_staff", "observe", "List the staff members with their labels, how many shifts each is rostered "
-             "for and whether their availability has been read.", _NO_ARGS),
-    ToolSpec("view_roster", "observe", "Show the whole roster: each staff member's shift (or off) on every day.",
-             _NO_ARGS),
-    ToolSpec("view_date", "observe", "Show one day (by its number): who works each shift and how many heads "
-             "(and, once the coverage sheet is read, how many are required).", _args(day=_DAY)),
-    ToolSpec("view_coverage", "observe", "Show the heads rostered on every shift of every day (and the shortfall "
-             "once the coverage sheet is read).", _NO_ARGS),
-    ToolSpec("view_costs", "observe", "Show the roster's cost so far in {currency}: the wage bill, the uncovered "
-             "heads and the shortage cost (each once the sheet it needs has been read).", _NO_ARGS),
-    ToolSpec("view_log", "observe", "List the most recent assignments, removals and clears.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
-                                                         "description": "how many entries to list"}},
-              "additionalProperties": False}),
-    ToolSpec("assign_shift", "decision", "Put one staff member on one shift of one day (refused if it breaks "
-             "availability, the shift limit, one shift a day or the rest rule).",
-             _args(staff=_STAFF, day=_DAY, shift=_SHIFT)),
-    ToolSpec("unassign_shift", "decision", "Take one staff member off the shift they work on one day.",
-             _args(staff=_STAFF, day=_DAY)),
-    ToolSpec("clear_date", "decision", "Clear one whole day: take every staff member off every shift of that "
-             "day.", _args(day=_DAY)),
-    ToolSpec("publish_roster", "clock", "Publish the roster: the episode ends and the score is minus its total "
-             "cost in {currency} (wages plus shortage penalties).", _NO_ARGS),
-)
-
 register(Family(
     name="rostering",
-    version="3",  # 3: one refusal for availability and shift limits (hidden in A), after the rest rule
+    version="4",
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",
@@ -857,7 +822,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
