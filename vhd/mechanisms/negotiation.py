@@ -49,7 +49,7 @@ import random
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -258,22 +258,17 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The negotiation desk: catalog (the item card), offers, rounds, ledger and a state table."""
 
     PARAMS = ("horizon", "max_price", "value_points", "value_weights", "delay_cost", "outside_option")
+    STATE = (("round", 0), ("status", 0))  # status: an index into STATUS
     STATUS = ("open", "sold", "walked away", "expired")
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         if len(params["value_points"]) != len(params["value_weights"]) or not params["value_points"]:
             raise ValueError("value_points and value_weights must be non-empty lists of one length")
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         self.value = World.draw(params, episode_seed)  # the buyer's reservation value: fixed, never shown
         t = self.t
         db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, max_price INTEGER)" % t["catalog"])
@@ -282,10 +277,8 @@ class World:
         db.execute("CREATE TABLE %s (round INTEGER PRIMARY KEY, action TEXT)" % t["rounds"])
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, round INTEGER, kind TEXT, amount INTEGER)"
                    % t["ledger"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
                    (self.v["sku"], self.v["item"], self.v["unit"], params["max_price"]))
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("round", 0), ("status", 0)])
 
     @staticmethod
     def draw(params, episode_seed):
@@ -299,12 +292,6 @@ class World:
         return params["value_points"][k]
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _book(self, rnd, kind, amount):
         if amount:
             self.db.execute("INSERT INTO %s (round, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"],
@@ -343,6 +330,8 @@ class World:
             self._close_round("pass (turns ran out)")
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the market survey of the buyer: the possible reservation values for {item} in {currency} "
+          "and their probabilities.", reveals=("value_points", "value_weights"))
     def tool_read_buyer_survey(self):
         total = float(sum(self.p["value_weights"]))
         return {"reservation_value_distribution": [
@@ -350,41 +339,56 @@ class World:
             for point, weight in zip(self.p["value_points"], self.p["value_weights"])],
             "currency": self.v["currency"], "note": "the buyer's value is drawn once and stays fixed"}
 
+    @tool("probe", "Read the {site}'s carrying terms: the delay cost in {currency} paid for every round that "
+          "passes without a deal.", reveals=("delay_cost",))
     def tool_read_carrying_terms(self):
         return {"delay_cost_per_round": self.p["delay_cost"], "currency": self.v["currency"]}
 
+    @tool("probe", "Read the standing bid of the {supplier} for the lot: the outside option in {currency} if no "
+          "deal is made.", reveals=("outside_option",))
     def tool_read_outside_bid(self):
         return {"outside_option": self.p["outside_option"], "currency": self.v["currency"],
                 "note": "paid when you walk away or when the last round ends with no deal"}
 
+    @tool("observe", "Show the current round and the rounds left.")
     def tool_view_round(self):
         rnd = self._get("round")
         return {"round": rnd, "rounds_left": self.p["horizon"] - rnd, "horizon": self.p["horizon"]}
 
+    @tool("observe", "List the prices offered so far and the buyer's answers.",
+          limit=integer(1, 100, "how many entries to list, newest first"))
     def tool_view_offers(self, limit=20):
         rows = self.db.execute("SELECT round, price, answer FROM %s ORDER BY offer_id DESC LIMIT ?"
                                % self.t["offers"], (limit,)).fetchall()
         return {"offers": [{"round": r, "price": p, "answer": a} for r, p, a in rows]}
 
+    @tool("observe", "Show the delay costs paid so far, in {currency}.")
     def tool_view_costs(self):
         return {"delay_costs_so_far": self._costs(), "rounds_passed": self._get("round"),
                 "currency": self.v["currency"]}
 
+    @tool("observe", "Show the item card of the {item} ({sku}) on sale and the highest price that may be asked.")
     def tool_view_item(self):
         sku, name, unit, top = self.db.execute("SELECT sku, name, unit, max_price FROM %s" % self.t["catalog"]).fetchone()
         return {"sku": sku, "item": name, "unit": unit, "max_price": top, "currency": self.v["currency"]}
 
+    @tool("observe", "Show whether the negotiation is open, sold, walked away from or expired.")
     def tool_view_deal(self):
         row = self.db.execute("SELECT round, price FROM %s WHERE answer = 'accepted'" % self.t["offers"]).fetchone()
         return {"status": World.STATUS[self._get("status")], "sold_in_round": row[0] if row else None,
                 "price": row[1] if row else None}
 
+    @tool("observe", "List the booked amounts (delay costs, sale, outside option) and the balance in {currency}.",
+          limit=integer(1, 100, "how many entries to list, newest first"))
     def tool_view_ledger(self, limit=20):
         rows = self.db.execute("SELECT entry_id, round, kind, amount FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["ledger"], (limit,)).fetchall()
         return {"entries": [{"entry": e, "round": r, "kind": k, "amount": a} for e, r, k, a in rows],
                 "balance": self._total()}
 
+    @tool("decision", "Post a price for the {item} to the buyer: accepted iff it is at most the buyer's reservation "
+          "value (the deal closes); a rejection ends the round.",
+          price=integer(0, MAX_PRICE_SCHEMA, "the asking price, in whole currency units"))
     def tool_make_offer(self, price):
         self._open()
         if price > self.p["max_price"]:
@@ -403,6 +407,7 @@ class World:
         return {"round": rnd, "price": price, "answer": "rejected", "rounds_left": self.p["horizon"] - rnd - 1,
                 "status": World.STATUS[self._get("status")]}
 
+    @tool("clock", "Let the current round pass without an offer (its delay cost is paid).")
     def tool_pass_round(self):
         self._open()
         rnd = self._get("round")
@@ -410,6 +415,7 @@ class World:
         return {"round_passed": rnd, "rounds_left": self.p["horizon"] - rnd - 1,
                 "status": World.STATUS[self._get("status")]}
 
+    @tool("clock", "End the negotiation now and take the outside option.")
     def tool_walk_away(self):
         self._open()
         rnd = self._get("round")
@@ -457,41 +463,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_LIMIT = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                                                     "description": "how many entries to list, newest first"}},
-          "additionalProperties": False}
-
-TOOLS = (
-    ToolSpec("read_buyer_survey", "probe", "Read the market survey of the buyer: the possible reservation values "
-             "for {item} in {currency} and their probabilities.", _NO_ARGS,
-             reveals=("value_points", "value_weights")),
-    ToolSpec("read_carrying_terms", "probe", "Read the {site}'s carrying terms: the delay cost in {currency} paid "
-             "for every round that passes without a deal.", _NO_ARGS, reveals=("delay_cost",)),
-    ToolSpec("read_outside_bid", "probe", "Read the standing bid of the {supplier} for the lot: the outside option "
-             "in {currency} if no deal is made.", _NO_ARGS, reveals=("outside_option",)),
-    ToolSpec("view_round", "observe", "Show the current round and the rounds left.", _NO_ARGS),
-    ToolSpec("view_offers", "observe", "List the prices offered so far and the buyer's answers.", _LIMIT),
-    ToolSpec("view_costs", "observe", "Show the delay costs paid so far, in {currency}.", _NO_ARGS),
-    ToolSpec("view_item", "observe", "Show the item card of the {item} ({sku}) on sale and the highest price "
-             "that may be asked.", _NO_ARGS),
-    ToolSpec("view_deal", "observe", "Show whether the negotiation is open, sold, walked away from or expired.",
-             _NO_ARGS),
-    ToolSpec("view_ledger", "observe", "List the booked amounts (delay costs, sale, outside option) and the "
-             "balance in {currency}.", _LIMIT),
-    ToolSpec("make_offer", "decision", "Post a price for the {item} to the buyer: accepted iff it is at most the "
-             "buyer's reservation value (the deal closes); a rejection ends the round.",
-             {"type": "object", "properties": {"price": {"type": "integer", "minimum": 0, "maximum": MAX_PRICE_SCHEMA,
-                                                         "description": "the asking price, in whole currency units"}},
-              "required": ["price"], "additionalProperties": False}),
-    ToolSpec("pass_round", "clock", "Let the current round pass without an offer (its delay cost is paid).",
-             _NO_ARGS),
-    ToolSpec("walk_away", "clock", "End the negotiation now and take the outside option.", _NO_ARGS),
-)
-
 register(Family(
     name="negotiation",
-    version="2",  # 2: the rounds table's write-only delay_cost column is gone
+    version="3",
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",
@@ -506,7 +480,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
