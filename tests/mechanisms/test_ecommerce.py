@@ -13,24 +13,19 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import types
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import env_of, failed, gated, generated, mutant_verdicts
+from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import ecommerce as ec
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.setters.template import render_module
-from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("ecommerce")
-PASSAGES = builtin_passages()
 TOL = 1e-9
 MIDDLE, NO_ADS = 1, 0
 
@@ -573,45 +568,15 @@ def test_knob_ranges_lie_inside_params():
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 
-_MOD = {}
-
-
-def generated(k):
-    if k not in _MOD:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType(f"gen_ecommerce_{k}")
-        exec(compile(out.module, f"<ecommerce {k}>", "exec"), module.__dict__)  # noqa: S102  (the setter's own output)
-        _MOD[k] = (out, module)
-    return _MOD[k]
-
-
-def env_of(k, theta, presentation="I", seed=0, budget=None):
-    return generated(k)[1].create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                                   "turn_budget": budget or FAM.turn_budget(theta)})
-
-
-@pytest.mark.parametrize("k", range(0, len(PASSAGES), 2))
-def test_module_replays_every_plan(k):
-    out, _ = generated(k)
-    theta = SIM_THETAS[k % len(SIM_THETAS)]
-    rng = np.random.default_rng(k)
-    for policy in _policies(theta, rng).values():
-        seed = 100 + k
-        episode = FAM.simulate(theta, policy, seed)
-        env = env_of(k, theta, "A", seed)
-        for call in episode.calls:
-            assert env.call(out.tool_name(call["tool"]), call["arguments"])["ok"]
-        assert env.done and env.outcome()["utility"] == episode.utility
-
 
 def test_noisy_probe_is_cheap_deterministic_and_changes_nothing():
-    out, _ = generated(1)
+    out, _ = generated(FAM, 1)
     name = out.tool_name
     theta = SIM_THETAS[0]
     assert FAM.tool("estimate_demand").noisy and FAM.tool("estimate_demand").turn_cost == 1
     assert FAM.tool("get_demand_forecast").turn_cost == 2 and not FAM.tool("get_demand_forecast").noisy
     assert "estimate" in FAM.tool("estimate_demand").description
-    env, twin = env_of(1, theta, "A", 4, budget=1000), env_of(1, theta, "A", 4, budget=1000)
+    env, twin = env_of(FAM, 1, theta, "A", 4, budget=1000), env_of(FAM, 1, theta, "A", 4, budget=1000)
     first, again = env.call(name("estimate_demand"), {}), env.call(name("estimate_demand"), {})
     assert first == twin.call(name("estimate_demand"), {})  # same seed, same call number
     assert first["turns_left"] - again["turns_left"] == 1
@@ -621,7 +586,8 @@ def test_noisy_probe_is_cheap_deterministic_and_changes_nothing():
     means = [sum(d * p for d, p in enumerate(row["probabilities"])) for row in exact["demand_distributions"]]
     errors = [abs(e["estimated_mean_demand"] - m) for e, m in zip(first["estimates"], means)]
     assert 0 < max(errors) < 8 and len(errors) == 27
-    assert env_of(1, theta, "A", 5, budget=1000).call(name("estimate_demand"), {})["estimates"] != first["estimates"]
+    other_seed = env_of(FAM, 1, theta, "A", 5, budget=1000)
+    assert other_seed.call(name("estimate_demand"), {})["estimates"] != first["estimates"]
     # the dynamics and the utility ignore the estimates entirely
     plan = FAM.solve(theta).policy
     episode = FAM.simulate(theta, plan, 4)
@@ -633,10 +599,10 @@ def test_noisy_probe_is_cheap_deterministic_and_changes_nothing():
 
 
 def test_invalid_calls_leave_state_unchanged():
-    out, _ = generated(0)
+    out, _ = generated(FAM, 0)
     name = out.tool_name
     theta = dict(SIM_THETAS[0], initial_stock=1, initial_cash=10, order_fee=3, unit_cost=2)
-    env = env_of(0, theta)
+    env = env_of(FAM, 0, theta)
     assert env.call(name("place_order"), {"quantity": 2})["order_cost"] == 3 + 4
     for tool, args in (("place_order", {"quantity": 3}),  # 5 units cost 13 > 10
                        ("place_order", {"quantity": theta["capacity"]}),  # beyond the warehouse
@@ -652,10 +618,10 @@ def test_invalid_calls_leave_state_unchanged():
 
 
 def test_bankruptcy_ends_the_episode_in_the_module():
-    out, _ = generated(2)
+    out, _ = generated(FAM, 2)
     name = out.tool_name
     theta = dict(SIM_THETAS[2], initial_stock=0, initial_cash=5, overhead=3, ad_costs=[0, 2, 4], holding_cost=0)
-    env = env_of(2, theta, "I", 0)
+    env = env_of(FAM, 2, theta, "I", 0)
     assert env.call(name("set_ads"), {"level": 2})["ok"]
     closed = env.call(name("end_day"), {})
     assert closed["bankrupt"] is True and closed["cash"] == 5 - 4 - 3 and env.done
@@ -664,13 +630,13 @@ def test_bankruptcy_ends_the_episode_in_the_module():
 
 
 def test_sweep_moves_cash_to_the_owner_and_it_still_counts():
-    out, _ = generated(3)
+    out, _ = generated(FAM, 3)
     name = out.tool_name
     theta = dict(TINY[2], horizon=3)  # cash cap 5
     plan = FAM.solve(theta).policy
     for seed in range(30):
         episode = FAM.simulate(theta, plan, seed)
-        env = env_of(3, theta, "I", seed)
+        env = env_of(FAM, 3, theta, "I", seed)
         owner = 0
         for call in episode.calls:
             r = env.call(name(call["tool"]), call["arguments"])
@@ -686,10 +652,10 @@ def test_sweep_moves_cash_to_the_owner_and_it_still_counts():
 
 
 def test_running_out_of_turns_closes_the_remaining_days():
-    out, _ = generated(4)
+    out, _ = generated(FAM, 4)
     name = out.tool_name
     theta = SIM_THETAS[3]
-    env = env_of(4, theta, "I", 2, budget=3)
+    env = env_of(FAM, 4, theta, "I", 2, budget=3)
     assert env.call(name("set_price"), {"level": 2})["ok"]
     assert env.call(name("place_order"), {"quantity": 1})["ok"]
     assert env.call(name("view_calendar"), {})["turns_left"] == 0 and env.done
@@ -700,9 +666,9 @@ def test_running_out_of_turns_closes_the_remaining_days():
 
 
 def test_instructions_hide_theta_in_presentation_a():
-    out, _ = generated(5)
+    out, _ = generated(FAM, 5)
     theta = SIM_THETAS[4]
-    a, i = env_of(5, theta, "A").instruction, env_of(5, theta, "I").instruction
+    a, i = env_of(FAM, 5, theta, "A").instruction, env_of(FAM, 5, theta, "I").instruction
     assert f"Unit cost {theta['unit_cost']}, order fee {theta['order_fee']}" in i
     assert "Unit cost" not in a and "normal / middle / none" not in a and "normal / middle / none" in i
     for tool in ("get_price_list", "get_supplier_terms", "get_cost_sheet", "get_ad_rates", "get_traffic_calendar",
@@ -711,54 +677,39 @@ def test_instructions_hide_theta_in_presentation_a():
     other = dict(theta, unit_cost=theta["unit_cost"] + 1, price_levels=[x + 1 for x in theta["price_levels"]],
                  peak_start=0, lead_time=1 - theta["lead_time"], overhead=theta["overhead"] + 2)
     assert {"unit_cost", "price_levels", "peak_start", "lead_time", "overhead"} <= set(FAM.hidden)
-    assert env_of(5, other, "A").instruction == a and env_of(5, other, "I").instruction != i
+    assert env_of(FAM, 5, other, "A").instruction == a and env_of(FAM, 5, other, "I").instruction != i
 
 
 # ---------------------------------------------------------------------------------------------
 # The real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=6)  # six models at the default knob ranges (horizons 66 … 192)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def test_gates_admit_most_models(gated):
-    _, _, verdicts = gated
+def test_gates_admit_most_models():
+    verdicts = gated(FAM).verdicts
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert len(mine) == 6 and sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:
-        assert v.admitted or {g.name for g in v.gates if not g.passed} == {"default_band"}, v.reason
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
 
 
-def test_a_changed_overhead_is_rejected(gated):
-    outputs, candidates, _ = gated
+def test_a_changed_overhead_is_rejected():
     old = 'self._book(day, "overhead", -p["overhead"])'
-    rejected = []
-    for output in outputs[:1]:
-        assert output.module.count(old) == 1
-        wrong = output.model_copy(update={"module": output.module.replace(old, old.replace("-p", "-2 * p"))})
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        for v in check_batch(FAM, wrong, mine):
-            failed = {g.name for g in v.gates if not g.passed}
-            rejected.append(bool(failed & {"replay_agreement", "dynamics_agreement"}))
-    assert rejected and all(rejected)
+    verdicts = mutant_verdicts(FAM, gated(FAM), old, old.replace("-p", "-2 * p"))
+    assert verdicts and all(failed([v]) & {"replay_agreement", "dynamics_agreement"} for v in verdicts)
 
 
 # ---------------------------------------------------------------------------------------------
-# θ that solve() refuses (issue 14: solvers refuse what they cannot solve exactly).
+# θ that solve() refuses: what it cannot solve exactly.
 
 
 @pytest.mark.parametrize("key,change", [
-    pytest.param("unit_cost", lambda t: 0, id="unit_cost-zero"),  # before: a raw ZeroDivisionError
-    pytest.param("holding_cost", lambda t: 10**6, id="holding_cost-huge"),  # before: a solve that did not end
-    pytest.param("unit_cost", lambda t: t["unit_cost"] + 0.5, id="unit_cost-fraction"),  # before: a raw IndexError
-    # before: solved
+    pytest.param("unit_cost", lambda t: 0, id="unit_cost-zero"),
+    pytest.param("holding_cost", lambda t: 10**6, id="holding_cost-huge"),
+    pytest.param("unit_cost", lambda t: t["unit_cost"] + 0.5, id="unit_cost-fraction"),
     pytest.param("demand_weights", lambda t: bumped(t["demand_weights"], (0, 0, 0, 0), 0.5),
                  id="demand_weights-fraction"),
-    pytest.param("cash_cap", lambda t: 10**5, id="cash_cap-size"),  # before: no size guard
+    pytest.param("cash_cap", lambda t: 10**5, id="cash_cap-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

@@ -79,7 +79,7 @@ import random
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -512,29 +512,24 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The store's relational world: catalog, price list, stock, orders, ledger, ad campaigns, sales, state."""
 
     PARAMS = ("horizon", "capacity", "lead_time", "unit_cost", "order_fee", "holding_cost", "overhead",
               "price_levels", "ad_costs", "demand_weights", "weekday_boost", "peak_start", "peak_end", "cash_cap",
               "initial_cash", "initial_stock", "bankruptcy_penalty")
+    STATE = (("day", 0), ("pending", 0), ("price_level", 1), ("ad_level", 0), ("owner", 0), ("bankrupt", 0),
+             ("estimates", 0))
     PRICE_LABELS = ("low", "middle", "high")
     AD_LABELS = ("none", "low", "high")
     TRAFFIC_LABELS = ("normal", "busy", "rush")
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack " + ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         weights = params["demand_weights"]
         if (len(params["price_levels"]) != 3 or len(params["ad_costs"]) != 3 or len(params["weekday_boost"]) != 7
                 or len(weights) != 3 or any(len(row) != 3 or any(len(cell) != 3 for cell in row) for row in weights)):
             raise ValueError("price_levels and ad_costs need 3 entries, weekday_boost 7, demand_weights 3×3×3 lists")
-        self.db, self.p, self.skin = db, params, skin
-        self.seed = episode_seed
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         self.tickets = World.ticket_path(params, episode_seed)
         t, v = self.t, self.v
         db.execute(f"CREATE TABLE {t['catalog']} (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, supplier TEXT, "
@@ -549,15 +544,11 @@ class World:
         db.execute(f"CREATE TABLE {t['sales']} (day INTEGER PRIMARY KEY, price_level INTEGER, unit_price INTEGER, "
                    "ad_level INTEGER, demand INTEGER, sold INTEGER, lost INTEGER, closing_stock INTEGER, "
                    "closing_cash INTEGER)")
-        db.execute(f"CREATE TABLE {t['state']} (key TEXT PRIMARY KEY, value INTEGER)")
         db.execute(f"INSERT INTO {t['catalog']} VALUES (?, ?, ?, ?, ?)",
                    (v["sku"], v["item"], v["unit"], v["supplier"], params["capacity"]))
         db.executemany(f"INSERT INTO {t['prices']} VALUES (?, ?, ?)",
                        [(k, self.PRICE_LABELS[k], params["price_levels"][k]) for k in range(3)])
         db.execute(f"INSERT INTO {t['stock']} VALUES (?, ?)", (v["sku"], params["initial_stock"]))
-        db.executemany(f"INSERT INTO {t['state']} VALUES (?, ?)",
-                       [("day", 0), ("pending", 0), ("price_level", 1), ("ad_level", 0), ("owner", 0),
-                        ("bankrupt", 0), ("estimates", 0)])
         self._book(0, "opening balance", params["initial_cash"])
 
     @staticmethod
@@ -576,12 +567,6 @@ class World:
         return demand
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute(f"SELECT value FROM {self.t['state']} WHERE key = ?", (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute(f"UPDATE {self.t['state']} SET value = ? WHERE key = ?", (value, key))
-
     def _book(self, day, kind, amount):
         if amount:
             self.db.execute(f"INSERT INTO {self.t['ledger']} (day, kind, amount) VALUES (?, ?, ?)",
@@ -636,24 +621,34 @@ class World:
             self.tool_end_day()
 
     # -- probes -----------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s price list for {item}: the unit price in {currency} of each price level "
+          "(low, middle, high).", reveals=("price_levels",))
     def tool_get_price_list(self):
         rows = self.db.execute(f"SELECT level, label, unit_price FROM {self.t['prices']} ORDER BY level").fetchall()
         return {"price_levels": [{"level": k, "label": label, "unit_price": price} for k, label, price in rows],
                 "currency": self.v["currency"]}
 
+    @tool("probe", "Read the {supplier}'s terms: unit cost, fee per order and delivery lead time.",
+          reveals=("unit_cost", "order_fee", "lead_time"))
     def tool_get_supplier_terms(self):
         return {"unit_cost": self.p["unit_cost"], "order_fee": self.p["order_fee"],
                 "lead_time_days": self.p["lead_time"], "currency": self.v["currency"],
                 "delivery": "before today's sales" if self.p["lead_time"] == 0 else "the next morning"}
 
+    @tool("probe", "Read the {site}'s running costs: holding cost per unit left overnight and the daily "
+          "overhead, in {currency}.", reveals=("holding_cost", "overhead"))
     def tool_get_cost_sheet(self):
         return {"holding_cost_per_unit_left": self.p["holding_cost"], "daily_overhead": self.p["overhead"],
                 "currency": self.v["currency"]}
 
+    @tool("probe", "Read the daily cost in {currency} of each advertising level (none, low, high).",
+          reveals=("ad_costs",))
     def tool_get_ad_rates(self):
         return {"ad_levels": [{"level": k, "label": self.AD_LABELS[k], "daily_cost": self.p["ad_costs"][k]}
                               for k in range(3)], "currency": self.v["currency"]}
 
+    @tool("probe", "Read the traffic calendar: which weekdays are boosted and when the peak season runs.",
+          reveals=("weekday_boost", "peak_start", "peak_end"))
     def tool_get_traffic_calendar(self):
         p = self.p
         return {"boosted_weekdays": [d for d in range(7) if p["weekday_boost"][d]],
@@ -661,6 +656,8 @@ class World:
                 "rule": "traffic level of day t = min(2, [weekday t % 7 is boosted] + [t is in the peak season]); "
                         "0 normal, 1 busy, 2 rush"}
 
+    @tool("probe", "Read the exact demand forecast for {item}: the probability of each daily demand for every "
+          "traffic level, price level and ad level (costs 2 turns).", reveals=("demand_weights",), turn_cost=2)
     def tool_get_demand_forecast(self):
         forecast = []
         for k in range(3):
@@ -672,10 +669,13 @@ class World:
                                      "probabilities": [w / total for w in row]})
         return {"demand_distributions": forecast, "support": "probabilities of 0, 1, 2, … units demanded in a day"}
 
+    @tool("probe", "Get a quick market-research estimate (not exact: each figure has random error, drawn fresh "
+          "on every call) of the mean daily demand of {item} for every traffic level, price level and ad level "
+          "(costs 1 turn).", noisy=True)
     def tool_estimate_demand(self):
         k = self._get("estimates")
         self._set("estimates", k + 1)
-        rng = random.Random(self.seed * 7919 + k)
+        rng = random.Random(self.episode_seed * 7919 + k)
         estimates = []
         for level in range(3):
             for price in range(3):
@@ -689,30 +689,38 @@ class World:
                 "note": "a quick market-research estimate with random error; each call draws fresh error"}
 
     # -- observations -----------------------------------------------------------------------
+    @tool("observe", "Show {unit} on hand, in transit and ordered today, and the warehouse capacity.")
     def tool_view_stock(self):
         return {"on_hand": self._on_hand(), "in_transit": self._in_transit(), "ordered_today": self._get("pending"),
                 "capacity": self.p["capacity"], "unit": self.v["unit"]}
 
+    @tool("observe", "Show the {site}'s cash, the owner's account and the cash cap.")
     def tool_view_cash(self):
         return {"cash": self._cash(), "owner_account": self._get("owner"), "cash_cap": self.p["cash_cap"],
                 "bankrupt": bool(self._get("bankrupt")), "currency": self.v["currency"]}
 
+    @tool("observe", "Show the current price level and advertising level.")
     def tool_view_storefront(self):
         price, ad = self._get("price_level"), self._get("ad_level")
         return {"price_level": price, "price_label": self.PRICE_LABELS[price], "ad_level": ad,
                 "ad_label": self.AD_LABELS[ad]}
 
+    @tool("observe", "Show today's day number, weekday and the days left.")
     def tool_view_calendar(self):
         day = self._get("day")
         return {"day": day, "weekday": day % 7, "days_left": max(0, self.p["horizon"] - day),
                 "horizon": self.p["horizon"]}
 
+    @tool("observe", "List the most recent orders to the {supplier} with their status.",
+          limit=integer(1, 1000, "how many orders to list"))
     def tool_view_orders(self, limit=10):
         keys = ("order_id", "day_placed", "quantity", "cost", "arrives_day", "status")
         rows = self.db.execute(f"SELECT {', '.join(keys)} FROM {self.t['orders']} ORDER BY order_id DESC LIMIT ?",
                                (limit,)).fetchall()
         return {"orders": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "List recent days: price and ad levels, demand, sales, lost sales, closing stock and cash.",
+          last_days=integer(1, 1000, "how many days back"))
     def tool_view_sales(self, last_days=7):
         keys = ("day", "price_level", "unit_price", "ad_level", "demand", "sold", "lost", "closing_stock",
                 "closing_cash")
@@ -720,6 +728,8 @@ class World:
                                (last_days,)).fetchall()
         return {"days": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "List the latest ledger entries of the {site} in {currency}.",
+          last_entries=integer(1, 1000, "how many entries to list"))
     def tool_view_ledger(self, last_entries=20):
         rows = self.db.execute(f"SELECT entry_id, day, kind, amount FROM {self.t['ledger']} ORDER BY entry_id DESC "
                                "LIMIT ?", (last_entries,)).fetchall()
@@ -727,16 +737,22 @@ class World:
                 "cash": self._cash(), "owner_account": self._get("owner"), "currency": self.v["currency"]}
 
     # -- decisions --------------------------------------------------------------------------
+    @tool("decision", "Set the price level of {item} from today on: 0 low, 1 middle, 2 high.",
+          level=integer(0, 2, "0, 1 or 2"))
     def tool_set_price(self, level):
         self._open()
         self._set("price_level", level)
         return {"price_level": level, "price_label": self.PRICE_LABELS[level]}
 
+    @tool("decision", "Set the advertising level from today on: 0 none, 1 low, 2 high (charged every day at "
+          "close).", level=integer(0, 2, "0, 1 or 2"))
     def tool_set_ads(self, level):
         self._open()
         self._set("ad_level", level)
         return {"ad_level": level, "ad_label": self.AD_LABELS[level]}
 
+    @tool("decision", "Order {item} from the {supplier} today (adds to today's order; it must fit the warehouse "
+          "and today's cash; paid when the day closes).", quantity=integer(1, 1000, "number of {unit} to order"))
     def tool_place_order(self, quantity):
         self._open()
         p, v, pending = self.p, self.v, self._get("pending")
@@ -751,6 +767,7 @@ class World:
         self._set("pending", pending + quantity)
         return {"ordered_today": pending + quantity, "order_cost": cost}
 
+    @tool("decision", "Cancel everything ordered today.")
     def tool_cancel_order(self):
         self._open()
         if self._get("pending") == 0:
@@ -758,6 +775,8 @@ class World:
         self._set("pending", 0)
         return {"ordered_today": 0}
 
+    @tool("clock", "Close the day: pay today's order, serve the day's customers, charge advertising, overhead "
+          "and holding, sweep cash above the cap to the owner and move to the next day.")
     def tool_end_day(self):
         self._open()
         p, day, quantity = self.p, self._get("day"), self._get("pending")
@@ -860,63 +879,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_LEVEL = {"type": "object", "properties": {"level": {"type": "integer", "minimum": 0, "maximum": 2,
-                                                     "description": "0, 1 or 2"}},
-          "required": ["level"], "additionalProperties": False}
-
-
-def _count(key: str, what: str) -> dict:
-    return {"type": "object", "properties": {key: {"type": "integer", "minimum": 1, "maximum": 1000,
-                                                   "description": what}}, "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("get_price_list", "probe", "Read the {site}'s price list for {item}: the unit price in {currency} of "
-             "each price level (low, middle, high).", _NO_ARGS, reveals=("price_levels",)),
-    ToolSpec("get_supplier_terms", "probe", "Read the {supplier}'s terms: unit cost, fee per order and delivery "
-             "lead time.", _NO_ARGS, reveals=("unit_cost", "order_fee", "lead_time")),
-    ToolSpec("get_cost_sheet", "probe", "Read the {site}'s running costs: holding cost per unit left overnight "
-             "and the daily overhead, in {currency}.", _NO_ARGS, reveals=("holding_cost", "overhead")),
-    ToolSpec("get_ad_rates", "probe", "Read the daily cost in {currency} of each advertising level (none, low, "
-             "high).", _NO_ARGS, reveals=("ad_costs",)),
-    ToolSpec("get_traffic_calendar", "probe", "Read the traffic calendar: which weekdays are boosted and when the "
-             "peak season runs.", _NO_ARGS, reveals=("weekday_boost", "peak_start", "peak_end")),
-    ToolSpec("get_demand_forecast", "probe", "Read the exact demand forecast for {item}: the probability of each "
-             "daily demand for every traffic level, price level and ad level (costs 2 turns).", _NO_ARGS,
-             reveals=("demand_weights",), turn_cost=2),
-    ToolSpec("estimate_demand", "probe", "Get a quick market-research estimate (not exact: each figure has random "
-             "error, drawn fresh on every call) of the mean daily demand of {item} for every traffic level, price "
-             "level and ad level (costs 1 turn).", _NO_ARGS, noisy=True),
-    ToolSpec("view_stock", "observe", "Show {unit} on hand, in transit and ordered today, and the warehouse "
-             "capacity.", _NO_ARGS),
-    ToolSpec("view_cash", "observe", "Show the {site}'s cash, the owner's account and the cash cap.", _NO_ARGS),
-    ToolSpec("view_storefront", "observe", "Show the current price level and advertising level.", _NO_ARGS),
-    ToolSpec("view_calendar", "observe", "Show today's day number, weekday and the days left.", _NO_ARGS),
-    ToolSpec("view_orders", "observe", "List the most recent orders to the {supplier} with their status.",
-             _count("limit", "how many orders to list")),
-    ToolSpec("view_sales", "observe", "List recent days: price and ad levels, demand, sales, lost sales, closing "
-             "stock and cash.", _count("last_days", "how many days back")),
-    ToolSpec("view_ledger", "observe", "List the latest ledger entries of the {site} in {currency}.",
-             _count("last_entries", "how many entries to list")),
-    ToolSpec("set_price", "decision", "Set the price level of {item} from today on: 0 low, 1 middle, 2 high.",
-             _LEVEL),
-    ToolSpec("set_ads", "decision", "Set the advertising level from today on: 0 none, 1 low, 2 high (charged "
-             "every day at close).", _LEVEL),
-    ToolSpec("place_order", "decision", "Order {item} from the {supplier} today (adds to today's order; it must "
-             "fit the warehouse and today's cash; paid when the day closes).",
-             {"type": "object", "properties": {"quantity": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                                            "description": "number of {unit} to order"}},
-              "required": ["quantity"], "additionalProperties": False}),
-    ToolSpec("cancel_order", "decision", "Cancel everything ordered today.", _NO_ARGS),
-    ToolSpec("end_day", "clock", "Close the day: pay today's order, serve the day's customers, charge "
-             "advertising, overhead and holding, sweep cash above the cap to the owner and move to the next "
-             "day.", _NO_ARGS),
-)
-
 register(Family(
     name="ecommerce",
-    version="2",  # 2: order refusals show no cost, cash or stock figure (unit cost, fee and lead time are hidden)
+    version="3",
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",
@@ -931,7 +896,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
