@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 import re
-import types
 
 import numpy as np
 import pytest
 
+from family_kit import PASSAGES, env_of, generated
 from vhd.mechanisms import registry
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.setters.template import render_module
 
 FAM = registry.get("inventory_dp")
-PASSAGES = builtin_passages()
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 COSTS = ("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value")
-
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    """(setter output, executed module) for passage k, rendered once."""
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_inventory_%d" % k)
-        exec(compile(out.module, "<generated inventory %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
-
-
-def make_env(k, theta, seed, presentation="I", budget=None):
-    _, module = generated(k)
-    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
-
 
 def thetas_by_lead(size=6, horizon=10):
     """The first sampled θ of each lead time, searching sample seeds in order."""
@@ -73,7 +51,7 @@ def replay(env, out, calls, budget):
 
 def test_generated_module_is_standard_library_only():
     for k in range(len(PASSAGES)):
-        out, _ = generated(k)
+        out, _ = generated(FAM, k)
         assert not re.search(r"^\s*(from|import)\s+vhd\b", out.module, flags=re.M)
         imports = set(re.findall(r"^import (\w+)", out.module, flags=re.M))
         assert imports <= {"hashlib", "json", "math", "random", "sqlite3", "threading"}, imports
@@ -90,9 +68,9 @@ def test_canonical_calls_replay_to_simulated_utility(lead):
     for n, (name, policy) in enumerate(policies(theta, rng).items()):
         for seed in (0, 3, 1000 + lead):
             k = (lead * 4 + n + seed) % len(PASSAGES)
-            out, _ = generated(k)
+            out, _ = generated(FAM, k)
             episode = FAM.simulate(theta, policy, seed)
-            env = make_env(k, theta, seed, presentation="AI"[seed % 2])
+            env = env_of(FAM, k, theta, seed=seed, presentation="AI"[seed % 2])
             assert not env.done
             responses = replay(env, out, episode.calls, FAM.turn_budget(theta))
             result = env.outcome()
@@ -114,10 +92,10 @@ def test_canonical_calls_replay_to_simulated_utility(lead):
 def test_observations_track_the_simulated_state(lead):
     """view_stock after every end of day shows the state the reference simulator is in."""
     theta = BY_LEAD[lead]
-    out, _ = generated(lead)
+    out, _ = generated(FAM, lead)
     policy = FAM.solve(theta).policy
     episode = FAM.simulate(theta, policy, 17)
-    env = make_env(lead, theta, 17, budget=10 * theta["horizon"])
+    env = env_of(FAM, lead, theta, seed=17, budget=10 * theta["horizon"])
     on_hand, transit = theta["initial_stock"], 0
     demands = FAM.world.demand_path(theta, 17)
     for day, q in enumerate(episode.decisions):
@@ -138,8 +116,8 @@ def test_observations_track_the_simulated_state(lead):
 
 def test_probes_reveal_theta():
     for lead, theta in enumerate(BY_LEAD):
-        out, _ = generated(5)
-        env = make_env(5, theta, 1, presentation="A")
+        out, _ = generated(FAM, 5)
+        env = env_of(FAM, 5, theta, seed=1, presentation="A")
         sheet = env.call(out.tool_name("get_cost_sheet"), {})
         assert {key: sheet[key] for key in COSTS} == {key: theta[key] for key in COSTS}
         terms = env.call(out.tool_name("get_supplier_terms"), {})
@@ -154,16 +132,16 @@ def test_probes_reveal_theta():
 
 def test_same_calls_same_digest():
     theta = BY_LEAD[2]
-    out, _ = generated(3)
+    out, _ = generated(FAM, 3)
     episode = FAM.simulate(theta, FAM.default_policy(theta), 8)
-    a, b = make_env(3, theta, 8), make_env(3, theta, 8)
+    a, b = env_of(FAM, 3, theta, seed=8), env_of(FAM, 3, theta, seed=8)
     assert a.state_digest() == b.state_digest()
     replay(a, out, episode.calls[:7], FAM.turn_budget(theta))
     replay(b, out, episode.calls[:7], FAM.turn_budget(theta))
     assert a.state_digest() == b.state_digest()
-    c = make_env(3, theta, 9)
+    c = env_of(FAM, 3, theta, seed=9)
     replay(c, out, [{"tool": "end_day", "arguments": {}}] * 3, FAM.turn_budget(theta))
-    d = make_env(3, theta, 8)
+    d = env_of(FAM, 3, theta, seed=8)
     replay(d, out, [{"tool": "end_day", "arguments": {}}] * 3, FAM.turn_budget(theta))
     assert c.outcome()["turns_used"] == d.outcome()["turns_used"] == 3
     assert FAM.world.demand_path(theta, 9)[:3] != FAM.world.demand_path(theta, 8)[:3]
@@ -187,10 +165,10 @@ def _assert_rejected(env, name, arguments):
 
 @pytest.mark.parametrize("k", [0, 1, 4])
 def test_invalid_calls_are_rejected_without_effect(k):
-    out, _ = generated(k)
+    out, _ = generated(FAM, k)
     theta = BY_LEAD[k % 3]
     cap = theta["capacity"]
-    env = make_env(k, theta, 5)
+    env = env_of(FAM, k, theta, seed=5)
     place, cancel, stock = out.tool_name("place_order"), out.tool_name("cancel_order"), out.tool_name("view_stock")
     bad = [
         ("no_such_tool", {}),
@@ -245,8 +223,8 @@ def test_invalid_calls_are_rejected_without_effect(k):
 
 def test_calls_after_the_end_are_rejected():
     theta = BY_LEAD[1]
-    out, _ = generated(2)
-    env = make_env(2, theta, 4)
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, seed=4)
     replay(env, out, [{"tool": "end_day", "arguments": {}}] * theta["horizon"], FAM.turn_budget(theta))
     assert env.done and env.outcome()["terminal"] is True
     for tool in out.interface:
@@ -273,12 +251,12 @@ def _star_with_orders():
 @pytest.mark.parametrize("probes", [0, 2])
 def test_turn_budget_running_out_plays_remaining_days_idle(probes):
     theta, policy, episode, seed = _star_with_orders()
-    out, _ = generated(6)
+    out, _ = generated(FAM, 6)
     prefix = [{"tool": "get_cost_sheet", "arguments": {}}, {"tool": "view_cash", "arguments": {}}][:probes]
     calls = prefix + episode.calls
     cut_kinds = set()
     for budget in range(probes + 1, len(calls) - 1):
-        env = make_env(6, theta, seed, presentation="A", budget=budget)
+        env = env_of(FAM, 6, theta, seed=seed, presentation="A", budget=budget)
         played = calls[:budget]
         responses = replay(env, out, played, budget)
         assert responses[-1]["turns_left"] == 0
@@ -299,8 +277,8 @@ def test_turn_budget_running_out_plays_remaining_days_idle(probes):
 def test_run_out_drops_todays_order_exactly():
     """Hand-made: order on day 0 (paid), order on day 1 is pending when the turns run out."""
     theta = dict(BY_LEAD[0])
-    out, _ = generated(7)
-    env = make_env(7, theta, 2, budget=3)
+    out, _ = generated(FAM, 7)
+    env = env_of(FAM, 7, theta, seed=2, budget=3)
     place, end = out.tool_name("place_order"), out.tool_name("end_day")
     assert env.call(place, {"quantity": 2})["ok"]
     assert env.call(end, {})["ok"]
@@ -319,10 +297,10 @@ def test_run_out_drops_todays_order_exactly():
 
 @pytest.mark.parametrize("k", range(len(PASSAGES)))
 def test_presentations_and_tools(k):
-    out, _ = generated(k)
+    out, _ = generated(FAM, k)
     theta = BY_LEAD[k % 3]
-    a = make_env(k, theta, 1, presentation="A")
-    i = make_env(k, theta, 1, presentation="I")
+    a = env_of(FAM, k, theta, seed=1, presentation="A")
+    i = env_of(FAM, k, theta, seed=1, presentation="I")
     terms = [line for line in i.instruction.splitlines() if line.startswith("Terms:")]
     assert len(terms) == 1
     for phrase in ("unit cost %d" % theta["unit_cost"], "selling price %d" % theta["price"],

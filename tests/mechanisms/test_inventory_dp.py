@@ -448,11 +448,10 @@ def test_params_bounds_accept_edges_and_family_translates_errors():
 
 
 @pytest.mark.parametrize("key,change", [
-    # before: a raw KeyError
     pytest.param("initial_stock", lambda t: t["initial_stock"] + 0.5, id="initial_stock-fraction"),
-    pytest.param("unit_cost", lambda t: t["unit_cost"] + 0.5, id="unit_cost-fraction"),  # before: solved
-    pytest.param("lead_time", lambda t: t["lead_time"] + 0.5, id="lead_time-fraction"),  # before: solved
-    pytest.param("capacity", lambda t: 41, id="capacity-size"),  # before: no size guard
+    pytest.param("unit_cost", lambda t: t["unit_cost"] + 0.5, id="unit_cost-fraction"),
+    pytest.param("lead_time", lambda t: t["lead_time"] + 0.5, id="lead_time-fraction"),
+    pytest.param("capacity", lambda t: 41, id="capacity-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

@@ -42,7 +42,7 @@ import random
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -293,20 +293,15 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The shop's relational world: catalog, orders, ledger, days and a state table."""
 
     PARAMS = ("horizon", "capacity", "lead_time", "unit_cost", "price", "holding_cost", "shortage_penalty",
               "order_fee", "salvage_value", "initial_stock", "initial_cash", "demand_weights")
+    STATE = (("day", 0), ("on_hand", 0), ("pending", 0))  # on_hand: set to initial_stock
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
+        super().__init__(db, params, episode_seed, skin)
         self.demands = World.demand_path(params, episode_seed)
         t = self.t
         db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, capacity INTEGER)" % t["catalog"])
@@ -315,11 +310,9 @@ class World:
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, day INTEGER, kind TEXT, amount INTEGER)" % t["ledger"])
         db.execute("CREATE TABLE %s (day INTEGER PRIMARY KEY, demand INTEGER, sold INTEGER, lost INTEGER, "
                    "closing_stock INTEGER)" % t["days"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
                    (self.v["sku"], self.v["item"], self.v["unit"], params["capacity"]))
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("day", 0), ("on_hand", params["initial_stock"]), ("pending", 0)])
+        self._set("on_hand", params["initial_stock"])
         self._book(0, "opening balance", params["initial_cash"])
 
     @staticmethod
@@ -337,12 +330,6 @@ class World:
         return path
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _book(self, day, kind, amount):
         if amount:
             self.db.execute("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"], (day, kind, amount))
@@ -374,41 +361,57 @@ class World:
             self.tool_end_day()
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s cost sheet for {item}: unit cost, selling price, holding cost, shortage "
+          "penalty, order fee and salvage value.",
+          reveals=("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value"))
     def tool_get_cost_sheet(self):
         return {key: self.p[key] for key in ("unit_cost", "price", "holding_cost", "shortage_penalty",
                                              "order_fee", "salvage_value")}
 
+    @tool("probe", "Read the demand forecast for {item}: the probability of each daily demand, by weekday.",
+          reveals=("demand_weights",))
     def tool_get_demand_forecast(self):
         return {"demand_probabilities_by_weekday": [[w / float(sum(row)) for w in row]
                                                     for row in self.p["demand_weights"]],
                 "weekday_of_day": "day d has weekday d % 7"}
 
+    @tool("probe", "Read the {supplier}'s terms: delivery lead time in days and the storage capacity.",
+          reveals=("lead_time",))
     def tool_get_supplier_terms(self):
         return {"lead_time_days": self.p["lead_time"], "capacity": self.p["capacity"]}
 
+    @tool("observe", "Show {unit} on hand, in transit and ordered today.")
     def tool_view_stock(self):
         return {"on_hand": self._get("on_hand"), "in_transit": self._in_transit(),
                 "ordered_today": self._get("pending"), "capacity": self.p["capacity"]}
 
+    @tool("observe", "Show the cash balance of the {site}.")
     def tool_view_cash(self):
         return {"cash": self._cash(), "currency": self.v["currency"]}
 
+    @tool("observe", "List the most recent orders to the {supplier} with their status.",
+          limit=integer(1, 365, "how many orders to list"))
     def tool_view_orders(self, limit=10):
         rows = self.db.execute("SELECT order_id, day_placed, quantity, arrives_day, status FROM %s "
                                "ORDER BY order_id DESC LIMIT ?" % self.t["orders"], (limit,)).fetchall()
         keys = ("order_id", "day_placed", "quantity", "arrives_day", "status")
         return {"orders": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "List demand, sales, lost sales and closing stock of recent days.",
+          last_days=integer(1, 365, "how many days back"))
     def tool_view_sales(self, last_days=7):
         rows = self.db.execute("SELECT day, demand, sold, lost, closing_stock FROM %s ORDER BY day DESC LIMIT ?"
                                % self.t["days"], (last_days,)).fetchall()
         keys = ("day", "demand", "sold", "lost", "closing_stock")
         return {"days": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "Show today's day number, weekday and the days left.")
     def tool_view_calendar(self):
         day = self._get("day")
         return {"day": day, "weekday": day % 7, "days_left": self.p["horizon"] - day}
 
+    @tool("decision", "Order {item} from the {supplier} today (adds to today's order; paid when the day ends).",
+          quantity=integer(1, 1000, "number of {unit} to order"))
     def tool_place_order(self, quantity):
         stocked = self._get("on_hand") + self._in_transit() + self._get("pending")
         if stocked + quantity > self.p["capacity"]:
@@ -417,12 +420,15 @@ class World:
         self._set("pending", self._get("pending") + quantity)
         return {"ordered_today": self._get("pending")}
 
+    @tool("decision", "Cancel everything ordered today.")
     def tool_cancel_order(self):
         if self._get("pending") == 0:
             raise AgentError("nothing has been ordered today")
         self._set("pending", 0)
         return {"ordered_today": 0}
 
+    @tool("clock", "Close the day: pay today's order, serve the day's demand, book holding costs and move to the "
+          "next day.")
     def tool_end_day(self):
         p, day, quantity = self.p, self._get("day"), self._get("pending")
         if quantity > 0:
@@ -490,40 +496,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-TOOLS = (
-    ToolSpec("get_cost_sheet", "probe", "Read the {site}'s cost sheet for {item}: unit cost, selling price, "
-             "holding cost, shortage penalty, order fee and salvage value.", _NO_ARGS,
-             reveals=("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value")),
-    ToolSpec("get_demand_forecast", "probe", "Read the demand forecast for {item}: the probability of each "
-             "daily demand, by weekday.", _NO_ARGS, reveals=("demand_weights",)),
-    ToolSpec("get_supplier_terms", "probe", "Read the {supplier}'s terms: delivery lead time in days and the "
-             "storage capacity.", _NO_ARGS, reveals=("lead_time",)),
-    ToolSpec("view_stock", "observe", "Show {unit} on hand, in transit and ordered today.", _NO_ARGS),
-    ToolSpec("view_cash", "observe", "Show the cash balance of the {site}.", _NO_ARGS),
-    ToolSpec("view_orders", "observe", "List the most recent orders to the {supplier} with their status.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 365,
-                                                         "description": "how many orders to list"}},
-              "additionalProperties": False}),
-    ToolSpec("view_sales", "observe", "List demand, sales, lost sales and closing stock of recent days.",
-             {"type": "object", "properties": {"last_days": {"type": "integer", "minimum": 1, "maximum": 365,
-                                                             "description": "how many days back"}},
-              "additionalProperties": False}),
-    ToolSpec("view_calendar", "observe", "Show today's day number, weekday and the days left.", _NO_ARGS),
-    ToolSpec("place_order", "decision", "Order {item} from the {supplier} today (adds to today's order; paid "
-             "when the day ends).",
-             {"type": "object", "properties": {"quantity": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                                            "description": "number of {unit} to order"}},
-              "required": ["quantity"], "additionalProperties": False}),
-    ToolSpec("cancel_order", "decision", "Cancel everything ordered today.", _NO_ARGS),
-    ToolSpec("end_day", "clock", "Close the day: pay today's order, serve the day's demand, book holding "
-             "costs and move to the next day.", _NO_ARGS),
-)
-
 register(Family(
     name="inventory_dp",
-    version="3",  # 3: the storage refusal shows no stock figure (in transit reveals the hidden lead time)
+    version="4",
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",
@@ -537,7 +512,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=("lead_time",) + COST_FIELDS + ("demand_weights",),
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
