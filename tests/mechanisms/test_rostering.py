@@ -640,7 +640,8 @@ def _mutant(old, new, which=1):
     output's own candidates are all admitted (output 0's model is outside the default band, where
     the gates would not play a mutant at all)."""
     run = gated(FAM)
-    mine = [v for v in run.verdicts if v.candidate.setter_output.setter_output_id == run.outputs[which].setter_output_id]
+    output_id = run.outputs[which].setter_output_id
+    mine = [v for v in run.verdicts if v.candidate.setter_output.setter_output_id == output_id]
     assert mine and all(v.admitted for v in mine)
     return mutant_verdicts(FAM, run, old, new, which)
 
