@@ -49,7 +49,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -295,27 +295,27 @@ def turn_budget(theta: dict) -> int:
     return 3 * theta["n_stops"] + 16
 
 
+def _stop_arg(description: str) -> dict:
+    """The schema of a stop number: 0 (the depot) to MAX_STOPS."""
+    return integer(0, MAX_STOPS, description)
+
+
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The delivery round's relational world: stops, travel times, driven legs, a state table."""
 
     PARAMS = ("n_stops", "horizon", "budget", "travel_cost", "rewards", "coordinates", "travel")
+    STATE = (("position", 0), ("clock", 0), ("ended", 0))
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n = params["n_stops"]
         if len(params["rewards"]) != n + 1 or len(params["coordinates"]) != n + 1 or len(params["travel"]) != n + 1:
             raise ValueError("rewards, coordinates and travel must cover the depot and %d stops" % n)
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (stop_id INTEGER PRIMARY KEY, label TEXT, x INTEGER, y INTEGER, "
                    "reward INTEGER, status TEXT)" % t["stops"])
@@ -324,7 +324,6 @@ class World:
         db.execute("CREATE TABLE %s (leg_id INTEGER PRIMARY KEY, from_stop INTEGER REFERENCES %s(stop_id), "
                    "to_stop INTEGER REFERENCES %s(stop_id), depart_minute INTEGER, arrive_minute INTEGER, "
                    "minutes INTEGER, reward INTEGER)" % (t["legs"], t["stops"], t["stops"]))
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         rows = []
         for k in range(n + 1):
             x, y = params["coordinates"][k]
@@ -333,15 +332,8 @@ class World:
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?, ?)" % t["stops"], rows)
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["travel"],
                        [(i, j, params["travel"][i][j]) for i in range(n + 1) for j in range(n + 1)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("position", 0), ("clock", 0), ("ended", 0)])
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _minutes(self, a, b):
         return self.db.execute("SELECT minutes FROM %s WHERE from_stop = ? AND to_stop = ?" % self.t["travel"],
                                (a, b)).fetchone()[0]
@@ -382,16 +374,22 @@ class World:
             self.tool_return_to_depot()
 
     # -- probes -----------------------------------------------------------------------------
+    @tool("probe", "List every customer stop of the round with the payment (in {currency}) due on delivery of "
+          "{item}.", reveals=("rewards",))
     def tool_get_manifest(self):
         rows = self.db.execute("SELECT stop_id, label, reward FROM %s WHERE stop_id > 0 ORDER BY stop_id"
                                % self.t["stops"]).fetchall()
         return {"stops": [{"stop": r[0], "label": r[1], "reward": r[2]} for r in rows],
                 "currency": self.v["currency"]}
 
+    @tool("probe", "Show one stop: its payment in {currency}, its position on the map and whether it has been "
+          "visited.", reveals=("rewards", "coordinates"), stop=_stop_arg("stop number (0 is the {site})"))
     def tool_inspect_stop(self, stop):
         row = self._stop(stop)
         return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "reward": row[4], "status": row[5]}
 
+    @tool("probe", "Show the travel time in minutes between every pair of stops (stop 0 is the {site}).",
+          reveals=("travel",))
     def tool_get_travel_matrix(self):
         n = self.p["n_stops"]
         matrix = [[0] * (n + 1) for _ in range(n + 1)]
@@ -399,21 +397,29 @@ class World:
             matrix[i][j] = m
         return {"minutes": matrix, "note": "row = from stop, column = to stop; stop 0 is the depot"}
 
+    @tool("probe", "Show the travel time in minutes from one stop to another.", reveals=("travel",),
+          from_stop=_stop_arg("stop to leave from"), to_stop=_stop_arg("stop to drive to"))
     def tool_get_travel_time(self, from_stop, to_stop):
         self._stop(from_stop)
         self._stop(to_stop)
         return {"from_stop": from_stop, "to_stop": to_stop, "minutes": self._minutes(from_stop, to_stop)}
 
+    @tool("probe", "Show the map: the grid position of the {site} and of every stop.", reveals=("coordinates",))
     def tool_get_map(self):
         rows = self.db.execute("SELECT stop_id, x, y FROM %s ORDER BY stop_id" % self.t["stops"]).fetchall()
         return {"points": [{"stop": r[0], "x": r[1], "y": r[2]} for r in rows],
                 "note": "travel minutes = straight-line distance rounded half up"}
 
+    @tool("probe", "Show what driving costs, in {currency} per minute, and the time budget of the round.",
+          reveals=("travel_cost",))
     def tool_get_rate_card(self):
         return {"cost_per_minute": self.p["travel_cost"], "currency": self.v["currency"],
                 "time_budget_minutes": self.p["budget"]}
 
     # -- decisions and the clock ------------------------------------------------------------
+    @tool("decision", "Drive the van to a customer stop and deliver the {item}; refused if the stop was visited or "
+          "the van could not get back to the {site} in time from there.",
+          stop=_stop_arg("customer stop number, 1 or more"))
     def tool_drive_to(self, stop):
         row = self._stop(stop)
         if stop == 0:
@@ -429,6 +435,7 @@ class World:
         return {"arrived_at": stop, "minutes": minutes, "reward": reward, "clock": self._get("clock"),
                 "minutes_left": self.p["budget"] - self._get("clock")}
 
+    @tool("clock", "Drive straight back to the {site} and end the round.")
     def tool_return_to_depot(self):
         minutes = self._drive(0)[0] if self._get("position") != 0 else 0
         self._set("ended", 1)
@@ -437,26 +444,32 @@ class World:
                 "minutes_driven": driven, "utility": self.utility(), "currency": self.v["currency"]}
 
     # -- observations -----------------------------------------------------------------------
+    @tool("observe", "Show where the van is and the minute on the clock.")
     def tool_view_position(self):
         position = self._get("position")
         return {"stop": position, "label": self._stop(position)[1], "clock": self._get("clock")}
 
+    @tool("observe", "Show minutes used, minutes left and minutes needed to get back to the {site}.")
     def tool_view_clock(self):
         clock, position = self._get("clock"), self._get("position")
         return {"clock": clock, "budget": self.p["budget"], "minutes_left": self.p["budget"] - clock,
                 "minutes_to_depot": 0 if position == 0 else self._minutes(position, 0)}
 
+    @tool("observe", "List the stops visited and the stops still open.")
     def tool_view_visited(self):
         rows = self.db.execute("SELECT stop_id, status FROM %s WHERE stop_id > 0 ORDER BY stop_id"
                                % self.t["stops"]).fetchall()
         return {"visited": [r[0] for r in rows if r[1] == "visited"], "open": [r[0] for r in rows if r[1] == "open"]}
 
+    @tool("observe", "List the most recent legs driven with their times and payments.",
+          limit=integer(1, 100, "how many legs to list"))
     def tool_view_legs(self, limit=20):
         rows = self.db.execute("SELECT leg_id, from_stop, to_stop, depart_minute, arrive_minute, minutes, reward "
                                "FROM %s ORDER BY leg_id DESC LIMIT ?" % self.t["legs"], (limit,)).fetchall()
         keys = ("leg", "from_stop", "to_stop", "depart_minute", "arrive_minute", "minutes", "reward")
         return {"legs": [dict(zip(keys, row)) for row in rows]}
 
+    @tool("observe", "Show the payments collected so far (in {currency}) and the minutes driven.")
     def tool_view_earnings(self):
         collected, minutes = self._totals()
         return {"collected": collected, "minutes_driven": minutes, "currency": self.v["currency"]}
@@ -501,50 +514,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _stop_arg(description: str) -> dict:
-    return {"type": "integer", "minimum": 0, "maximum": 9, "description": description}
-
-
-TOOLS = (
-    ToolSpec("get_manifest", "probe", "List every customer stop of the round with the payment (in {currency}) "
-             "due on delivery of {item}.", _NO_ARGS, reveals=("rewards",)),
-    ToolSpec("inspect_stop", "probe", "Show one stop: its payment in {currency}, its position on the map and "
-             "whether it has been visited.",
-             {"type": "object", "properties": {"stop": _stop_arg("stop number (0 is the {site})")},
-              "required": ["stop"], "additionalProperties": False}, reveals=("rewards", "coordinates")),
-    ToolSpec("get_travel_matrix", "probe", "Show the travel time in minutes between every pair of stops "
-             "(stop 0 is the {site}).", _NO_ARGS, reveals=("travel",)),
-    ToolSpec("get_travel_time", "probe", "Show the travel time in minutes from one stop to another.",
-             {"type": "object", "properties": {"from_stop": _stop_arg("stop to leave from"),
-                                               "to_stop": _stop_arg("stop to drive to")},
-              "required": ["from_stop", "to_stop"], "additionalProperties": False}, reveals=("travel",)),
-    ToolSpec("get_map", "probe", "Show the map: the grid position of the {site} and of every stop.", _NO_ARGS,
-             reveals=("coordinates",)),
-    ToolSpec("get_rate_card", "probe", "Show what driving costs, in {currency} per minute, and the time "
-             "budget of the round.", _NO_ARGS, reveals=("travel_cost",)),
-    ToolSpec("drive_to", "decision", "Drive the van to a customer stop and deliver the {item}; refused if the "
-             "stop was visited or the van could not get back to the {site} in time from there.",
-             {"type": "object", "properties": {"stop": _stop_arg("customer stop number, 1 or more")},
-              "required": ["stop"], "additionalProperties": False}),
-    ToolSpec("return_to_depot", "clock", "Drive straight back to the {site} and end the round.", _NO_ARGS),
-    ToolSpec("view_position", "observe", "Show where the van is and the minute on the clock.", _NO_ARGS),
-    ToolSpec("view_clock", "observe", "Show minutes used, minutes left and minutes needed to get back to the "
-             "{site}.", _NO_ARGS),
-    ToolSpec("view_visited", "observe", "List the stops visited and the stops still open.", _NO_ARGS),
-    ToolSpec("view_legs", "observe", "List the most recent legs driven with their times and payments.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                                                         "description": "how many legs to list"}},
-              "additionalProperties": False}),
-    ToolSpec("view_earnings", "observe", "Show the payments collected so far (in {currency}) and the minutes "
-             "driven.", _NO_ARGS),
-)
-
 register(Family(
     name="routing",
-    version="2",  # 2: the time-budget refusal names the rule, not the clock or the travel minutes
+    version="3",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",
@@ -558,7 +530,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
