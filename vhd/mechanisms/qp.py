@@ -341,12 +341,12 @@ def turn_budget(theta: dict) -> int:
     return 2 * theta["assets"] + 12
 
 
+_ASSET = integer(1, 8, "project number, from 1")  # the argument of the tools on one project
+
+
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
-
-
-_ASSET = integer(1, 8, "project number, from 1")  # the argument of the tools on one project
 
 
 class World(BaseWorld):
