@@ -10,22 +10,17 @@ assumption is that of a plan: a 0/1 vector over the lots.
 from __future__ import annotations
 
 import re
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import draw
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.pipeline import check_models
 
 FAM = registry.get("knapsack")
-PASSAGES = builtin_passages()
 HIDDEN = ("values", "weights", "capacities")
 
 
@@ -265,45 +260,25 @@ def test_params_edges_and_knob_ranges():
         assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
     assert FAM.knob_ranges == {"size": (6, 14), "horizon": (1, 11)}
     assert FAM.stochastic is False and FAM.group == "near_ood" and set(FAM.hidden) == set(HIDDEN)
+    assert len(FAM.tools) >= 10
 
 
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_knapsack_%d" % k)
-        exec(compile(out.module, "<generated knapsack %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
-
-
-def make_env(k, theta, presentation="I", budget=None, seed=0):
-    _, module = generated(k)
-    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
-
-
 MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(s))
                  for s, n, m in ((1, 6, 5), (2, 9, 2), (3, 11, 11), (4, 14, 1))]
 
 
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
-    out, _ = generated(k)
-    names = [out.tool_name(t.name) for t in FAM.tools]
-    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
-    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
-    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+@pytest.mark.parametrize("k", range(len(MODULE_THETAS)))
+def test_the_module_plays_a_plan_in_one_turn_per_lot_and_one_to_submit(k):
+    out, _ = generated(FAM, k)
+    theta = MODULE_THETAS[k]
     sol = FAM.solve(theta)
     rng = np.random.default_rng(k)
     for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
         for presentation in ("I", "A"):
-            env = make_env(k, theta, presentation)
+            env = env_of(FAM, k, theta, presentation)
             for call in FAM.simulate(theta, plan, k).calls:
                 assert not env.done
                 result = env.call(out.tool_name(call["tool"]), call["arguments"])
@@ -316,8 +291,8 @@ def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
 
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[0]
-    out, _ = generated(0)
-    env = make_env(0, theta, "A")
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     lot = call("inspect_item", item=3)
     assert lot["ok"] and lot["value"] == theta["values"][3]
@@ -356,8 +331,8 @@ def test_probes_and_observations_report_theta():
 
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
-    out, _ = generated(1)
-    env = make_env(1, theta, "I")
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "I")
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert call("add_item", {"item": 0})["ok"]
     bad = [
@@ -391,8 +366,8 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
 
 def test_running_out_of_turns_submits_the_selection_as_it_stands():
     theta = MODULE_THETAS[1]
-    out, _ = generated(2)
-    env = make_env(2, theta, "I", budget=3)
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, "I", budget=3)
     chosen = chosen_of(FAM.default_policy(theta))
     assert len(chosen) >= 2
     assert env.call(out.tool_name("add_item"), {"item": chosen[0]})["ok"]
@@ -409,11 +384,11 @@ def test_presentation_a_hides_the_numbers_that_i_states():
                  weights=[[w + 500 for w in row] for row in theta["weights"]],
                  capacities=[c + 7000 for c in theta["capacities"]])
     for k in range(len(PASSAGES)):
-        out, _ = generated(k)
-        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
+        out, _ = generated(FAM, k)
+        i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
         # A reads the same whatever the hidden fields are; I does not
-        assert make_env(k, other, "A").instruction == a_text
-        assert make_env(k, other, "I").instruction != i_text
+        assert env_of(FAM, k, other, "A").instruction == a_text
+        assert env_of(FAM, k, other, "I").instruction != i_text
         for i, v in enumerate(theta["values"]):
             assert "lot %d: value %d;" % (i, v) in i_text and "value %d" % v not in a_text
         caps = ", ".join(str(c) for c in theta["capacities"])
@@ -423,14 +398,14 @@ def test_presentation_a_hides_the_numbers_that_i_states():
 
 
 def test_a_refused_lot_never_shows_a_hidden_load():
-    """Issue 14: "floor space would hold 74 + 20 > capacity 75" told the player an uninspected
-    lot's load. Worlds that differ only in hidden θ give the same refusal text: the broken rule."""
+    """A refusal names the broken rule, never an uninspected lot's load or the load so far: worlds
+    that differ only in hidden θ give the same refusal text."""
     small = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
     large = make([50, 40, 30], [[5, 2, 2], [0, 1, 1]], [6, 4])  # lot 1 misfits on resource 0 for another reason
-    out, _ = generated(1)
+    out, _ = generated(FAM, 1)
     texts = []
     for theta in (small, large):
-        env = make_env(1, theta, "A")
+        env = env_of(FAM, 1, theta, "A")
         call = lambda tool, **args: env.call(out.tool_name(tool), args)
         assert call("read_capacities")["ok"] and call("add_item", item=0)["ok"]
         refused = call("add_item", item=1)
@@ -445,10 +420,10 @@ def test_a_refused_lot_never_shows_a_hidden_load():
 def test_before_an_inspection_the_selection_shows_no_hidden_value_or_load():
     small = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
     large = make([50, 40, 30], [[5, 2, 2], [0, 1, 1]], [7, 5])
-    out, _ = generated(2)
+    out, _ = generated(FAM, 2)
     answers = []
     for theta in (small, large):
-        env = make_env(2, theta, "A")
+        env = env_of(FAM, 2, theta, "A")
         call = lambda tool, **args: env.call(out.tool_name(tool), args)
         assert call("add_item", item=0)["ok"]
         selection = call("view_selection")
@@ -461,7 +436,7 @@ def test_before_an_inspection_the_selection_shows_no_hidden_value_or_load():
 
 
 @pytest.mark.parametrize("theta,field", [
-    (make([1, 1], [[1.9, 1.9]], [2.5]), "weights"),     # issue 14: solved as 2.0, the true optimum is 1
+    (make([1, 1], [[1.9, 1.9]], [2.5]), "weights"),     # rounded, both lots fit (2.0); the true optimum is 1
     (make([1.5, 0.5], [[1, 1]], [2]), "values"),
     (make([1, 1], [[1, 1]], [2.5]), "capacities"),
     (make([1, 1], [[1, 1]], [-1]), "capacities"),
@@ -492,49 +467,27 @@ def test_solve_refuses_sizes_past_its_limits_and_malformed_theta():
 # Through the real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=4, passages=PASSAGES)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def _failed(verdicts):
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def test_the_gates_admit_the_family_in_both_presentations(gated):
-    _, _, verdicts = gated
+def test_the_gates_admit_the_family_in_both_presentations():
+    verdicts = gated(FAM).verdicts
     assert len(verdicts) == 12
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:  # a rejection may only come from the model's own default band
-        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
         assert v.instruction and len(v.tools) == len(FAM.tools)
 
 
-def test_a_doubled_value_in_the_world_is_rejected(gated):
-    outputs, candidates, _ = gated
-    output = outputs[0]
-    old = "SELECT COALESCE(SUM(c.value), 0)"
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, "SELECT COALESCE(SUM(2 * c.value), 0)")})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
-    assert not any(v.admitted for v in verdicts)
-    failed = _failed(verdicts)
-    assert {"replay_agreement", "no_policy_beats_optimum", "dynamics_agreement"} <= failed
+def test_a_doubled_value_in_the_world_is_rejected():
+    verdicts = mutant_verdicts(FAM, gated(FAM), "SELECT COALESCE(SUM(c.value), 0)",
+                               "SELECT COALESCE(SUM(2 * c.value), 0)")
+    assert verdicts and not any(v.admitted for v in verdicts)
+    assert {"replay_agreement", "no_policy_beats_optimum", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_world_where_lot_zero_is_worthless_is_rejected(gated):
-    outputs, candidates, _ = gated
-    output = outputs[-1]
+def test_a_world_where_lot_zero_is_worthless_is_rejected():
     # the module's utility leaves lot 0 out; the default always starts with lot 0 when it fits
-    old = "JOIN %s s ON s.item_id = c.item_id\""
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(
-        old, "JOIN %s s ON s.item_id = c.item_id AND c.item_id > 0\"")})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
-    assert not any(v.admitted for v in verdicts)
-    assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
+    verdicts = mutant_verdicts(FAM, gated(FAM), "JOIN %s s ON s.item_id = c.item_id\"",
+                               "JOIN %s s ON s.item_id = c.item_id AND c.item_id > 0\"", which=-1)
+    assert verdicts and not any(v.admitted for v in verdicts)
+    assert failed(verdicts) & {"replay_agreement", "dynamics_agreement"}

@@ -45,7 +45,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
@@ -265,26 +265,21 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The site's relational world: lots (catalog), resources, loads, selection, log, state."""
 
     PARAMS = ("n_items", "n_resources", "values", "weights", "capacities")
+    STATE = (("capacities_read", 0), ("submitted", 0))
     RESOURCE_NAMES = ("floor space", "handling hours", "cold room", "budget line", "staff hours",
                       "pallet slots", "loading bays", "insurance cover", "vehicle slots", "shelf metres",
                       "inspection hours", "power")
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n, m = params["n_items"], params["n_resources"]
         if len(params["values"]) != n or len(params["weights"]) != m or len(params["capacities"]) != m \
                 or any(len(row) != n for row in params["weights"]):
             raise ValueError("values, weights and capacities do not match n_items=%r, n_resources=%r" % (n, m))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY, label TEXT, value INTEGER, inspected INTEGER)"
                    % t["catalog"])
@@ -296,15 +291,12 @@ class World:
         db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY REFERENCES %s(item_id))"
                    % (t["selection"], t["catalog"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, item_id INTEGER)" % t["log"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["catalog"],
                        [(i, "%s-L%02d" % (self.v["sku"], i), params["values"][i]) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["resources"],
                        [(r, World.resource_name(r), "units", params["capacities"][r]) for r in range(m)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["loads"],
                        [(i, r, params["weights"][r][i]) for r in range(m) for i in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("capacities_read", 0), ("submitted", 0)])
 
     @staticmethod
     def resource_name(r):
@@ -312,15 +304,6 @@ class World:
         return names[r] if r < len(names) else "resource %d" % r
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _log(self, action, item):
-        self.db.execute("INSERT INTO %s (action, item_id) VALUES (?, ?)" % self.t["log"], (action, item))
-
     def _item(self, item):
         if not 0 <= item < self.p["n_items"]:
             raise AgentError("there are %d lots, numbered 0 to %d; got %d" % (self.p["n_items"], self.p["n_items"] - 1,
@@ -369,10 +352,13 @@ class World:
         return self._value()
 
     def run_out(self):
-        self._log("submitted (turns ran out)", None)
+        self._log("submitted (turns ran out)")
         self._set("submitted", 1)
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Inspect one candidate lot of {item}: its value in {currency} and the units it uses of every "
+          "resource.", reveals=("values", "weights"),
+          item=integer(0, MAX_ITEMS - 1, "number of the lot to inspect (0-based)"))
     def tool_inspect_item(self, item):
         item = self._item(item)
         self.db.execute("UPDATE %s SET inspected = 1 WHERE item_id = ?" % self.t["catalog"], (item,))
@@ -382,12 +368,15 @@ class World:
         return {"item": item, "label": label, "value": value, "currency": self.v["currency"],
                 "loads": dict(zip(names, self._loads_of(item)))}
 
+    @tool("probe", "Read the {site}'s capacity of every limited resource.", reveals=("capacities",))
     def tool_read_capacities(self):
         self._set("capacities_read", 1)
         rows = self.db.execute("SELECT resource_id, name, capacity FROM %s ORDER BY resource_id"
                                % self.t["resources"]).fetchall()
         return {"resources": [{"resource": r, "name": name, "capacity": cap} for r, name, cap in rows]}
 
+    @tool("observe", "List the candidate lots from the {supplier} with their labels and whether each is "
+          "inspected and selected.")
     def tool_list_items(self):
         rows = self.db.execute("SELECT c.item_id, c.label, c.inspected, s.item_id IS NOT NULL FROM %s c LEFT JOIN %s s "
                                "ON s.item_id = c.item_id ORDER BY c.item_id"
@@ -398,11 +387,15 @@ class World:
 
     # A lot's value and loads are shown only once it is inspected (hidden θ in presentation A): the
     # sums below count the inspected lots of the selection and name the ones they leave out.
+    @tool("observe", "Show the current selection: its lots, and the total value in {currency} and load on "
+          "every resource of its inspected lots (the uninspected ones are listed as not counted).")
     def tool_view_selection(self):
         names = [World.resource_name(r) for r in range(self.p["n_resources"])]
         return {"selected": self._selected(), "value": self._inspected_value(), "currency": self.v["currency"],
                 "load": dict(zip(names, self._used(True))), "not_counted": self._uninspected_selected()}
 
+    @tool("observe", "Show how many units of every resource are still free after the inspected lots of the "
+          "selection (once the capacities have been read; uninspected lots are listed as not counted).")
     def tool_view_headroom(self):
         if not self._get("capacities_read"):
             raise AgentError("the capacities have not been read yet; call %s first" % self.name["read_capacities"])
@@ -410,17 +403,22 @@ class World:
         left = [c - u for c, u in zip(self._capacities(), self._used(True))]
         return {"headroom": dict(zip(names, left)), "not_counted": self._uninspected_selected()}
 
+    @tool("observe", "List every lot inspected so far with its value and loads.")
     def tool_view_inspected(self):
         rows = self.db.execute("SELECT item_id, label, value FROM %s WHERE inspected = 1 ORDER BY item_id"
                                % self.t["catalog"]).fetchall()
         return {"lots": [{"item": i, "label": label, "value": value, "loads": self._loads_of(i)}
                          for i, label, value in rows]}
 
+    @tool("observe", "List the most recent additions, removals and clears.",
+          limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
         rows = self.db.execute("SELECT entry_id, action, item_id FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["log"], (limit,)).fetchall()
         return {"log": [{"entry": e, "action": a, "item": i} for e, a, i in rows]}
 
+    @tool("decision", "Add one lot of {item} to the selection (refused if it would exceed any capacity).",
+          item=integer(0, MAX_ITEMS - 1, "number of the lot to add (0-based)"))
     def tool_add_item(self, item):
         item = self._item(item)
         if item in self._selected():
@@ -430,26 +428,31 @@ class World:
             # the rule only: which resource overflows, and by how much, depends on hidden loads
             raise AgentError("lot %d does not fit: it would push some resource past its capacity" % item)
         self.db.execute("INSERT INTO %s VALUES (?)" % self.t["selection"], (item,))
-        self._log("add", item)
+        self._log("add", item_id=item)
         return {"added": item, "selected": self._selected()}
 
+    @tool("decision", "Remove one lot from the selection.",
+          item=integer(0, MAX_ITEMS - 1, "number of the lot to remove (0-based)"))
     def tool_remove_item(self, item):
         item = self._item(item)
         if item not in self._selected():
             raise AgentError("lot %d is not in the selection" % item)
         self.db.execute("DELETE FROM %s WHERE item_id = ?" % self.t["selection"], (item,))
-        self._log("remove", item)
+        self._log("remove", item_id=item)
         return {"removed": item, "selected": self._selected()}
 
+    @tool("decision", "Remove every lot from the selection.")
     def tool_clear_selection(self):
         if not self._selected():
             raise AgentError("the selection is already empty")
         self.db.execute("DELETE FROM %s" % self.t["selection"])
-        self._log("clear", None)
+        self._log("clear")
         return {"selected": []}
 
+    @tool("clock", "Submit the selection to the {supplier}: the episode ends and the score is the selection's "
+          "total value.")
     def tool_submit_selection(self):
-        self._log("submitted", None)
+        self._log("submitted")
         self._set("submitted", 1)
         return {"submitted": self._selected(), "value": self._value(), "currency": self.v["currency"]}
 
@@ -483,45 +486,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _lot_schema(what):
-    return {"type": "object",
-            "properties": {"item": {"type": "integer", "minimum": 0, "maximum": MAX_ITEMS - 1,
-                                    "description": "number of the lot %s (0-based)" % what}},
-            "required": ["item"], "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("inspect_item", "probe", "Inspect one candidate lot of {item}: its value in {currency} and the "
-             "units it uses of every resource.", _lot_schema("to inspect"), reveals=("values", "weights")),
-    ToolSpec("read_capacities", "probe", "Read the {site}'s capacity of every limited resource.", _NO_ARGS,
-             reveals=("capacities",)),
-    ToolSpec("list_items", "observe", "List the candidate lots from the {supplier} with their labels and whether "
-             "each is inspected and selected.", _NO_ARGS),
-    ToolSpec("view_selection", "observe", "Show the current selection: its lots, and the total value in "
-             "{currency} and load on every resource of its inspected lots (the uninspected ones are listed as "
-             "not counted).", _NO_ARGS),
-    ToolSpec("view_headroom", "observe", "Show how many units of every resource are still free after the "
-             "inspected lots of the selection (once the capacities have been read; uninspected lots are listed as "
-             "not counted).", _NO_ARGS),
-    ToolSpec("view_inspected", "observe", "List every lot inspected so far with its value and loads.", _NO_ARGS),
-    ToolSpec("view_log", "observe", "List the most recent additions, removals and clears.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
-                                                         "description": "how many entries to list"}},
-              "additionalProperties": False}),
-    ToolSpec("add_item", "decision", "Add one lot of {item} to the selection (refused if it would exceed any "
-             "capacity).", _lot_schema("to add")),
-    ToolSpec("remove_item", "decision", "Remove one lot from the selection.", _lot_schema("to remove")),
-    ToolSpec("clear_selection", "decision", "Remove every lot from the selection.", _NO_ARGS),
-    ToolSpec("submit_selection", "clock", "Submit the selection to the {supplier}: the episode ends and the "
-             "score is the selection's total value.", _NO_ARGS),
-)
-
 register(Family(
     name="knapsack",
-    version="3",  # 3: refusals and sums show no uninspected load or value (hidden θ); solve() refuses non-integer θ
+    version="4",
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",
@@ -536,7 +503,6 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
