@@ -9,26 +9,18 @@ The only layout assumption is that of a plan: a 0/1 vector over the depots.
 
 from __future__ import annotations
 
-import re
 import statistics
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import draw, sample_models
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.sample import draw
 
 FAM = registry.get("facility")
-PASSAGES = builtin_passages()
 HIDDEN = ("opening_costs", "service_costs")
 
 
@@ -219,7 +211,7 @@ def test_params_edges_and_knob_ranges():
 
 
 @pytest.mark.parametrize("theta,field", [
-    # truncated to [1, 1] and [[0, 0], [0, 0]] this opened one depot for 1; the true optimum opens depot 1: 2.1
+    # truncated to [1, 1] and [[0, 0], [0, 0]] it would open one depot for 1; the true optimum opens depot 1: 2.1
     (make([1.5, 1.9], [[0.9, 0.2], [0.1, 0.0]]), "opening_costs"),
     (make([1, 1], [[0.9, 0.2], [0.1, 0.0]]), "service_costs"),
     (make([1, -1], [[1, 1], [1, 1]]), "opening_costs"),
@@ -227,7 +219,7 @@ def test_params_edges_and_knob_ranges():
     (make([1, "2"], [[1, 1], [1, 1]]), "opening_costs"),
 ])
 def test_solve_refuses_costs_that_are_not_whole_and_non_negative(theta, field):
-    """Issue 14: cap71's decimal costs were cast to int64 (932,597 instead of the published 932,615.75)."""
+    """Issue 14: cast to int64, cap71's decimal costs give 932,597 instead of the published 932,615.75."""
     with pytest.raises(InvalidParams, match=r"facility θ\['%s'\].*whole number" % field):
         FAM.solve(theta)
 
@@ -247,40 +239,22 @@ def test_solve_refuses_sizes_past_its_limits():
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_facility_%d" % k)
-        exec(compile(out.module, "<generated facility %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
-
-
-def make_env(k, theta, presentation="I", budget=None, seed=0):
-    _, module = generated(k)
-    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
-
-
 MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(s))
                  for s, n, m in ((1, 5, 6), (2, 8, 12), (3, 3, 3), (4, 7, 9))]
 
 
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
-    out, _ = generated(k)
-    names = [out.tool_name(t.name) for t in FAM.tools]
-    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
-    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
-    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+@pytest.mark.parametrize("k", range(len(MODULE_THETAS)))
+def test_the_module_replays_every_plan_one_turn_a_depot(k):
+    """Every plan of MODULE_THETAS (up to 8 depots × 12 towns) scores exactly its evaluation, in
+    one turn per opened depot and one to finalize."""
+    out, _ = generated(FAM, k)
+    assert len(FAM.tools) >= 10
+    theta = MODULE_THETAS[k]
     sol = FAM.solve(theta)
     rng = np.random.default_rng(k)
     for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
         for presentation in ("I", "A"):
-            env = make_env(k, theta, presentation)
+            env = env_of(FAM, k, theta, presentation)
             for call in FAM.simulate(theta, plan, k).calls:
                 assert not env.done
                 result = env.call(out.tool_name(call["tool"]), call["arguments"])
@@ -293,8 +267,8 @@ def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
 
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[0]
-    out, _ = generated(0)
-    env = make_env(0, theta, "A")
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     assert call("view_network")["total_cost"] is None
     assert [d["opening_cost"] for d in call("list_sites")["depots"]] == [None] * theta["n_sites"]
@@ -322,8 +296,8 @@ def test_probes_and_observations_report_theta():
 
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]])
-    out, _ = generated(1)
-    env = make_env(1, theta, "I")
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "I")
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert call("open_site", {"site": 0})["ok"]
     bad = [
@@ -357,13 +331,13 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
 
 def test_running_out_of_turns_finalizes_the_network_as_it_stands():
     theta = MODULE_THETAS[1]
-    out, _ = generated(2)
-    env = make_env(2, theta, "I", budget=3)
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, "I", budget=3)
     assert env.call(out.tool_name("open_site"), {"site": 4})["ok"]
     assert env.call(out.tool_name("view_network"), {})["ok"]
     assert env.call(out.tool_name("open_site"), {"site": 6})["ok"]
     assert env.done and env.outcome().items() >= {"utility": float(-cost(theta, [4, 6])), "terminal": True, "turns_used": 3}.items()
-    env = make_env(2, theta, "I", budget=2)  # nothing open when the turns run out: depot 0 alone
+    env = env_of(FAM, 2, theta, "I", budget=2)  # nothing open when the turns run out: depot 0 alone
     assert env.call(out.tool_name("get_site_costs"), {})["ok"] and env.call(out.tool_name("view_log"), {})["ok"]
     assert env.done and env.outcome()["utility"] == -cost(theta, [0])
 
@@ -373,10 +347,10 @@ def test_presentation_a_hides_the_numbers_that_i_states():
     other = dict(theta, opening_costs=[f + 1000 for f in theta["opening_costs"]],
                  service_costs=[[c + 500 for c in row] for row in theta["service_costs"]])
     for k in range(len(PASSAGES)):
-        out, _ = generated(k)
-        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
-        assert make_env(k, other, "A").instruction == a_text
-        assert make_env(k, other, "I").instruction != i_text
+        out, _ = generated(FAM, k)
+        i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
+        assert env_of(FAM, k, other, "A").instruction == a_text
+        assert env_of(FAM, k, other, "I").instruction != i_text
         for s, f in enumerate(theta["opening_costs"]):
             assert "depot %d %d" % (s, f) in i_text and "depot %d %d" % (s, f) not in a_text
         for t, row in enumerate(theta["service_costs"]):
@@ -390,63 +364,41 @@ def test_presentation_a_hides_the_numbers_that_i_states():
 # Through the real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    models = sample_models(FAM, 6, seed=GATE_SEED, batch="t")
-    solutions = {s.model_id: s for s in solve_models(FAM, models)}
-    outputs, assignment = synthesize(FAM, models, PASSAGES)
-    by_id = {o.setter_output_id: o for o in outputs}
-    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
-    verdicts = []
-    for output in outputs:
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        verdicts += check_batch(FAM, output, mine, every_candidate=True)  # out-of-band θ played too
-    return outputs, candidates, verdicts
-
-
+# at seed 0 two of the six sampled models fall outside the default band (four admitted per
+# presentation); seed 4 gives the five per presentation asserted below
 GATE_SEED = 4
 
 
-def _failed(verdicts):
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def test_the_gates_admit_the_family_in_both_presentations(gated):
-    _, _, verdicts = gated
+def test_the_gates_admit_the_family_in_both_presentations():
+    verdicts = gated(FAM, seed=GATE_SEED).verdicts
     assert len(verdicts) == 12
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:  # a rejection may only come from the model's own default band
-        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
         assert v.instruction and len(v.tools) == len(FAM.tools)
 
 
-def _mutant_verdicts(gated, which, old, new):
+def _rejected(which, old, new):
     """Every gate on the candidates of module `which` with `old` (found once) replaced by `new`;
     none may be admitted."""
-    outputs, candidates, _ = gated
-    output = outputs[which]
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    verdicts = check_batch(FAM, wrong, mine)
+    verdicts = mutant_verdicts(FAM, gated(FAM, seed=GATE_SEED), old, new, which)
     assert not any(v.admitted for v in verdicts)
     return verdicts
 
 
-def test_a_world_with_doubled_opening_costs_is_rejected(gated):
-    verdicts = _mutant_verdicts(gated, 0, "SELECT COALESCE(SUM(opening_cost), 0)",
-                                "SELECT COALESCE(SUM(2 * opening_cost), 0)")
-    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+def test_a_world_with_doubled_opening_costs_is_rejected():
+    verdicts = _rejected(0, "SELECT COALESCE(SUM(opening_cost), 0)", "SELECT COALESCE(SUM(2 * opening_cost), 0)")
+    assert {"replay_agreement", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_world_that_serves_from_closed_depots_is_rejected(gated):
-    verdicts = _mutant_verdicts(gated, -1, "ON d.site_id = c.site_id AND d.is_open = 1 ", "ON d.site_id = c.site_id ")
+def test_a_world_that_serves_from_closed_depots_is_rejected():
+    verdicts = _rejected(-1, "ON d.site_id = c.site_id AND d.is_open = 1 ", "ON d.site_id = c.site_id ")
     # the assignment view is an observation (the cost is `_cost`): its numbers differ from the reference World's
-    assert "reference_agreement" in _failed(verdicts)
+    assert "reference_agreement" in failed(verdicts)
 
 
-def test_a_world_whose_cost_serves_from_closed_depots_is_rejected(gated):
-    verdicts = _mutant_verdicts(gated, -1, '"WHERE site_id IN (%s) GROUP BY town_id)"', '"GROUP BY town_id)"')
-    assert _failed(verdicts) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}
+def test_a_world_whose_cost_serves_from_closed_depots_is_rejected():
+    verdicts = _rejected(-1, '"WHERE site_id IN (%s) GROUP BY town_id)"', '"GROUP BY town_id)"')
+    assert failed(verdicts) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}

@@ -50,7 +50,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
@@ -232,23 +232,18 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The site's relational world: depots, towns, service costs, log, state."""
 
     PARAMS = ("n_sites", "n_towns", "opening_costs", "service_costs")
+    STATE = (("opening_read", 0), ("final", 0))
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n, m = params["n_sites"], params["n_towns"]
         if n < 1 or len(params["opening_costs"]) != n or len(params["service_costs"]) != m \
                 or any(len(row) != n for row in params["service_costs"]):
             raise ValueError("opening_costs and service_costs do not match n_sites=%r, n_towns=%r" % (n, m))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (site_id INTEGER PRIMARY KEY, label TEXT, opening_cost INTEGER, "
                    "is_open INTEGER)" % t["depots"])
@@ -257,25 +252,13 @@ class World:
                    "%s(site_id), cost INTEGER, PRIMARY KEY (town_id, site_id))"
                    % (t["service"], t["towns"], t["depots"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, site_id INTEGER)" % t["log"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["depots"],
                        [(s, "D%d" % s, params["opening_costs"][s]) for s in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, 0)" % t["towns"], [(k, "T%d" % k) for k in range(m)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["service"],
                        [(k, s, params["service_costs"][k][s]) for k in range(m) for s in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"],
-                       [("opening_read", 0), ("final", 0)])
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _log(self, action, site):
-        self.db.execute("INSERT INTO %s (action, site_id) VALUES (?, ?)" % self.t["log"], (action, site))
-
     def _site(self, site):
         n = self.p["n_sites"]
         if not 0 <= site < n:
@@ -322,8 +305,8 @@ class World:
     def _finalize(self, why):
         if not self._open():  # the null plan: depot 0 alone
             self.db.execute("UPDATE %s SET is_open = 1 WHERE site_id = 0" % self.t["depots"])
-            self._log("opened (null plan)", 0)
-        self._log(why, None)
+            self._log("opened (null plan)", site_id=0)
+        self._log(why, site_id=None)
         self._set("final", 1)
 
     # -- episode ----------------------------------------------------------------------------
@@ -338,6 +321,8 @@ class World:
         self._finalize("finalized (turns ran out)")
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the one-off opening cost in {currency} of every candidate depot of the {site}.",
+          reveals=("opening_costs",))
     def tool_get_site_costs(self):
         self._set("opening_read", 1)
         rows = self.db.execute("SELECT site_id, label, opening_cost FROM %s ORDER BY site_id"
@@ -345,6 +330,9 @@ class World:
         return {"depots": [{"site": s, "label": label, "opening_cost": f} for s, label, f in rows],
                 "currency": self.v["currency"]}
 
+    @tool("probe", "Survey one customer town: the cost in {currency} of serving its demand for {item} from each "
+          "candidate depot.", reveals=("service_costs",),
+          town=integer(0, MAX_TOWNS - 1, "number of the town to survey (0-based)"))
     def tool_survey_town(self, town):
         town = self._town(town)
         self.db.execute("UPDATE %s SET surveyed = 1 WHERE town_id = ?" % self.t["towns"], (town,))
@@ -352,6 +340,8 @@ class World:
                                                    % self.t["service"], (town,))]
         return {"town": town, "service_costs": costs, "currency": self.v["currency"]}
 
+    @tool("probe", "Read the whole town-by-depot service-cost matrix in {currency} at once (uses %d turns)."
+          % MATRIX_COST, reveals=("service_costs",), turn_cost=MATRIX_COST)
     def tool_get_cost_matrix(self):
         self.db.execute("UPDATE %s SET surveyed = 1" % self.t["towns"])
         n = self.p["n_sites"]
@@ -362,6 +352,8 @@ class World:
             matrix[town][site] = cost
         return {"service_costs": matrix, "rows": "towns", "columns": "depots", "currency": self.v["currency"]}
 
+    @tool("observe", "List the candidate depots with their labels, whether each is open and (once read) its "
+          "opening cost.")
     def tool_list_sites(self):
         read = bool(self._get("opening_read"))
         rows = self.db.execute("SELECT site_id, label, opening_cost, is_open FROM %s ORDER BY site_id"
@@ -369,16 +361,20 @@ class World:
         return {"depots": [{"site": s, "label": label, "open": bool(o), "opening_cost": f if read else None}
                            for s, label, f, o in rows], "towns": self.p["n_towns"]}
 
+    @tool("observe", "Show the open depots and the network's total cost in {currency} if every town is served by "
+          "its cheapest open depot.")
     def tool_view_network(self):
         total = self._total()
         return {"open": self._open(), "total_cost": total, "currency": self.v["currency"],
                 "note": "no depot is open" if total is None else "every town uses its cheapest open depot"}
 
+    @tool("observe", "Show, town by town, which open depot serves it and at what cost.")
     def tool_view_assignment(self):
         served = {town: (site, cost) for town, site, cost in self._assignment()}
         return {"towns": [{"town": k, "depot": served[k][0] if k in served else None,
                            "cost": served[k][1] if k in served else None} for k in range(self.p["n_towns"])]}
 
+    @tool("observe", "List every town surveyed so far with its service costs.")
     def tool_view_surveys(self):
         towns = [row[0] for row in self.db.execute("SELECT town_id FROM %s WHERE surveyed = 1 ORDER BY town_id"
                                                    % self.t["towns"])]
@@ -389,27 +385,35 @@ class World:
             out.append({"town": k, "service_costs": costs})
         return {"surveyed": out}
 
+    @tool("observe", "List the most recent openings, closings and the finalization.",
+          limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
         rows = self.db.execute("SELECT entry_id, action, site_id FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["log"], (limit,)).fetchall()
         return {"log": [{"entry": e, "action": a, "site": s} for e, a, s in rows]}
 
+    @tool("decision", "Open one candidate depot (refused if it is already open).",
+          site=integer(0, MAX_SITES - 1, "number of the depot to open (0-based)"))
     def tool_open_site(self, site):
         site = self._site(site)
         if site in self._open():
             raise AgentError("depot %d is already open" % site)
         self.db.execute("UPDATE %s SET is_open = 1 WHERE site_id = ?" % self.t["depots"], (site,))
-        self._log("open", site)
+        self._log("open", site_id=site)
         return {"opened": site, "open": self._open()}
 
+    @tool("decision", "Close one open depot (refused if it is not open).",
+          site=integer(0, MAX_SITES - 1, "number of the depot to close (0-based)"))
     def tool_close_site(self, site):
         site = self._site(site)
         if site not in self._open():
             raise AgentError("depot %d is not open" % site)
         self.db.execute("UPDATE %s SET is_open = 0 WHERE site_id = ?" % self.t["depots"], (site,))
-        self._log("close", site)
+        self._log("close", site_id=site)
         return {"closed": site, "open": self._open()}
 
+    @tool("clock", "Finalize the network: the episode ends and the score is minus its total cost in {currency} "
+          "(depot 0 alone if none is open).")
     def tool_finalize_network(self):
         self._finalize("finalized")
         return {"open": self._open(), "total_cost": self._total(), "currency": self.v["currency"]}
@@ -445,46 +449,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _one(key, top, what):
-    return {"type": "object",
-            "properties": {key: {"type": "integer", "minimum": 0, "maximum": top - 1,
-                                 "description": "number of the %s (0-based)" % what}},
-            "required": [key], "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("get_site_costs", "probe", "Read the one-off opening cost in {currency} of every candidate depot of "
-             "the {site}.", _NO_ARGS, reveals=("opening_costs",)),
-    ToolSpec("survey_town", "probe", "Survey one customer town: the cost in {currency} of serving its demand for "
-             "{item} from each candidate depot.", _one("town", MAX_TOWNS, "town to survey"),
-             reveals=("service_costs",)),
-    ToolSpec("get_cost_matrix", "probe", "Read the whole town-by-depot service-cost matrix in {currency} at once "
-             "(uses %d turns)." % MATRIX_COST, _NO_ARGS, reveals=("service_costs",), turn_cost=MATRIX_COST),
-    ToolSpec("list_sites", "observe", "List the candidate depots with their labels, whether each is open and "
-             "(once read) its opening cost.", _NO_ARGS),
-    ToolSpec("view_network", "observe", "Show the open depots and the network's total cost in {currency} if "
-             "every town is served by its cheapest open depot.", _NO_ARGS),
-    ToolSpec("view_assignment", "observe", "Show, town by town, which open depot serves it and at what cost.",
-             _NO_ARGS),
-    ToolSpec("view_surveys", "observe", "List every town surveyed so far with its service costs.", _NO_ARGS),
-    ToolSpec("view_log", "observe", "List the most recent openings, closings and the finalization.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
-                                                         "description": "how many entries to list"}},
-              "additionalProperties": False}),
-    ToolSpec("open_site", "decision", "Open one candidate depot (refused if it is already open).",
-             _one("site", MAX_SITES, "depot to open")),
-    ToolSpec("close_site", "decision", "Close one open depot (refused if it is not open).",
-             _one("site", MAX_SITES, "depot to close")),
-    ToolSpec("finalize_network", "clock", "Finalize the network: the episode ends and the score is minus its "
-             "total cost in {currency} (depot 0 alone if none is open).", _NO_ARGS),
-)
-
 register(Family(
     name="facility",
-    version="2",  # 2: the write-only step counter is gone; utility() scores the null plan through _cost
+    version="3",
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",
@@ -498,7 +465,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     # z = (u_default − u_idle) / (u* − u_idle): below −3 the null plan (depot 0 alone) would beat the
