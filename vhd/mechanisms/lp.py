@@ -52,7 +52,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
@@ -330,24 +330,22 @@ def turn_budget(theta: dict) -> int:
 # The world the template setter embeds in generated modules: standard library only.
 
 
-class World:
+_PRODUCT = integer(0, MAX_PRODUCTS - 1, "product number, from 0")
+
+
+class World(BaseWorld):
     """The plant: catalog, resources, usage table, plan and a state table, all in SQLite."""
 
     PARAMS = ("products", "resources", "profit", "usage", "capacity", "demand")
+    STATE = (("closed", 0), ("changes", 0), ("usage_read", 0))
     TOLERANCE = 1e-9
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n, m = params["products"], params["resources"]
         if (len(params["profit"]) != n or len(params["demand"]) != n or len(params["capacity"]) != m
                 or len(params["usage"]) != m or any(len(row) != n for row in params["usage"])):
             raise ValueError("params have inconsistent sizes for %d products and %d resources" % (n, m))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY, code TEXT UNIQUE, profit INTEGER, "
                    "demand INTEGER)" % t["catalog"])
@@ -356,7 +354,6 @@ class World:
                    "hours INTEGER, PRIMARY KEY (product, resource))" % (t["usage"], t["catalog"], t["resources"]))
         db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY REFERENCES %s(product), quantity REAL)"
                    % (t["plan"], t["catalog"]))
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         for j in range(n):
             db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
                        (j, "%s-%d" % (self.v["sku"], j), params["profit"][j], params["demand"][j]))
@@ -365,17 +362,8 @@ class World:
             db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["resources"], (i, "resource %d" % i, params["capacity"][i]))
             for j in range(n):
                 db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["usage"], (j, i, params["usage"][i][j]))
-        db.execute("INSERT INTO %s VALUES ('closed', 0)" % t["state"])
-        db.execute("INSERT INTO %s VALUES ('changes', 0)" % t["state"])
-        db.execute("INSERT INTO %s VALUES ('usage_read', 0)" % t["state"])
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
     def _plan(self):
         return [row[0] for row in self.db.execute("SELECT quantity FROM %s ORDER BY product" % self.t["plan"])]
 
@@ -429,11 +417,13 @@ class World:
         self._set("closed", 1)
 
     # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s profit per unit of each product, in {currency}.", reveals=("profit",))
     def tool_get_profit_sheet(self):
         rows = self.db.execute("SELECT product, code, profit FROM %s ORDER BY product" % self.t["catalog"])
         return {"profit_per_unit": [{"product": j, "code": c, "profit": p} for j, c, p in rows],
                 "currency": self.v["currency"]}
 
+    @tool("probe", "Read how many hours one unit of each product needs on each resource.", reveals=("usage",))
     def tool_get_usage_table(self):
         self._set("usage_read", 1)
         rows = self.db.execute("SELECT product, resource, hours FROM %s ORDER BY product, resource" % self.t["usage"])
@@ -442,37 +432,47 @@ class World:
             table.setdefault(product, []).append(hours)
         return {"hours_per_unit": [{"product": j, "hours_by_resource": table[j]} for j in sorted(table)]}
 
+    @tool("probe", "Read how many hours each resource of the {site} offers in this run.", reveals=("capacity",))
     def tool_get_capacity_sheet(self):
         rows = self.db.execute("SELECT resource, name, capacity FROM %s ORDER BY resource" % self.t["resources"])
         return {"capacity_hours": [{"resource": i, "name": nm, "capacity": c} for i, nm, c in rows]}
 
+    @tool("observe", "List the products ({item}) with their codes and demand limits in {unit}.")
     def tool_view_products(self):
         rows = self.db.execute("SELECT product, code, demand FROM %s ORDER BY product" % self.t["catalog"])
         return {"products": [{"product": j, "code": c, "max_demand": d} for j, c, d in rows], "unit": self.v["unit"]}
 
+    @tool("observe", "List the shared resources (machines, lines) of the {site}.")
     def tool_view_resources(self):
         rows = self.db.execute("SELECT resource, name FROM %s ORDER BY resource" % self.t["resources"])
         return {"resources": [{"resource": i, "name": nm} for i, nm in rows]}
 
+    @tool("observe", "Show the quantity currently planned for each product.")
     def tool_view_plan(self):
         return {"plan": [{"product": j, "quantity": q} for j, q in enumerate(self._plan())],
                 "changes": self._get("changes"), "closed": bool(self._get("closed"))}
 
+    @tool("observe", "Show the hours the current plan uses on each resource (once the usage table has been read).")
     def tool_view_resource_use(self):
         if not self._get("usage_read"):
             raise AgentError("the hours per unit have not been read yet; call %s first" % self.name["get_usage_table"])
         used = self._used(self._plan())
         return {"hours_used": [{"resource": i, "hours": h} for i, h in enumerate(used)]}
 
+    @tool("decision", "Set the quantity of one product in the plan (replaces its previous quantity; fractions "
+          "allowed). Refused if a resource or the demand limit would be exceeded.",
+          product=_PRODUCT, quantity=number(0, 1000000, "quantity to make, in {unit} (may be fractional)"))
     def tool_set_production(self, product, quantity):
         return self._write(self._product(product), quantity)
 
+    @tool("decision", "Take one product out of the plan (quantity 0).", product=_PRODUCT)
     def tool_clear_production(self, product):
         self._product(product)
         if self._plan()[product] == 0:
             raise AgentError("product %d is not in the plan" % product)
         return self._write(product, 0.0)
 
+    @tool("decision", "Set every product's quantity back to 0.")
     def tool_reset_plan(self):
         if not any(q != 0 for q in self._plan()):
             raise AgentError("the plan is already empty")
@@ -480,6 +480,7 @@ class World:
         self._set("changes", self._get("changes") + 1)
         return {"plan": [{"product": j, "quantity": 0.0} for j in range(self.p["products"])]}
 
+    @tool("clock", "Close the plan: produce and sell it, and end the episode.")
     def tool_close_plan(self):
         self._set("closed", 1)
         return {"plan": [{"product": j, "quantity": q} for j, q in enumerate(self._plan())],
@@ -527,39 +528,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_PRODUCT = {"type": "integer", "minimum": 0, "maximum": MAX_PRODUCTS - 1, "description": "product number, from 0"}
-
-TOOLS = (
-    ToolSpec("get_profit_sheet", "probe", "Read the {site}'s profit per unit of each product, in {currency}.",
-             _NO_ARGS, reveals=("profit",)),
-    ToolSpec("get_usage_table", "probe", "Read how many hours one unit of each product needs on each resource.",
-             _NO_ARGS, reveals=("usage",)),
-    ToolSpec("get_capacity_sheet", "probe", "Read how many hours each resource of the {site} offers in this run.",
-             _NO_ARGS, reveals=("capacity",)),
-    ToolSpec("view_products", "observe", "List the products ({item}) with their codes and demand limits in {unit}.",
-             _NO_ARGS),
-    ToolSpec("view_resources", "observe", "List the shared resources (machines, lines) of the {site}.", _NO_ARGS),
-    ToolSpec("view_plan", "observe", "Show the quantity currently planned for each product.", _NO_ARGS),
-    ToolSpec("view_resource_use", "observe", "Show the hours the current plan uses on each resource (once the "
-             "usage table has been read).", _NO_ARGS),
-    ToolSpec("set_production", "decision", "Set the quantity of one product in the plan (replaces its previous "
-             "quantity; fractions allowed). Refused if a resource or the demand limit would be exceeded.",
-             {"type": "object", "properties": {
-                 "product": _PRODUCT,
-                 "quantity": {"type": "number", "minimum": 0, "maximum": 1000000,
-                              "description": "quantity to make, in {unit} (may be fractional)"}},
-              "required": ["product", "quantity"], "additionalProperties": False}),
-    ToolSpec("clear_production", "decision", "Take one product out of the plan (quantity 0).",
-             {"type": "object", "properties": {"product": _PRODUCT}, "required": ["product"],
-              "additionalProperties": False}),
-    ToolSpec("reset_plan", "decision", "Set every product's quantity back to 0.", _NO_ARGS),
-    ToolSpec("close_plan", "clock", "Close the plan: produce and sell it, and end the episode.", _NO_ARGS),
-)
-
 register(Family(
     name="lp",
-    version="2",  # 2: no hours used shown before the usage table is read, refusals without hidden numbers; θ checked
+    version="3",
     group="near_ood",
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",
@@ -573,7 +544,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=("profit", "usage", "capacity"),
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: the greedy fill is never worse than idling
