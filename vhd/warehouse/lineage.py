@@ -2,6 +2,7 @@
 
     >>> chain = load_chain(Warehouse.open(path, read_only=True), env_id)
     >>> chains = load_chains(wh, env_ids)          # many at once: one query per table
+    >>> report = whole(**audit_inputs(wh))          # `vhd verify`: everything, by name (tasks/gate.py)
 
 Rows are loaded as stored (`Chain.stored`: JSON as text, field digests included) and parsed
 leniently (`Chain.invalid`), so that an audit of an edited row names every bad field instead of
@@ -13,13 +14,16 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from vhd.schemas.errors import UnknownEnvironment
+from vhd.schemas.errors import IntegrityError, UnknownEnvironment
 from vhd.schemas.records import (
     Chain, CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord,
     SetterOutputRecord, SolutionRecord,
 )
 from vhd.schemas.hashing import field_digest
-from vhd.warehouse.store import SEALED, TABLES, Warehouse, parse_row
+from vhd.warehouse.store import DIGESTS, SEALED, TABLES, Warehouse, parse_row
+
+AUDITED = {cls: TABLES[cls][0] for cls in (PassageRecord, ModelRecord, SolutionRecord, SetterOutputRecord,
+                                           CheckRecord, EnvironmentRecord)}  # audited row by row by `vhd verify`
 
 
 def load_chain(wh: Warehouse, env_id: str) -> Chain:
@@ -142,3 +146,41 @@ def load_rows(wh: Warehouse, cls: type) -> list[tuple[Any, dict[str, Any], dict[
         record, invalid = parse_row(cls, row)
         out.append((record, row, invalid))
     return out
+
+
+def named_env_ids(versions: list[tuple[CorpusVersionRecord, dict[str, Any], dict[str, str]]]) -> set[str]:
+    """The env ids the published versions' manifests name (audited even if no row has them now)."""
+    return {i for v, _, _ in versions if isinstance(v.manifest, dict)
+            for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
+
+
+def audit_inputs(wh: Warehouse) -> dict[str, Any]:
+    """What the audit of the whole warehouse (`vhd verify`, `tasks.gate.whole`) reads, by its
+    parameter names: the chains of every stored environment and of every id a version names, the
+    versions, the run ids, every row of the `AUDITED` tables and every lineage edge."""
+    versions = load_versions(wh)
+    return {"chains": load_chains(wh, named_env_ids(versions) | set(wh.env_ids())), "versions": versions,
+            "runs": {r.run_id for r in wh.runs()},
+            "tables": {table: load_rows(wh, cls) for cls, table in AUDITED.items()},
+            "edges": [LineageEdge(**row) for row in wh.stored_rows(LineageEdge)]}
+
+
+def unsealed(report: dict[str, Any]) -> dict[str, set[str]]:
+    """table -> ids of the rows the audit `report` found unsealed (written before migration 006,
+    no field digests): what `vhd verify --seal` seals. An IntegrityError when it found anything else."""
+    findings = report["findings"]
+    rows = [f for f in findings if f["field"] == DIGESTS and f["problem"].startswith("unsealed")]
+    if len(rows) != len(findings):
+        raise IntegrityError(f"--seal: {len(findings) - len(rows)} problems other than unsealed rows; "
+                             f"nothing sealed: {report['lines'][0]}")
+    by_table: dict[str, set[str]] = {}
+    for f in rows:
+        by_table.setdefault(f["table"], set()).add(f["id"])
+    return by_table
+
+
+def seal_rows(wh: Warehouse, rows: dict[str, set[str]]) -> int:
+    """Seal the rows `unsealed` lists (table -> ids) in one transaction; returns how many were sealed."""
+    kinds = {table: cls for cls, (table, _) in TABLES.items()}
+    with wh.transaction():
+        return sum(wh.seal(kinds[table], ids) for table, ids in rows.items())

@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 from pydantic import ValidationError
 
-from vhd.schemas.errors import IntegrityError, WarehouseError
+from vhd.schemas.errors import IntegrityError, UnknownEnvironment, WarehouseError
 from vhd.schemas.hashing import canonical_json, digest_problems, field_digests
 from vhd.schemas.records import (
     CheckRecord, CorpusVersionRecord, EnvironmentRecord, EpisodeRecord, LineageEdge, ModelRecord, PassageRecord, RunRecord,
@@ -225,6 +225,18 @@ class Warehouse:
                                  f"written with the same id; a row that no longer matches its id is never reused "
                                  f"(`vhd verify` names what changed)")
 
+    def store(self, records: Sequence[Any]) -> set[str]:
+        """Insert `records` (of one kind) in one transaction; returns the ids among them that were
+        stored before (those rows are kept as they are)."""
+        if not records:
+            return set()
+        cls = type(records[0])
+        _, key = TABLES[cls]
+        known = self.present(cls, [getattr(r, key) for r in records])
+        with self.transaction():
+            self.insert(records)
+        return known
+
     def mark_interrupted(self, run_id: str, at: str) -> list[str]:
         """Mark every run still `running` but `run_id` as `interrupted` (finished at `at`) and return
         their ids: called by a writer, which holds the only lock, so their processes are gone."""
@@ -389,6 +401,20 @@ class Warehouse:
             params.append(admitted)
         where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         return self._select(EnvironmentRecord, where, params, "ORDER BY family, env_id")
+
+    def env_ids(self) -> list[str]:
+        """Every stored env_id (admitted or not, superseded included), in id order."""
+        return [row[0] for row in self.con.execute("SELECT env_id FROM environments ORDER BY env_id").fetchall()]
+
+    def resolve_env_id(self, prefix: str) -> str:
+        """The env_id that is `prefix` or the only one to start with it (ids as `vhd envs` prints
+        them); UnknownEnvironment when none or several do."""
+        matches = [row[0] for row in self.con.execute(
+            "SELECT env_id FROM environments WHERE starts_with(env_id, ?) LIMIT 2", [prefix]).fetchall()] if prefix else []
+        if len(matches) != 1:
+            raise UnknownEnvironment(f"{'no' if not matches else 'more than one'} environment matches {prefix!r}; "
+                                     "expected an env_id from `vhd envs`")
+        return matches[0]
 
     def environment_keys(self) -> list[dict[str, str]]:
         """env_id, family, split and presentation of the admitted, current environments, in id
