@@ -376,3 +376,24 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
     for row in per.values():
         row["rejection_rate"] = row["rejected"] / row["mutants"] if row["mutants"] else None
     return {**total, "families": per}
+
+
+def selftest_groups(wh: Any, families: list[str], modules: int, envs: int) -> dict[str, list[tuple]]:
+    """`selftest`'s `groups` from an open warehouse `wh`: per family (`families`, or all with admitted environments)
+    up to `modules` admitted modules by id, each with up to `envs` admitted I/A environments it serves (A first)."""
+    from vhd.schemas.records import ModelRecord, SolutionRecord
+    from vhd.tasks.check import candidate_from
+
+    by_module: dict[tuple[str, str], list[Any]] = {}
+    for env in wh.environments(admitted=True):
+        if env.presentation != "F" and (not families or env.family in families):
+            by_module.setdefault((env.family, env.setter_output_id), []).append(env)
+    groups: dict[str, list[tuple]] = {}
+    for (name, output_id), stored in sorted(by_module.items()):
+        if len(groups.setdefault(name, [])) < modules:
+            output = wh.get(SetterOutputRecord, output_id)
+            chosen = sorted(stored, key=lambda e: (e.presentation != "A", e.env_id))[:envs]
+            groups[name].append((output, [candidate_from(e, wh.get(ModelRecord, e.model_id),
+                                                         wh.get(SolutionRecord, e.solution_id), output)
+                                          for e in chosen]))
+    return groups
