@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from statistics import mean, stdev
-from typing import Any
+from typing import Any, Callable
 
 from vhd.agents import Table, check_agent, trajectory
+from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, EpisodeRecord
 from vhd.tasks.publish import open_version
@@ -33,7 +34,6 @@ def check_request(agent: str, preset_name: str, presentations: list[str] | None,
     """Validate an eval request before anything is opened: (the preset's families, the chosen
     presentations). Raises InvalidParams (one line) for an unknown agent, preset or presentation,
     `episodes` < 1 or `per_cell` < 0."""
-    from vhd.mechanisms import registry
     from vhd.tasks.presets import preset
 
     if ":" in agent:
@@ -111,6 +111,22 @@ def play(tables: list[Table], agent: str, episodes: int = 1, corpus_version: str
                 tool_calls=played, observations=observations, tokens={"input": 0, "output": 0},
                 utility=row["utility"], reward=row["reward"], created_at=now))
     return out
+
+
+def evaluate(open_warehouse: Callable[[], Any], agent: str, families: list[str], presentations: tuple[str, ...],
+             episodes: int = 1, per_cell: int = 0, corpus_version: str | None = None,
+             preset_name: str = "diagnostic") -> dict[str, Any]:
+    """`vhd eval` in this process: the environments `select_envs` chooses, `episodes` episodes of
+    `agent` on each (`play`), every episode stored in one transaction. The warehouse is opened
+    with `open_warehouse()` twice, to read and to write, and is not held while the agent plays.
+    Returns {"summary", "corpus_version", "episodes"}, as the evaluate flow does."""
+    with open_warehouse() as wh:
+        version, envs = select_envs(wh, families, presentations, corpus_version, per_cell, preset_name)
+        inputs = wh.eval_inputs([e.env_id for e in envs])
+    played = play([Table(e, *inputs[e.env_id], registry.get(e.family)) for e in envs], agent, episodes, version)
+    with open_warehouse() as wh:
+        wh.store(played)
+    return {"summary": summary(played), "corpus_version": version, "episodes": len(played)}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
