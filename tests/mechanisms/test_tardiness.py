@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import draw
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.pipeline import check_models
 
 FAM = registry.get("tardiness")
-PASSAGES = builtin_passages()
 HIDDEN = ("processing", "due", "weights")
 
 
@@ -278,10 +272,11 @@ def test_params_edges_and_family_declarations():
         assert field.metadata[0].ge <= lo <= hi <= field.metadata[1].le
     assert FAM.stochastic is False and FAM.group == "probe_budgeted" and set(FAM.hidden) == set(HIDDEN)
     assert {r for t in FAM.tools for r in t.reveals} == set(HIDDEN)
+    assert len(FAM.tools) >= 10
 
 
 def test_solve_refuses_sizes_past_its_limit_before_allocating():
-    """Issue 14: 40 jobs raised SolverError with an empty reason after trying to allocate 2^40 states."""
+    """40 jobs are refused with InvalidParams naming n_jobs, before the DP allocates 2^40 states."""
     rng = np.random.default_rng(40)
     forty = make([int(x) for x in rng.integers(1, 11, size=40)], [int(x) for x in rng.integers(1, 100, size=40)],
                  [int(x) for x in rng.integers(1, 11, size=40)])
@@ -316,40 +311,19 @@ def test_a_solver_that_runs_out_of_memory_is_a_solver_error_with_a_reason(monkey
 # ---------------------------------------------------------------------------------------------
 # The rendered module, in process.
 
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_tardiness_%d" % k)
-        exec(compile(out.module, "<generated tardiness %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
-
-
-def make_env(k, theta, presentation="I", budget=None, seed=0):
-    _, module = generated(k)
-    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
-
-
 MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=h), np.random.default_rng(s))
                  for s, n, h in ((1, 6, 5), (2, 9, 7), (3, 10, 10), (4, 4, 3))]
 
 
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
-    out, _ = generated(k)
-    names = [out.tool_name(t.name) for t in FAM.tools]
-    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
-    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
-    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+@pytest.mark.parametrize("k", range(len(MODULE_THETAS)))
+def test_the_module_plays_a_plan_in_one_turn_per_job_and_one_to_release(k):
+    out, _ = generated(FAM, k)
+    theta = MODULE_THETAS[k]
     sol = FAM.solve(theta)
     rng = np.random.default_rng(k)
     for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
         for presentation in ("I", "A"):
-            env = make_env(k, theta, presentation)
+            env = env_of(FAM, k, theta, presentation)
             for call in FAM.simulate(theta, plan, k).calls:
                 assert not env.done
                 result = env.call(out.tool_name(call["tool"]), call["arguments"])
@@ -362,8 +336,8 @@ def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
 
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[0]
-    out, _ = generated(0)
-    env = make_env(0, theta, "A")
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     fresh = {t.name: call(t.name) for t in FAM.tools if t.role == "observe"}
     assert fresh["view_sequence"]["sequence"] == [] and fresh["view_completion_time"]["completion_time"] == 0
@@ -395,8 +369,8 @@ def test_probes_and_observations_report_theta():
 
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([4, 2, 6, 3], [4, 7, 8, 12], [2, 5, 1, 3])
-    out, _ = generated(1)
-    env = make_env(1, theta, "I")
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "I")
     tool_names = [t.name for t in FAM.tools]
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in tool_names else tool, args)
     assert call("unschedule_last", {})["ok"] is False and call("clear_schedule", {})["ok"] is False
@@ -429,7 +403,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
 
 def test_a_world_refuses_after_release_even_when_called_directly():
     theta = make([1, 2, 3], [1, 2, 3], [1, 1, 1])
-    _, module = generated(0)
+    _, module = generated(FAM, 0)
     import sqlite3
     world = module.World(sqlite3.connect(":memory:", isolation_level=None), theta, 0, module.SKIN)
     world.tool_release_schedule()
@@ -441,8 +415,8 @@ def test_a_world_refuses_after_release_even_when_called_directly():
 
 def test_running_out_of_turns_releases_the_sequence_as_it_stands():
     theta = MODULE_THETAS[1]
-    out, _ = generated(2)
-    env = make_env(2, theta, "I", budget=3)
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, "I", budget=3)
     order = FAM.default_policy(theta).tolist()
     assert env.call(out.tool_name("schedule_next"), {"job": order[0]})["ok"]
     assert env.call(out.tool_name("view_sequence"), {})["ok"]
@@ -452,7 +426,7 @@ def test_running_out_of_turns_releases_the_sequence_as_it_stands():
                                      "turns_used": 3}.items()
     assert env.call(out.tool_name("schedule_next"), {"job": order[2]})["ok"] is False
     # a three-turn sheet does not fit in two remaining turns and is refused without a charge
-    env = make_env(2, theta, "A", budget=4)
+    env = env_of(FAM, 2, theta, "A", budget=4)
     assert env.call(out.tool_name("inspect_job"), {"job": 0})["ok"]
     assert env.call(out.tool_name("inspect_job"), {"job": 1})["ok"]
     assert env.call(out.tool_name("get_job_sheet"), {})["ok"] is False and not env.done
@@ -463,10 +437,10 @@ def test_presentation_a_hides_the_numbers_that_i_states():
     other = dict(theta, processing=[p + 100 for p in theta["processing"]], due=[d + 700 for d in theta["due"]],
                  weights=[w + 300 for w in theta["weights"]])
     for k in range(len(PASSAGES)):
-        out, _ = generated(k)
-        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
-        assert make_env(k, other, "A").instruction == a_text  # A reads the same whatever the hidden fields are
-        assert make_env(k, other, "I").instruction != i_text
+        out, _ = generated(FAM, k)
+        i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
+        assert env_of(FAM, k, other, "A").instruction == a_text  # A reads the same whatever the hidden fields are
+        assert env_of(FAM, k, other, "I").instruction != i_text
         for j in range(theta["n_jobs"]):
             line = "job %d: processing %d; due %d; weight %d" % (j, theta["processing"][j], theta["due"][j],
                                                                theta["weights"][j])
@@ -476,8 +450,8 @@ def test_presentation_a_hides_the_numbers_that_i_states():
         # the no-argument observations of a fresh episode do not move with the hidden numbers either
         for spec in FAM.tools:
             if spec.role == "observe":
-                a = make_env(k, theta, "A").call(out.tool_name(spec.name), {})
-                b = make_env(k, other, "A").call(out.tool_name(spec.name), {})
+                a = env_of(FAM, k, theta, "A").call(out.tool_name(spec.name), {})
+                b = env_of(FAM, k, other, "A").call(out.tool_name(spec.name), {})
                 assert a == b, spec.name
 
 
@@ -485,48 +459,36 @@ def test_presentation_a_hides_the_numbers_that_i_states():
 # Through the real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    run = check_models(FAM, 6, seed=4, passages=PASSAGES)
-    return run.outputs, run.candidates, run.verdicts
-
-
-def _failed(verdicts):
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def test_the_gates_admit_the_family_in_both_presentations(gated):
-    _, _, verdicts = gated
+def test_the_gates_admit_the_family_in_both_presentations():
+    verdicts = gated(FAM).verdicts
     assert len(verdicts) == 12
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:  # a rejection may only come from the model's own default band
-        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
         assert v.instruction and len(v.tools) == len(FAM.tools)
     hiding = [g for v in verdicts if v.candidate.presentation == "A" for g in v.gates if g.name == "information_hiding"]
     assert hiding and all(g.passed and "leak check not run" not in g.message for g in hiding)
 
 
-def _mutated(gated, old, new, index=0):
-    outputs, candidates, _ = gated
-    output = outputs[index]
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    return check_batch(FAM, wrong, mine)
+def test_a_doubled_weight_in_the_world_is_rejected():
+    verdicts = mutant_verdicts(FAM, gated(FAM), "return sum(weight * max(0, end - due)",
+                               "return sum(2 * weight * max(0, end - due)")
+    assert verdicts and not any(v.admitted for v in verdicts)
+    assert "default_band" not in failed(verdicts)  # the candidates were played
+    assert {"replay_agreement", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_doubled_weight_in_the_world_is_rejected(gated):
-    verdicts = _mutated(gated, "return sum(weight * max(0, end - due)", "return sum(2 * weight * max(0, end - due)")
-    assert not any(v.admitted for v in verdicts)
-    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
-
-
-def test_a_world_that_releases_without_job_zero_is_rejected(gated):
+def test_a_world_that_releases_without_job_zero_is_rejected():
     # release forgets to append job 0 when it is unscheduled: π* (a full permutation) still
-    # agrees, but the idle plan (release at once) and any plan missing job 0 do not
-    verdicts = _mutated(gated, "WHERE job_id NOT IN (SELECT job_id FROM %s) ORDER BY job_id\"",
-                        "WHERE job_id NOT IN (SELECT job_id FROM %s) AND job_id > 0 ORDER BY job_id\"", index=-1)
-    assert not any(v.admitted for v in verdicts)
-    assert "dynamics_agreement" in _failed(verdicts)
+    # agrees, but the idle plan (release at once) and any plan missing job 0 do not. The last
+    # output whose θ lies in the default band (the gates play no other candidate).
+    run = gated(FAM)
+    banded = {v.candidate.setter_output.setter_output_id for v in run.verdicts if "default_band" in failed([v])}
+    which = max(i for i, output in enumerate(run.outputs) if output.setter_output_id not in banded)
+    verdicts = mutant_verdicts(FAM, run, "WHERE job_id NOT IN (SELECT job_id FROM %s) ORDER BY job_id\"",
+                               "WHERE job_id NOT IN (SELECT job_id FROM %s) AND job_id > 0 ORDER BY job_id\"", which)
+    assert verdicts and not any(v.admitted for v in verdicts)
+    assert "default_band" not in failed(verdicts)  # the candidates were played
+    assert "dynamics_agreement" in failed(verdicts)

@@ -46,7 +46,7 @@ from fractions import Fraction
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -215,22 +215,17 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+class World(BaseWorld):
     """The site's machine: jobs (catalog), inspections, sequence, log and a state table."""
 
     PARAMS = ("n_jobs", "processing", "due", "weights")
+    STATE = (("released", 0),)
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n = params["n_jobs"]
         if not isinstance(n, int) or n < 1 or any(len(params[k]) != n for k in ("processing", "due", "weights")):
             raise ValueError("processing, due and weights must each have n_jobs=%r entries" % (n,))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL, "
                    "due INTEGER NOT NULL, weight INTEGER NOT NULL)" % t["catalog"])
@@ -239,22 +234,11 @@ class World:
         db.execute("CREATE TABLE %s (position INTEGER PRIMARY KEY, job_id INTEGER NOT NULL UNIQUE REFERENCES "
                    "%s(job_id), released INTEGER NOT NULL DEFAULT 0)" % (t["sequence"], t["catalog"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER)" % t["log"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["catalog"],
                        [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j], params["due"][j],
                          params["weights"][j]) for j in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("released", 0)])
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _log(self, action, job):
-        self.db.execute("INSERT INTO %s (action, job_id) VALUES (?, ?)" % self.t["log"], (action, job))
-
     def _job(self, job):
         n = self.p["n_jobs"]
         if not 0 <= job < n:
@@ -291,7 +275,7 @@ class World:
         for job in self._unscheduled():
             self._append(job, 1)
         self._set("released", 1)
-        self._log(why, None)
+        self._log(why)
 
     def _unscheduled(self):
         return [row[0] for row in self.db.execute(
@@ -315,17 +299,24 @@ class World:
             "SELECT label, processing, due, weight FROM %s WHERE job_id = ?" % self.t["catalog"], (job,)).fetchone()
         return {"job": job, "label": label, "processing_time": proc, "due": due, "weight": weight}
 
+    @tool("probe", "Inspect one job for the {supplier}'s {item}: its processing time, due date and weight in "
+          "{currency} per time unit late.", reveals=("processing", "due", "weights"),
+          job=integer(0, MAX_JOBS - 1, "number of the job to inspect (0-based)"))
     def tool_inspect_job(self, job):
         job = self._job(job)
         result = self._inspect(job)
         result["currency"] = self.v["currency"]
         return result
 
+    @tool("probe", "Read the {site}'s whole job sheet: processing time, due date and weight of every job "
+          "(costs %d turns)." % SHEET_COST, reveals=("processing", "due", "weights"), turn_cost=SHEET_COST)
     def tool_get_job_sheet(self):
         jobs = [self._inspect(j) for j in range(self.p["n_jobs"])]
         return {"jobs": jobs, "weight_unit": "%s per time unit late" % self.v["currency"]}
 
     # -- decisions --------------------------------------------------------------------------
+    @tool("decision", "Append one job to the end of the machine's sequence (refused if it is already in it).",
+          job=integer(0, MAX_JOBS - 1, "number of the job to append (0-based)"))
     def tool_schedule_next(self, job):
         self._open()
         job = self._job(job)
@@ -333,9 +324,10 @@ class World:
             raise AgentError("job %d is already in the sequence, at position %d"
                              % (job, self._sequence().index(job)))
         position = self._append(job, 0)
-        self._log("schedule", job)
+        self._log("schedule", job_id=job)
         return {"scheduled": job, "position": position, "sequence": self._sequence()}
 
+    @tool("decision", "Remove the last job from the sequence.")
     def tool_unschedule_last(self):
         self._open()
         sequence = self._sequence()
@@ -343,18 +335,21 @@ class World:
             raise AgentError("the sequence is empty; there is no last job to unschedule")
         self.db.execute("DELETE FROM %s WHERE position = (SELECT MAX(position) FROM %s)"
                         % (self.t["sequence"], self.t["sequence"]))
-        self._log("unschedule", sequence[-1])
+        self._log("unschedule", job_id=sequence[-1])
         return {"unscheduled": sequence[-1], "sequence": sequence[:-1]}
 
+    @tool("decision", "Remove every job from the sequence.")
     def tool_clear_schedule(self):
         self._open()
         if not self._sequence():
             raise AgentError("the sequence is already empty")
         self.db.execute("DELETE FROM %s" % self.t["sequence"])
-        self._log("clear", None)
+        self._log("clear")
         return {"sequence": []}
 
     # -- clock ------------------------------------------------------------------------------
+    @tool("clock", "Release the sequence to the machine: unscheduled jobs are appended in index order, the "
+          "episode ends and the score is minus the weighted tardiness in {currency}.")
     def tool_release_schedule(self):
         self._open()
         appended = self._unscheduled()
@@ -363,25 +358,31 @@ class World:
                 "weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"]}
 
     # -- observations -----------------------------------------------------------------------
+    @tool("observe", "Show the sequence built so far with every job's completion time.")
     def tool_view_sequence(self):
         return {"sequence": [{"position": pos, "job": job, "label": label, "completes_at": end}
                              for pos, job, label, _, _, _, end in self._timeline()]}
 
+    @tool("observe", "Show when the last job of the sequence so far completes.")
     def tool_view_completion_time(self):
         timeline = self._timeline()
         return {"jobs_scheduled": len(timeline), "completion_time": timeline[-1][6] if timeline else 0}
 
+    @tool("observe", "List the jobs not yet in the sequence and whether each is inspected.")
     def tool_list_unscheduled(self):
         inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
         rows = self.db.execute("SELECT job_id, label FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
                                "ORDER BY job_id" % (self.t["catalog"], self.t["sequence"])).fetchall()
         return {"unscheduled": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
 
+    @tool("observe", "Show the weighted tardiness in {currency} of the sequence so far and which of its jobs "
+          "are late.")
     def tool_view_tardiness(self):
         late = [{"job": job, "late_by": max(0, end - due), "cost": weight * max(0, end - due)}
                 for _, job, _, _, due, weight, end in self._timeline() if end > due]
         return {"weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"], "late_jobs": late}
 
+    @tool("observe", "List every job inspected so far with its processing time, due date and weight.")
     def tool_view_inspected(self):
         rows = self.db.execute("SELECT c.job_id, c.label, c.processing, c.due, c.weight FROM %s c JOIN %s i "
                                "ON i.job_id = c.job_id ORDER BY c.job_id"
@@ -389,6 +390,7 @@ class World:
         return {"jobs": [{"job": j, "label": label, "processing_time": p, "due": d, "weight": w}
                          for j, label, p, d, w in rows]}
 
+    @tool("observe", "List the most recent scheduling actions.", limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
         rows = self.db.execute("SELECT entry_id, action, job_id FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["log"], (limit,)).fetchall()
@@ -424,48 +426,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-def _job_schema(what):
-    return {"type": "object",
-            "properties": {"job": {"type": "integer", "minimum": 0, "maximum": MAX_JOBS - 1,
-                                   "description": "number of the job %s (0-based)" % what}},
-            "required": ["job"], "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("inspect_job", "probe", "Inspect one job for the {supplier}'s {item}: its processing time, due date "
-             "and weight in {currency} per time unit late.", _job_schema("to inspect"),
-             reveals=("processing", "due", "weights")),
-    ToolSpec("get_job_sheet", "probe", "Read the {site}'s whole job sheet: processing time, due date and weight "
-             "of every job (costs %d turns)." % SHEET_COST, _NO_ARGS,
-             reveals=("processing", "due", "weights"), turn_cost=SHEET_COST),
-    ToolSpec("schedule_next", "decision", "Append one job to the end of the machine's sequence (refused if it is "
-             "already in it).", _job_schema("to append")),
-    ToolSpec("unschedule_last", "decision", "Remove the last job from the sequence.", _NO_ARGS),
-    ToolSpec("clear_schedule", "decision", "Remove every job from the sequence.", _NO_ARGS),
-    ToolSpec("release_schedule", "clock", "Release the sequence to the machine: unscheduled jobs are appended in "
-             "index order, the episode ends and the score is minus the weighted tardiness in {currency}.", _NO_ARGS),
-    ToolSpec("view_sequence", "observe", "Show the sequence built so far with every job's completion time.",
-             _NO_ARGS),
-    ToolSpec("view_completion_time", "observe", "Show when the last job of the sequence so far completes.",
-             _NO_ARGS),
-    ToolSpec("list_unscheduled", "observe", "List the jobs not yet in the sequence and whether each is inspected.",
-             _NO_ARGS),
-    ToolSpec("view_tardiness", "observe", "Show the weighted tardiness in {currency} of the sequence so far and "
-             "which of its jobs are late.", _NO_ARGS),
-    ToolSpec("view_inspected", "observe", "List every job inspected so far with its processing time, due date and "
-             "weight.", _NO_ARGS),
-    ToolSpec("view_log", "observe", "List the most recent scheduling actions.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
-                                                         "description": "how many entries to list"}},
-              "additionalProperties": False}),
-)
-
 register(Family(
     name="tardiness",
-    version="2",  # 2: the write-only step counter and first_step column are gone
+    version="3",
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
@@ -479,7 +442,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
