@@ -11,27 +11,18 @@ go on machine 0.
 from __future__ import annotations
 
 import itertools
-import re
 import sqlite3
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("scheduling")
-PASSAGES = builtin_passages()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,57 +235,37 @@ def test_params_edges_and_family_declarations():
 
 
 # ---------------------------------------------------------------------------------------------
-# The rendered module, in process.
-
-_MODULES: dict[int, tuple] = {}
-
-
-def generated(k):
-    if k not in _MODULES:
-        out = render_module(FAM, PASSAGES[k])
-        module = types.ModuleType("generated_scheduling_%d" % k)
-        exec(compile(out.module, "<generated scheduling %d>" % k, "exec"), module.__dict__)
-        _MODULES[k] = (out, module)
-    return _MODULES[k]
-
-
-def make_env(k, theta, presentation="I", budget=None, seed=0):
-    _, module = generated(k)
-    return module.create({"params": theta, "presentation": presentation, "episode_seed": seed,
-                          "turn_budget": FAM.turn_budget(theta) if budget is None else budget})
+# The rendered module, in process (tests/test_contract.py replays the reference plans in every
+# family's modules; here: the exact makespan and one turn a call, probes, observations, refusals).
 
 
 MODULE_THETAS = [FAM.sample(FAM.Params(size=n, horizon=m), np.random.default_rng(s))
                  for s, n, m in ((1, 6, 2), (2, 9, 3), (3, 10, 4), (4, 4, 2))]
 
 
-@pytest.mark.parametrize("k", range(len(PASSAGES)))
-def test_every_passage_renders_unique_valid_names_and_replays_every_plan(k):
-    out, _ = generated(k)
-    names = [out.tool_name(t.name) for t in FAM.tools]
-    assert len(set(names)) == len(names) == len(FAM.tools) >= 10
-    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
-    theta = MODULE_THETAS[k % len(MODULE_THETAS)]
+@pytest.mark.parametrize("k", range(len(MODULE_THETAS)))
+def test_a_replayed_plan_scores_its_makespan_one_turn_a_call(k):
+    theta = MODULE_THETAS[k]
     sol = FAM.solve(theta)
     rng = np.random.default_rng(k)
     for plan in (sol.policy, FAM.default_policy(theta), FAM.idle_policy(theta), FAM.random_policy(theta, rng)):
         for presentation in ("I", "A"):
-            env = make_env(k, theta, presentation)
+            env = env_of(FAM, k, theta, presentation)
             calls = FAM.simulate(theta, plan, k).calls
             for call in calls:
                 assert not env.done
-                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                result = play(FAM, k, env, [call])[0]
                 assert result["ok"], result
             outcome = env.outcome()
             assert outcome["terminal"] and env.done
-            assert outcome["utility"] == FAM.evaluate(theta, plan)
+            assert outcome["utility"] == FAM.evaluate(theta, plan) == -makespan(theta, plan.tolist())
             assert outcome["turns_used"] == len(calls)
 
 
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[1]
-    out, _ = generated(0)
-    env = make_env(0, theta, "A")
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     fresh = {t.name: call(t.name) for t in FAM.tools if t.role == "observe"}
     assert [m["load"] for m in fresh["view_machine_loads"]["machines"]] == [0, 0, 0]
@@ -327,8 +298,8 @@ def test_probes_and_observations_report_theta():
 
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([3, 3, 2, 2, 2], 2)
-    out, _ = generated(1)
-    env = make_env(1, theta, "I")
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "I")
     tool_names = [t.name for t in FAM.tools]
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in tool_names else tool, args)
     assert call("unassign_job", {"job": 0})["ok"] is False and call("clear_assignments", {})["ok"] is False
@@ -365,7 +336,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
 
 def test_a_world_refuses_after_dispatch_even_when_called_directly():
     theta = make([1, 2, 3, 4], 2)
-    _, module = generated(0)
+    _, module = generated(FAM, 0)
     world = module.World(sqlite3.connect(":memory:", isolation_level=None), theta, 0, module.SKIN)
     world.tool_dispatch()
     assert world.over() and world.utility() == -10
@@ -377,8 +348,8 @@ def test_a_world_refuses_after_dispatch_even_when_called_directly():
 
 def test_running_out_of_turns_dispatches_the_plan_as_it_stands():
     theta = MODULE_THETAS[1]
-    out, _ = generated(2)
-    env = make_env(2, theta, "I", budget=3)
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, "I", budget=3)
     assert env.call(out.tool_name("assign_job"), {"job": 0, "machine": 1})["ok"]
     assert env.call(out.tool_name("view_machine_loads"), {})["ok"]
     assert env.call(out.tool_name("assign_job"), {"job": 1, "machine": 2})["ok"]
@@ -387,7 +358,7 @@ def test_running_out_of_turns_dispatches_the_plan_as_it_stands():
     assert env.outcome().items() >= {"utility": float(-makespan(theta, plan)), "terminal": True, "turns_used": 3}.items()
     assert env.call(out.tool_name("assign_job"), {"job": 2, "machine": 0})["ok"] is False
     # a three-turn job list does not fit in two remaining turns and is refused without a charge
-    env = make_env(2, theta, "A", budget=4)
+    env = env_of(FAM, 2, theta, "A", budget=4)
     assert env.call(out.tool_name("inspect_job"), {"job": 0})["ok"]
     assert env.call(out.tool_name("inspect_job"), {"job": 1})["ok"]
     assert env.call(out.tool_name("get_job_list"), {})["ok"] is False and not env.done
@@ -397,10 +368,10 @@ def test_presentation_a_hides_the_numbers_that_i_states():
     theta = MODULE_THETAS[2]
     other = dict(theta, processing=[p + 100 for p in theta["processing"]])
     for k in range(len(PASSAGES)):
-        out, _ = generated(k)
-        i_text, a_text = make_env(k, theta, "I").instruction, make_env(k, theta, "A").instruction
-        assert make_env(k, other, "A").instruction == a_text  # A reads the same whatever the hidden fields are
-        assert make_env(k, other, "I").instruction != i_text
+        out, _ = generated(FAM, k)
+        i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
+        assert env_of(FAM, k, other, "A").instruction == a_text  # A reads the same whatever the hidden fields are
+        assert env_of(FAM, k, other, "I").instruction != i_text
         for j in range(theta["n_jobs"]):
             line = "job %d: processing %d" % (j, theta["processing"][j])
             assert line in i_text and line not in a_text
@@ -409,8 +380,8 @@ def test_presentation_a_hides_the_numbers_that_i_states():
         # the no-argument observations of a fresh episode do not move with the hidden numbers either
         for spec in FAM.tools:
             if spec.role == "observe":
-                a = make_env(k, theta, "A").call(out.tool_name(spec.name), {})
-                b = make_env(k, other, "A").call(out.tool_name(spec.name), {})
+                a = env_of(FAM, k, theta, "A").call(out.tool_name(spec.name), {})
+                b = env_of(FAM, k, other, "A").call(out.tool_name(spec.name), {})
                 assert a == b, spec.name
 
 
@@ -418,59 +389,46 @@ def test_presentation_a_hides_the_numbers_that_i_states():
 # Through the real gates.
 
 
-@pytest.fixture(scope="module")
-def gated():
-    models = sample_models(FAM, 6, seed=5, batch="t")  # seed 5: z in band for all six (≈80% over seeds)
-    solutions = {s.model_id: s for s in solve_models(FAM, models)}
-    outputs, assignment = synthesize(FAM, models, PASSAGES)
-    by_id = {o.setter_output_id: o for o in outputs}
-    candidates = make_candidates(FAM, models, solutions, by_id, assignment, ("I", "A"))
-    verdicts = []
-    for output in outputs:
-        mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-        verdicts += check_batch(FAM, output, mine, every_candidate=True)  # out-of-band θ played too
-    return outputs, candidates, verdicts
+# Seed 5, not the contract's seed 0: on seed 0 three of the six sampled models fall outside the
+# default band, on seed 5 none does (≈80 % of seeds), so this run can show five of six admitted and
+# its first and last modules, each serving only admitted models, judge the mutants below.
+SEED = 5
 
 
-def _failed(verdicts):
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def test_the_gates_admit_the_family_in_both_presentations(gated):
-    _, _, verdicts = gated
-    assert len(verdicts) == 12
+def test_the_gates_admit_five_of_six_and_hide_nothing_in_a():
+    verdicts = gated(FAM, seed=SEED).verdicts
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
         assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:  # a rejection may only come from the model's own default band
-        assert v.admitted or _failed([v]) == {"default_band"}, v.reason
-        assert v.instruction and len(v.tools) == len(FAM.tools)
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
     hiding = [g for v in verdicts if v.candidate.presentation == "A" for g in v.gates if g.name == "information_hiding"]
     assert hiding and all(g.passed and "leak check not run" not in g.message for g in hiding)
 
 
-def _mutated(gated, old, new, index=0):
-    outputs, candidates, _ = gated
-    output = outputs[index]
-    assert output.module.count(old) == 1
-    wrong = output.model_copy(update={"module": output.module.replace(old, new)})
-    mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    return check_batch(FAM, wrong, mine)
+def _mutant(old, new, which=0):
+    """The gates' verdicts on output `which` of the seed-5 run with `old` replaced by `new`; that
+    output's own candidates are all admitted (the gates play a mutant only on θ inside the band)."""
+    run = gated(FAM, seed=SEED)
+    output_id = run.outputs[which].setter_output_id
+    mine = [v for v in run.verdicts if v.candidate.setter_output.setter_output_id == output_id]
+    assert mine and all(v.admitted for v in mine)
+    return mutant_verdicts(FAM, run, old, new, which)
 
 
-def test_a_scaled_utility_in_the_world_is_rejected(gated):
-    verdicts = _mutated(gated, "return -self._makespan()", "return -2 * self._makespan()")
-    assert not any(v.admitted for v in verdicts)
-    assert {"replay_agreement", "dynamics_agreement"} <= _failed(verdicts)
+def test_a_scaled_utility_in_the_world_is_rejected():
+    verdicts = _mutant("return -self._makespan()", "return -2 * self._makespan()")
+    assert verdicts and not any(v.admitted for v in verdicts)
+    assert {"replay_agreement", "dynamics_agreement"} <= failed(verdicts)
 
 
-def test_a_world_that_forgets_the_unassigned_jobs_is_rejected(gated):
+def test_a_world_that_forgets_the_unassigned_jobs_is_rejected():
     # dispatch drops the unassigned jobs instead of putting them on machine 0: π*, the default
     # and the random plans (every job assigned) still agree, but the idle plan (dispatch at once)
     # then reports makespan 0, above u*
-    verdicts = _mutated(gated, "for job in self._unassigned():", "for job in self._unassigned()[:0]:", index=-1)
-    assert not any(v.admitted for v in verdicts)
-    assert {"dynamics_agreement", "no_policy_beats_optimum"} <= _failed(verdicts)
+    verdicts = _mutant("for job in self._unassigned():", "for job in self._unassigned()[:0]:", which=-1)
+    assert verdicts and not any(v.admitted for v in verdicts)
+    assert {"dynamics_agreement", "no_policy_beats_optimum"} <= failed(verdicts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,10 +436,9 @@ def test_a_world_that_forgets_the_unassigned_jobs_is_rejected(gated):
 
 
 @pytest.mark.parametrize("key,change", [
-    pytest.param("n_machines", lambda t: t["n_machines"] + 0.5, id="n_machines-fraction"),  # before: a raw TypeError
-    # before: a SolverError
+    pytest.param("n_machines", lambda t: t["n_machines"] + 0.5, id="n_machines-fraction"),
     pytest.param("processing", lambda t: bumped(t["processing"], (0,), 0.5), id="processing-fraction"),
-    pytest.param("n_jobs", lambda t: 11, id="n_jobs-size"),  # before: no size guard
+    pytest.param("n_jobs", lambda t: 11, id="n_jobs-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

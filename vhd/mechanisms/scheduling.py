@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from vhd.mechanisms._contract import AgentError, Episode, Family, Solution, ToolSpec, register
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
 from vhd.mechanisms._theta import ThetaCheck
@@ -221,22 +221,21 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-class World:
+_JOB = integer(0, MAX_JOBS - 1, "number of the job (0-based)")
+_MACHINE = integer(0, MAX_MACHINES - 1, "number of the machine (0-based)")
+
+
+class World(BaseWorld):
     """The site's machine floor: jobs (catalog), machines, assignments, inspections, log, state."""
 
     PARAMS = ("n_jobs", "n_machines", "processing")
+    STATE = (("dispatched", 0),)
 
     def __init__(self, db, params, episode_seed, skin):
-        missing = [key for key in self.PARAMS if key not in params]
-        if missing:
-            raise ValueError("params lack %s" % ", ".join(missing))
+        super().__init__(db, params, episode_seed, skin)
         n, m = params["n_jobs"], params["n_machines"]
         if not isinstance(n, int) or not isinstance(m, int) or n < 1 or m < 1 or len(params["processing"]) != n:
             raise ValueError("processing must have n_jobs=%r entries and n_machines=%r must be ≥ 1" % (n, m))
-        self.db, self.p, self.skin = db, params, skin
-        self.t = skin["tables"]
-        self.v = skin["vocab"]
-        self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         t = self.t
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL)"
                    % t["jobs"])
@@ -247,23 +246,11 @@ class World:
                    % (t["inspections"], t["jobs"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER, machine_id INTEGER)"
                    % t["log"])
-        db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["jobs"],
                        [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j]) for j in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["machines"], [(k, "M%d" % k) for k in range(m)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["state"], [("dispatched", 0)])
 
     # -- state helpers --------------------------------------------------------------------
-    def _get(self, key):
-        return self.db.execute("SELECT value FROM %s WHERE key = ?" % self.t["state"], (key,)).fetchone()[0]
-
-    def _set(self, key, value):
-        self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
-
-    def _log(self, action, job, machine):
-        self.db.execute("INSERT INTO %s (action, job_id, machine_id) VALUES (?, ?, ?)" % self.t["log"],
-                        (action, job, machine))
-
     def _job(self, job):
         n = self.p["n_jobs"]
         if not 0 <= job < n:
@@ -304,7 +291,7 @@ class World:
         for job in self._unassigned():
             self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["assignments"], (job, 0))
         self._set("dispatched", 1)
-        self._log(why, None, None)
+        self._log(why)
 
     # -- episode ----------------------------------------------------------------------------
     def over(self):
@@ -323,13 +310,19 @@ class World:
                                       (job,)).fetchone()
         return {"job": job, "label": label, "processing_time": proc}
 
+    @tool("probe", "Inspect one job for the {supplier}'s {item}: its processing time.", reveals=("processing",),
+          job=_JOB)
     def tool_inspect_job(self, job):
         return self._inspect(self._job(job))
 
+    @tool("probe", "Read the {site}'s whole job list: the processing time of every job (costs %d turns)." % SHEET_COST,
+          reveals=("processing",), turn_cost=SHEET_COST)
     def tool_get_job_list(self):
         return {"jobs": [self._inspect(j) for j in range(self.p["n_jobs"])], "time_unit": "time units"}
 
     # -- decisions --------------------------------------------------------------------------
+    @tool("decision", "Put one job on a machine (refused if the job is already assigned or the machine does not "
+          "exist).", job=_JOB, machine=_MACHINE)
     def tool_assign_job(self, job, machine):
         self._open()
         job = self._job(job)
@@ -338,10 +331,11 @@ class World:
         if already is not None:
             raise AgentError("job %d is already assigned to machine %d; unassign it first" % (job, already))
         self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["assignments"], (job, machine))
-        self._log("assign", job, machine)
+        self._log("assign", job_id=job, machine_id=machine)
         load = [l for k, _, _, l in self._loads() if k == machine][0]
         return {"assigned": job, "machine": machine, "machine_load": load}
 
+    @tool("decision", "Take one assigned job off its machine.", job=_JOB)
     def tool_unassign_job(self, job):
         self._open()
         job = self._job(job)
@@ -349,19 +343,22 @@ class World:
         if machine is None:
             raise AgentError("job %d is not assigned to any machine" % job)
         self.db.execute("DELETE FROM %s WHERE job_id = ?" % self.t["assignments"], (job,))
-        self._log("unassign", job, machine)
+        self._log("unassign", job_id=job, machine_id=machine)
         return {"unassigned": job, "was_on_machine": machine}
 
+    @tool("decision", "Take every job off every machine.")
     def tool_clear_assignments(self):
         self._open()
         count = self.db.execute("SELECT COUNT(*) FROM %s" % self.t["assignments"]).fetchone()[0]
         if count == 0:
             raise AgentError("no job is assigned yet")
         self.db.execute("DELETE FROM %s" % self.t["assignments"])
-        self._log("clear", None, None)
+        self._log("clear")
         return {"cleared": count}
 
     # -- clock ------------------------------------------------------------------------------
+    @tool("clock", "Dispatch the plan to the {site}'s machines: unassigned jobs go on machine 0, the episode ends "
+          "and the score is minus the makespan.")
     def tool_dispatch(self):
         self._open()
         moved = self._unassigned()
@@ -370,30 +367,36 @@ class World:
                 "makespan": self._makespan()}
 
     # -- observations -----------------------------------------------------------------------
+    @tool("observe", "Show every machine's number of jobs and load so far.")
     def tool_view_machine_loads(self):
         return {"machines": [{"machine": k, "label": label, "jobs": count, "load": load}
                              for k, label, count, load in self._loads()]}
 
+    @tool("observe", "List the jobs not yet on a machine and whether each is inspected.")
     def tool_list_unassigned(self):
         inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
         rows = self.db.execute("SELECT job_id, label FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
                                "ORDER BY job_id" % (self.t["jobs"], self.t["assignments"])).fetchall()
         return {"unassigned": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
 
+    @tool("observe", "Show the makespan (largest machine load) of the jobs assigned so far.")
     def tool_view_makespan(self):
         return {"makespan": self._makespan(), "jobs_assigned": sum(c for _, _, c, _ in self._loads())}
 
+    @tool("observe", "Show the assignment table: every assigned job, its machine and its processing time.")
     def tool_view_assignments(self):
         rows = self.db.execute("SELECT a.job_id, j.label, a.machine_id, j.processing FROM %s a JOIN %s j "
                                "ON j.job_id = a.job_id ORDER BY a.job_id" % (self.t["assignments"], self.t["jobs"]))
         return {"assignments": [{"job": j, "label": label, "machine": k, "processing_time": proc}
                                 for j, label, k, proc in rows.fetchall()]}
 
+    @tool("observe", "List every job inspected so far with its processing time.")
     def tool_view_inspected(self):
         rows = self.db.execute("SELECT j.job_id, j.label, j.processing FROM %s j JOIN %s i ON i.job_id = j.job_id "
                                "ORDER BY j.job_id" % (self.t["jobs"], self.t["inspections"])).fetchall()
         return {"jobs": [{"job": j, "label": label, "processing_time": proc} for j, label, proc in rows]}
 
+    @tool("observe", "List the most recent planning actions.", limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
         rows = self.db.execute("SELECT entry_id, action, job_id, machine_id FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["log"], (limit,)).fetchall()
@@ -429,46 +432,9 @@ class World:
         return "\n".join(lines)
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_JOB = {"type": "integer", "minimum": 0, "maximum": MAX_JOBS - 1, "description": "number of the job (0-based)"}
-_MACHINE = {"type": "integer", "minimum": 0, "maximum": MAX_MACHINES - 1,
-            "description": "number of the machine (0-based)"}
-
-
-def _job_schema():
-    return {"type": "object", "properties": {"job": dict(_JOB)}, "required": ["job"], "additionalProperties": False}
-
-
-TOOLS = (
-    ToolSpec("inspect_job", "probe", "Inspect one job for the {supplier}'s {item}: its processing time.",
-             _job_schema(), reveals=("processing",)),
-    ToolSpec("get_job_list", "probe", "Read the {site}'s whole job list: the processing time of every job (costs "
-             "%d turns)." % SHEET_COST, _NO_ARGS, reveals=("processing",), turn_cost=SHEET_COST),
-    ToolSpec("assign_job", "decision", "Put one job on a machine (refused if the job is already assigned or the "
-             "machine does not exist).",
-             {"type": "object", "properties": {"job": dict(_JOB), "machine": dict(_MACHINE)},
-              "required": ["job", "machine"], "additionalProperties": False}),
-    ToolSpec("unassign_job", "decision", "Take one assigned job off its machine.", _job_schema()),
-    ToolSpec("clear_assignments", "decision", "Take every job off every machine.", _NO_ARGS),
-    ToolSpec("dispatch", "clock", "Dispatch the plan to the {site}'s machines: unassigned jobs go on machine 0, the "
-             "episode ends and the score is minus the makespan.", _NO_ARGS),
-    ToolSpec("view_machine_loads", "observe", "Show every machine's number of jobs and load so far.", _NO_ARGS),
-    ToolSpec("list_unassigned", "observe", "List the jobs not yet on a machine and whether each is inspected.",
-             _NO_ARGS),
-    ToolSpec("view_makespan", "observe", "Show the makespan (largest machine load) of the jobs assigned so far.",
-             _NO_ARGS),
-    ToolSpec("view_assignments", "observe", "Show the assignment table: every assigned job, its machine and its "
-             "processing time.", _NO_ARGS),
-    ToolSpec("view_inspected", "observe", "List every job inspected so far with its processing time.", _NO_ARGS),
-    ToolSpec("view_log", "observe", "List the most recent planning actions.",
-             {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 500,
-                                                         "description": "how many entries to list"}},
-              "additionalProperties": False}),
-)
-
 register(Family(
     name="scheduling",
-    version="2",  # 2: the write-only step counter and step/first_step columns are gone
+    version="3",
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",
@@ -482,7 +448,6 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
-    tools=TOOLS,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
