@@ -482,6 +482,7 @@ def test_a_doubled_value_in_the_world_is_rejected():
     verdicts = mutant_verdicts(FAM, gated(FAM), "SELECT COALESCE(SUM(c.value), 0)",
                                "SELECT COALESCE(SUM(2 * c.value), 0)")
     assert verdicts and not any(v.admitted for v in verdicts)
+    assert "default_band" not in failed(verdicts)  # the candidates were played
     assert {"replay_agreement", "no_policy_beats_optimum", "dynamics_agreement"} <= failed(verdicts)
 
 
@@ -490,4 +491,5 @@ def test_a_world_where_lot_zero_is_worthless_is_rejected():
     verdicts = mutant_verdicts(FAM, gated(FAM), "JOIN %s s ON s.item_id = c.item_id\"",
                                "JOIN %s s ON s.item_id = c.item_id AND c.item_id > 0\"", which=-1)
     assert verdicts and not any(v.admitted for v in verdicts)
+    assert "default_band" not in failed(verdicts)  # the candidates were played
     assert failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
