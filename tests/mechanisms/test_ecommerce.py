@@ -696,6 +696,7 @@ def test_gates_admit_most_models():
 def test_a_changed_overhead_is_rejected():
     old = 'self._book(day, "overhead", -p["overhead"])'
     verdicts = mutant_verdicts(FAM, gated(FAM), old, old.replace("-p", "-2 * p"))
+    assert "default_band" not in failed(verdicts)  # the candidates were played
     assert verdicts and all(failed([v]) & {"replay_agreement", "dynamics_agreement"} for v in verdicts)
 
 
