@@ -7,49 +7,14 @@
 from __future__ import annotations
 
 from vhd.mechanisms import Family
-from vhd.schemas.records import (
-    CheckRecord, EnvironmentRecord, LineageEdge, ModelRecord, PassageRecord, SetterOutputRecord, SolutionRecord,
-)
+from vhd.schemas.records import CheckRecord, EnvironmentRecord, LineageEdge, SetterOutputRecord, SolutionRecord
 from vhd.tasks import written
-from vhd.tasks.check import CHECKER_VERSION, Candidate, Verdict, to_calls
-from vhd.tasks.sample import episode_seed
-from vhd.tasks.setters.template import narrative
+from vhd.tasks.check import Candidate, Verdict, to_calls
+# candidates are built before check, beside the versions that go into their environment ids
+from vhd.tasks.check.candidates import ANNOTATOR_VERSION, CHECKER_VERSION, CODE_VERSION, make_candidates
 from vhd.tasks.solve import unpack_policy
 
-ANNOTATOR_VERSION = "1"
-# an environment's id covers the code that judged it: new gates (a CHECKER_VERSION bump) give new ids
-CODE_VERSION = f"{ANNOTATOR_VERSION}+checker{CHECKER_VERSION}"
-
-
-def make_candidates(
-    family: Family,
-    models: list[ModelRecord],
-    solutions: dict[str, SolutionRecord],
-    outputs: dict[str, SetterOutputRecord],
-    assignment: dict[str, str],
-    presentations: tuple[str, ...],
-    passages: dict[str, PassageRecord] | None = None,
-    split: str | None = None,
-) -> list[Candidate]:
-    """One candidate per (model, presentation), in model order; `solutions` keyed by model_id,
-    `outputs` by id, `passages` by id (they give presentation F its narrative); `split`
-    defaults to the family's."""
-    candidates = []
-    for model in models:
-        solution, output = solutions[model.model_id], outputs[assignment[model.model_id]]
-        seed = episode_seed(model.seed)
-        passage = (passages or {}).get(output.passage_id)
-        story = narrative(passage) if passage else ""
-        for presentation in presentations:
-            budget = written.TURN_BUDGET if presentation == "F" else family.turn_budget(model.theta)
-            env_id = EnvironmentRecord.id_for(
-                CODE_VERSION, family=family.name, presentation=presentation, model_id=model.model_id,
-                solution_id=solution.solution_id, setter_output_id=output.setter_output_id,
-                episode_seed=seed, turn_budget=budget,
-            )
-            candidates.append(Candidate(env_id, model, solution, output, presentation, seed, budget, story,
-                                        split or family.split))
-    return candidates
+__all__ = ["ANNOTATOR_VERSION", "CODE_VERSION", "annotate", "by_module", "make_candidates", "upstream_edges"]
 
 
 def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[CheckRecord], list[LineageEdge]]:

@@ -1,0 +1,54 @@
+"""Slot planning: which candidates a slot must check, guessing their verdicts by default_band."""
+
+from __future__ import annotations
+
+import math
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import SolutionRecord
+from vhd.tasks import written
+from vhd.tasks.check.candidates import Candidate
+from vhd.tasks.solve import unpack_policy
+
+
+def default_band(family: Family, s: SolutionRecord, optimal: float, default: float) -> tuple[bool, str]:
+    """The default's value sits in the family's band between idle and π*, and on the episode
+    π* (realizing `optimal`) does better than the default (realizing `default`)."""
+    lo, hi = family.default_band
+    position = family.default_position(s.u_star, s.u_default, s.u_idle)
+    realized_gap = optimal - default
+    if position == math.inf:
+        return False, f"doing nothing is already optimal (u* = {s.u_star:g} ≤ u_idle = {s.u_idle:g}): nothing to learn"
+    if not lo <= position <= hi:
+        return False, f"default sits at {position:.3f} between idle (0) and optimal (1); admissible band [{lo}, {hi}]"
+    if not realized_gap > 1e-9 * max(1.0, abs(optimal)):
+        return False, f"on this episode the default ({default}) is not below π* ({optimal})"
+    return True, f"default at {position:.3f} in [{lo}, {hi}]; realized gap {realized_gap:g}"
+
+
+def in_band(family: Family, candidate: Candidate) -> bool:
+    """Whether the candidate passes `default_band` (two simulator episodes, no module involved)."""
+    s, theta = candidate.solution, candidate.model.theta
+    if candidate.presentation == "F":
+        return written.gate_default_band(family, s.u_star, s.u_default, s.u_idle)[0]
+    optimal = family.simulate(theta, unpack_policy(s.policy), candidate.episode_seed).utility
+    default = family.simulate(theta, family.default_policy(theta), candidate.episode_seed).utility
+    return default_band(family, s, optimal, default)[0]
+
+
+def needed_checks(family: Family, candidates: list[Candidate], verdicts: dict[str, bool], wanted: int) -> list[Candidate]:
+    """The candidates without a verdict that a slot wanting `wanted` admitted environments (in
+    candidate order) must check: those up to where the known verdicts, and for the others
+    `in_band` as the guess, reach `wanted`. Nearly every in-band candidate is admitted, so the
+    slot checks few candidates it will not keep; a guess that fails leaves the slot short, and
+    the next round makes up for it."""
+    pending, count = [], 0
+    for c in candidates:
+        if count >= wanted:
+            break
+        if c.env_id in verdicts:
+            count += verdicts[c.env_id]
+        else:
+            pending.append(c)
+            count += in_band(family, c)
+    return pending
