@@ -68,9 +68,11 @@ def failed(verdicts: list[Verdict]) -> set[str]:
 
 def mutant_verdicts(family: Family, run: CheckedBatch, old: str, new: str, which: int = 0) -> list[Verdict]:
     """The gates' verdicts on output `which` of a gated run with `old` (found exactly once in its
-    module) replaced by `new`, over that output's own candidates."""
+    module) replaced by `new`, over that output's own candidates, every one of them played (on a
+    θ outside the default band the other gates still judge the mutant, so "not admitted" cannot
+    come from the band alone)."""
     output = run.outputs[which]
     assert output.module.count(old) == 1, f"{old!r} occurs {output.module.count(old)} times in the module"
     wrong = output.model_copy(update={"module": output.module.replace(old, new)})
     mine = [c for c in run.candidates if c.setter_output.setter_output_id == output.setter_output_id]
-    return check_batch(family, wrong, mine)
+    return check_batch(family, wrong, mine, every_candidate=True)

@@ -7,7 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from vhd.mechanisms import registry
+from family_kit import PASSAGES, env_of, failed, gated, generated
+from vhd.mechanisms import BaseWorld, registry, tools_of
 from vhd.tasks.check import to_calls
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import draw
@@ -128,3 +129,63 @@ def test_written_out_presentation_grades_plans(name):
         assert all(g == "default_band" for g, _ in failed), failed
         passed += not failed
     assert passed, f"{name}: no F candidate admitted on six seeds"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_world_declares_its_tools(name):
+    """The tool table is the World's `@tool` declarations: one per `tool_*` method, none without
+    a method, the runtime's `BaseWorld` underneath (state table, log, skin)."""
+    family = registry.get(name)
+    assert issubclass(family.world, BaseWorld) and family.tools == tools_of(family.world)
+    methods = sorted(attr[len("tool_"):] for attr in dir(family.world) if attr.startswith("tool_"))
+    assert methods == sorted(spec.name for spec in family.tools)
+    assert "state" in family.tables
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_passage_renders_unique_valid_tool_names(name):
+    family = registry.get(name)
+    for k in range(len(PASSAGES)):
+        names = [generated(family, k)[0].tool_name(spec.name) for spec in family.tools]
+        assert len(set(names)) == len(names), (k, names)
+        assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names), (k, names)
+
+
+REPLAYED = range(0, len(PASSAGES), 12)  # the World is the same in every passage; its words and names are not
+
+
+@pytest.mark.parametrize("k", REPLAYED)
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_module_replays_the_reference_plans(name, k):
+    """In passage k's words the module plays π*, the default, the idle and a random plan on two
+    episode seeds, in I and A, to the utility of the family's own simulator, ending the episode."""
+    family = registry.get(name)
+    out, _ = generated(family, k)
+    _, theta = draw(family, k)
+    rng = np.random.default_rng(k)
+    plans = (family.solve(theta).policy, family.default_policy(theta), family.idle_policy(theta),
+             family.random_policy(theta, rng))
+    for plan in plans:
+        for seed in (k, 100 + k):
+            episode = family.simulate(theta, plan, seed)
+            for presentation in ("I", "A"):
+                env = env_of(family, k, theta, presentation, seed)
+                for call in to_calls(out, episode.calls):
+                    answer = env.call(call["tool"], call["arguments"])
+                    assert answer["ok"], (call, answer)
+                assert env.done and env.outcome()["utility"] == pytest.approx(episode.utility, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_gates_admit_the_family_in_both_presentations(name):
+    """Six sampled models through the real gates: every rejection is the model's own default band,
+    and at least half of the candidates are admitted in each presentation."""
+    family = registry.get(name)
+    run = gated(family)
+    assert len(run.verdicts) == 12
+    for v in run.verdicts:
+        assert v.admitted or failed([v]) == {"default_band"}, v.reason
+        assert v.instruction and len(v.tools) == len(family.tools)
+    for presentation in ("I", "A"):
+        mine = [v for v in run.verdicts if v.candidate.presentation == presentation]
+        assert sum(v.admitted for v in mine) >= 3, [v.reason for v in mine]

@@ -185,12 +185,10 @@ class Family:
     # that land exactly on a domain check (a capacity filled to the unit, a forbidden pair)
     boundary_calls: Callable[[dict[str, Any], np.random.Generator], list[list[dict[str, Any]]]] | None = None
 
-    # MIGRATION (issue 15): families still passing a ToolSpec table; removed once all declare @tool
-    tools: tuple[ToolSpec, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.tools:
-            object.__setattr__(self, "tools", tools_of(self.world))
+    @property
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """The family's canonical tool table: its World's `@tool` declarations, in method order."""
+        return tools_of(self.world)
 
     @property
     def split(self) -> str:

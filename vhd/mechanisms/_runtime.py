@@ -20,7 +20,7 @@ import random  # noqa: F401  (for World)
 import sqlite3
 import threading
 
-ENV_API = 2  # 2: Env.finish(), the call limit, callable from any thread
+ENV_API = 2  # what a module offers its callers (CHANGELOG.md: 2 added Env.finish(), the call limit, threads)
 PRESENTATIONS = ("I", "A")
 
 

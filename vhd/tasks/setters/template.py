@@ -23,7 +23,7 @@ from vhd.schemas.records import PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
 
 SETTER = "template"
-SETTER_VERSION = "2"
+SETTER_VERSION = "3"
 _RUNTIME = Path(__file__).parents[2] / "mechanisms" / "_runtime.py"
 
 
