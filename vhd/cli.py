@@ -5,7 +5,9 @@
     $ vhd audit ENV_ID
 
 Only the commands that run a flow import Prefect (its embedded server takes seconds to start):
-`refresh`, `backfill`, `serve`, and `eval`/`report` with `--flow`. The others never load it.
+`refresh`, `backfill`, `serve`, and `eval`/`report` with `--flow`, each through `_prefect`. The
+others never load it. The pipeline's work is done where it belongs (flows, tasks, agents,
+warehouse); a command validates its options (one function each, below), calls, and prints.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -57,6 +60,71 @@ def _emit(data: Any) -> None:
 
 def _csv(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+# --- options: each validated by one function here, a bad value is one line and exit 1 ---------
+
+
+def _families(text: str) -> list[str]:
+    """--families: a comma list of registered families (UnknownFamily names the first that is
+    not); [] when empty (the command's default)."""
+    from vhd.mechanisms import registry
+
+    names = _csv(text)
+    for name in names:
+        registry.get(name)
+    return names
+
+
+def _presentations(text: str) -> tuple[str, ...]:
+    """--presentations: a comma list of F, I and/or A, each once."""
+    chosen = tuple(_csv(text))
+    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
+        _fail(f"--presentations must list F, I and/or A once each, got {text!r}")
+    return chosen
+
+
+def _batch(batch: Optional[str]) -> Optional[str]:
+    """--batch: a non-empty key that is not an imported file's (`import:`)."""
+    if batch is not None and (batch.startswith("import:") or not batch.strip()):
+        _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    return batch
+
+
+def _per_family(per_family: int) -> int:
+    """--per-family: at most MAX_PER_FAMILY (a round holds all of its θ in memory)."""
+    from vhd.tasks.sample import MAX_PER_FAMILY
+
+    if per_family > MAX_PER_FAMILY:
+        _fail(f"--per-family {per_family}: at most {MAX_PER_FAMILY:,} θ draws per family and run; "
+              "run several batches (--batch) for more")
+    return per_family
+
+
+def _output_directory(out: Path) -> Path:
+    """--out: a directory, or a path where one can be made (not an existing file, nor under one)."""
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            _fail(f"--out {out}: {path} is a file, not a directory; pass a directory to write into")
+        if path.exists():
+            break
+    return out
+
+
+@contextmanager
+def _prefect(api: bool = True) -> Iterator[None]:
+    """The Prefect preamble of every command that runs a flow, entered after its fail-fast checks;
+    import the flow inside the block. Prefect's analytics off, then (with `api`) Prefect's API for
+    the block: the server PREFECT_API_URL names, or a temporary one (vhd/flows/server.py). The
+    commands that run no flow never enter it, so never load Prefect."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not api:
+        yield
+        return
+    from vhd.flows.server import prefect_api
+
+    with prefect_api():
+        yield
 
 
 @app.command()
@@ -127,42 +195,25 @@ def refresh(
     from vhd.tasks.presets import preset as find_preset
     from vhd.warehouse import Warehouse, default_path
 
-    names = _csv(families) or registry.names()
-    for name in names:
-        registry.get(name)
-    chosen = tuple(_csv(presentations))
-    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
-        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
-    if batch is not None and (batch.startswith("import:") or not batch.strip()):
-        _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
+    names, chosen = _families(families) or registry.names(), _presentations(presentations)
+    _batch(batch)
     if setter not in ("template", "anthropic"):
         _fail(f"--setter must be 'template' or 'anthropic', got {setter!r}")
     if preset is not None:
         if families:
             _fail("--preset chooses the families itself; drop --families")
         chosen = find_preset(preset, registry.all(), scale).presentations
-    _bounded_per_family(per_family)
+    _per_family(per_family)
     path = db or default_path()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from vhd.flows.refresh import refresh as refresh_flow
-    from vhd.flows.refresh import with_workers
-    from vhd.flows.server import prefect_api
+    with _prefect():
+        from vhd.flows.refresh import refresh as refresh_flow
+        from vhd.flows.refresh import with_workers
 
-    with prefect_api():
         summary = with_workers(refresh_flow, workers)(
             families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path), presentations=chosen,
             preset=preset, scale=scale, setter=setter)
     _report(summary, path, as_json)
-
-
-def _bounded_per_family(per_family: int) -> None:
-    """One line for a --per-family past the bound (a round holds all of its θ in memory)."""
-    from vhd.tasks.sample import MAX_PER_FAMILY
-
-    if per_family > MAX_PER_FAMILY:
-        _fail(f"--per-family {per_family}: at most {MAX_PER_FAMILY:,} θ draws per family and run; "
-              "run several batches (--batch) for more")
 
 
 def _report(summary: dict, path: Path, as_json: bool) -> None:
@@ -239,18 +290,6 @@ def envs(family: Optional[str] = typer.Option(None, help="only this family"), db
     console.print(f"{len(rows)} admitted environments")
 
 
-def _resolve(wh, env_id: str) -> str:
-    """Accept a full id or a unique prefix of one (as `vhd envs` prints)."""
-    from vhd.schemas.errors import UnknownEnvironment
-
-    matches = [row[0] for row in wh.con.execute(
-        "SELECT env_id FROM environments WHERE starts_with(env_id, ?) LIMIT 2", [env_id]).fetchall()] if env_id else []
-    if len(matches) != 1:
-        raise UnknownEnvironment(f"{'no' if not matches else 'more than one'} environment matches {env_id!r}; "
-                                 "expected an env_id from `vhd envs`")
-    return matches[0]
-
-
 @app.command()
 @handles_errors
 def audit(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
@@ -260,7 +299,7 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
     from vhd.warehouse.lineage import load_chain
 
     with _reader(db) as wh:
-        report = verify(load_chain(wh, _resolve(wh, env_id)))
+        report = verify(load_chain(wh, wh.resolve_env_id(env_id)))
     if as_json:
         _emit(report)
     else:
@@ -270,13 +309,18 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
                           "ok" if link["hash_ok"] else "[red]MISMATCH[/red]")
         console.print(table)
         console.print(f"seed {report['seed']}, knobs {report['knobs']}")
-        for problem in report["lines"]:
-            console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
-        for note in report["notes"]:
-            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        _print_findings(report)
         console.print("[green]verified[/green]" if report["verified"] else "[red]NOT verified[/red]")
     if not report["verified"]:
         raise typer.Exit(1)
+
+
+def _print_findings(report: dict[str, Any]) -> None:
+    """An audit's problems (one ✗ line each) and notes."""
+    for problem in report["lines"]:
+        console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
+    for note in report["notes"]:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
 
 @app.command("verify")
@@ -289,42 +333,21 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
     """Audit the whole warehouse: every environment's chain (admitted or not), every published
     corpus version and every other stored row; exit 1 on any problem, each named by
     environment, table, row and field (docs/RELIABILITY.md, "What is verified where")."""
-    from vhd.schemas.records import (CheckRecord, CorpusVersionRecord, EnvironmentRecord, LineageEdge, ModelRecord,
-                                     PassageRecord, SetterOutputRecord, SolutionRecord)
-    from vhd.tasks.audit import DIGESTS
     from vhd.tasks.gate import whole
     from vhd.warehouse import Warehouse
-    from vhd.warehouse.lineage import load_chains, load_rows, load_versions
+    from vhd.warehouse.lineage import audit_inputs, seal_rows, unsealed
 
-    kinds = {"passages": PassageRecord, "models": ModelRecord, "solutions": SolutionRecord,
-             "setter_outputs": SetterOutputRecord, "checks": CheckRecord, "environments": EnvironmentRecord}
     with _reader(db) as wh:
-        versions = load_versions(wh)  # the ids a version names are audited too, even if no row has them now
-        named = {i for v, _, _ in versions if isinstance(v.manifest, dict)
-                 for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
-        chains = load_chains(wh, named | {row[0] for row in wh.con.execute("SELECT env_id FROM environments").fetchall()})
-        report = whole(chains, versions, {r.run_id for r in wh.runs()},
-                       {table: load_rows(wh, cls) for table, cls in kinds.items()},
-                       [LineageEdge(**row) for row in wh.stored_rows(LineageEdge)], resolve=resolve)
+        report = whole(**audit_inputs(wh), resolve=resolve)
     if seal:
-        unsealed = [f for f in report["findings"] if f["field"] == DIGESTS and f["problem"].startswith("unsealed")]
-        if len(unsealed) != len(report["findings"]):
-            _fail(f"--seal: {len(report['findings']) - len(unsealed)} problems other than unsealed rows; "
-                  f"nothing sealed: {report['lines'][0]}")
-        by_table: dict[str, set[str]] = {}
-        for f in unsealed:
-            by_table.setdefault(f["table"], set()).add(f["id"])
-        with Warehouse.open(db) as wh, wh.transaction():
-            sealed = sum(wh.seal({**kinds, "corpus_versions": CorpusVersionRecord}[t], ids) for t, ids in by_table.items())
-        console.print(f"sealed {sealed} rows")
+        rows = unsealed(report)  # one line and nothing sealed when the audit found anything else
+        with Warehouse.open(db) as wh:
+            console.print(f"sealed {seal_rows(wh, rows)} rows")
         return
     if as_json:
         _emit(report)
     else:
-        for problem in report["lines"]:
-            console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
-        for note in report["notes"]:
-            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        _print_findings(report)
         console.print(f"{report['envs']} environments, {report['versions']} corpus versions in {report['seconds']} s: "
                       + ("[green]verified[/green]" if report["verified"] else f"[red]{len(report['findings'])} "
                                                                               "problems[/red]"))
@@ -350,7 +373,7 @@ def check(env_id: str = typer.Argument(..., help="environment id (or a unique pr
         except (OSError, UnicodeDecodeError) as exc:
             raise SetterError(f"cannot read module {code}: {exc}") from None
     with _reader(db) as wh:
-        env = wh.get(EnvironmentRecord, _resolve(wh, env_id))
+        env = wh.get(EnvironmentRecord, wh.resolve_env_id(env_id))
         model, solution = wh.get(ModelRecord, env.model_id), wh.get(SolutionRecord, env.solution_id)
         output = wh.get(SetterOutputRecord, env.setter_output_id)
     report = recheck(env, model, solution, output, registry.get(env.family), module)
@@ -380,27 +403,12 @@ def selftest(families: str = typer.Option("", help="comma-separated families (de
     from rich.progress import Progress
 
     from vhd.mechanisms import registry
-    from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
-    from vhd.tasks.check import candidate_from
     from vhd.tasks.selftest import selftest as run_selftest
+    from vhd.tasks.selftest import selftest_groups
 
-    wanted = _csv(families)
-    for name in wanted:
-        registry.get(name)
-    groups: dict[str, list] = {}
+    wanted = _families(families)
     with _reader(db) as wh:
-        by_module: dict[tuple[str, str], list[EnvironmentRecord]] = {}
-        for env in wh.environments(admitted=True):
-            if env.presentation != "F" and (not wanted or env.family in wanted):
-                by_module.setdefault((env.family, env.setter_output_id), []).append(env)
-        for (name, output_id), stored in sorted(by_module.items()):
-            if len(groups.setdefault(name, [])) >= modules:
-                continue
-            output = wh.get(SetterOutputRecord, output_id)
-            chosen = sorted(stored, key=lambda e: (e.presentation != "A", e.env_id))[:envs]
-            groups[name].append((output, [candidate_from(e, wh.get(ModelRecord, e.model_id),
-                                                         wh.get(SolutionRecord, e.solution_id), output)
-                                          for e in chosen]))
+        groups = selftest_groups(wh, wanted, modules, envs)
     if not groups:
         _fail("no admitted environments to mutate; run `vhd refresh` first")
     with Progress(console=console, transient=True, disable=as_json) as progress:
@@ -452,7 +460,7 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
                                     f"{exc.start}); expected JSONL of tool-call lists") from None
     parsed = parse_trajectories(text, str(trajectories))
     with _reader(db) as wh:
-        full = _resolve(wh, env_id)
+        full = wh.resolve_env_id(env_id)
         env = _scored_environment(wh, full, corpus_version)
         model = wh.verified(ModelRecord, [env.model_id], complete=True)[env.model_id]
         output = wh.verified(SetterOutputRecord, [env.setter_output_id], complete=True)[env.setter_output_id]
@@ -477,56 +485,15 @@ def import_instances(
     as_json: bool = JsonOption,
 ) -> None:
     """Import public benchmark instances: each must solve to its published optimum, then the gates decide."""
-    import uuid
-    from datetime import UTC, datetime
-
-    from vhd import __version__
-    from vhd.schemas.records import EnvironmentRecord
-    from vhd.tasks import instances as imp
-    from vhd.tasks.annotate import upstream_edges
-    from vhd.tasks.passages import builtin_passages
+    from vhd.tasks.instances import import_file
     from vhd.warehouse import Warehouse, default_path
 
-    chosen = tuple(_csv(presentations))
-    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
-        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
-    fam, started = imp.importer_family(family), datetime.now(UTC).isoformat()
-    source = imp.read_source(file, fmt)
-    imported = imp.import_models(fam, source)
-    if not imported:
-        _fail(f"{source.name}: the {family} family can take none of its instances ("
-              + "; ".join(f"{i.name}: {i.refused}" for i in source.instances) + ")")
-    solved = imp.solve_checked(fam, imported)  # raises, before anything is opened, unless u* = published optimum
-    passages, run_id, path = builtin_passages(), f"import-{uuid.uuid4()}", db or default_path()
-    with Warehouse.open(path) as wh:
-        known = wh.solutions_for(solved.keys())
-        fresh = [s for model_id, s in solved.items() if model_id not in known]
-        outputs, candidates = imp.candidates_for(fam, imported, {**solved, **known}, passages, chosen)
-        done = wh.present(EnvironmentRecord, [c.env_id for c in candidates])
-        annotated = imp.run_gates(fam, outputs, [c for c in candidates if c.env_id not in done])
-        verdicts = {env.env_id: (env.admitted, env.reason)
-                    for env in [wh.get(EnvironmentRecord, env_id) for env_id in done] + [a[0] for a in annotated]}
-        rows = imp.report(source, imported, {**solved, **known}, candidates, verdicts)
-        run = imp.run_record(run_id, started, datetime.now(UTC).isoformat(), __version__, fam, source,
-                             chosen, rows)
-        with wh.transaction():  # one file, one commit: all of its rows or none
-            wh.upsert_run(run)
-            wh.insert(passages)
-            wh.insert(imp.with_run([i.model for i in imported], run_id))
-            wh.insert(imp.with_run(fresh, run_id))
-            wh.insert(imp.with_run(outputs, run_id))
-            wh.insert(imp.with_run([env for env, _, _ in annotated], run_id))
-            wh.insert(imp.with_run([c for _, checks, _ in annotated for c in checks], run_id))
-            wh.insert(upstream_edges(fresh, outputs) + [e for _, _, edges in annotated for e in edges])
-    new = [env for env, _, _ in annotated]
-    summary = {"family": fam.name, "file": str(file), "format": source.format, "sha256": source.digest,
-               "batch": source.batch, "run_id": run_id, "db": str(path), "instances": rows,
-               "admitted": sum(e.admitted for e in new), "rejected": sum(not e.admitted for e in new),
-               "reused": len(done)}
+    chosen, path = _presentations(presentations), db or default_path()
+    summary = import_file(family, file, fmt, chosen, lambda: Warehouse.open(path))
     if as_json:
         return _emit(summary)
-    table = Table("instance", "n", "m", "published", "u*", *chosen, "note", title=f"import {source.batch}")
-    for r in rows:
+    table = Table("instance", "n", "m", "published", "u*", *chosen, "note", title=f"import {summary['batch']}")
+    for r in summary["instances"]:
         cells = [("[green]yes[/green]" if r["admitted"][p] else f"[red]no[/red] {r['reasons'][p].split(':')[0]}")
                  for p in chosen] if r["status"] == "imported" else ["–"] * len(chosen)
         note = r.get("reason", "") or ("" if r.get("verified") else "no published optimum: not compared")
@@ -582,7 +549,6 @@ def passages_add(file: Path = typer.Argument(..., help="a passage file: .jsonl (
 
     Added passages are listed by `vhd passages` but not yet used by `vhd refresh` (built-in passages only).
     """
-    from vhd.schemas.records import PassageRecord
     from vhd.tasks.passages import load_passages
     from vhd.warehouse import Warehouse, default_path
 
@@ -593,9 +559,7 @@ def passages_add(file: Path = typer.Argument(..., help="a passage file: .jsonl (
         _fail(f"{file}: no passage could be loaded ({len(errors)} rejected); nothing written")
     path = db or default_path()
     with Warehouse.open(path) as wh:
-        known = wh.present(PassageRecord, [r.passage_id for r in records])
-        with wh.transaction():
-            wh.insert(records)
+        known = wh.store(records)  # one transaction; rows already stored are kept
     summary = {"file": str(file), "db": str(path), "loaded": len(records),
                "new": sum(r.passage_id not in known for r in records), "rejected": errors,
                "passages": [{"passage_id": r.passage_id, "domain": r.domain, "source": r.source,
@@ -678,15 +642,6 @@ def _scored_environment(wh, env_id: str, corpus_version: Optional[str]):
     return held[1] if held is not None else wh.verified(EnvironmentRecord, [env_id], complete=True)[env_id]
 
 
-def _output_directory(out: Path) -> None:
-    """One line for an --out that cannot be a directory: an existing file, or a path under one."""
-    for path in (out, *out.parents):
-        if path.exists() and not path.is_dir():
-            _fail(f"--out {out}: {path} is a file, not a directory; pass a directory to write into")
-        if path.exists():
-            return
-
-
 # --- issue 5, LLM setter: vhd yield ----------------------------------------------------------
 
 
@@ -720,7 +675,7 @@ def _adapter_env(env_id: str, db: Optional[Path]):
     from vhd.adapters.gym import TextToolEnv
 
     with _reader(db) as wh:
-        full = _resolve(wh, env_id)
+        full = wh.resolve_env_id(env_id)
     return TextToolEnv.from_warehouse(full, db)
 
 
@@ -794,9 +749,9 @@ def eval_(
     Runs in this process without Prefect (fast). With --flow it runs the `evaluate` Prefect flow
     (episodes in batched tasks, Prefect artifacts eval-<agent>-fia/-families/-report); Prefect's
     server takes seconds to start unless PREFECT_API_URL names a running one."""
-    from vhd.agents.evaluate import check_request, select_envs
+    from vhd.agents.evaluate import check_request, evaluate, select_envs
     from vhd.schemas.errors import WarehouseMissing
-    from vhd.warehouse.store import default_path
+    from vhd.warehouse import Warehouse, default_path
 
     families, chosen = check_request(agent, preset_name, _csv(presentations) if presentations is not None else None,
                                      episodes, per_cell)
@@ -808,48 +763,28 @@ def eval_(
     path = Path(db) if db is not None else default_path()
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh --preset diagnostic` first")
-    if flow:
-        from vhd.warehouse import Warehouse
-
-        with Warehouse.open(path, read_only=True) as wh:  # fail fast (busy, no environments) before Prefect starts
-            select_envs(wh, families, chosen, corpus_version, per_cell, preset_name)
-        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not flow:
+        out = evaluate(lambda: Warehouse.open(path), agent, families, chosen, episodes, per_cell, corpus_version,
+                       preset_name)
+        return _print_eval(agent, chosen, out, as_json)
+    with _reader(path) as wh:  # fail fast (busy, no environments) before Prefect starts
+        select_envs(wh, families, chosen, corpus_version, per_cell, preset_name)
+    with _prefect():
         from vhd.flows.evaluate import evaluate as evaluate_flow
-        from vhd.flows.server import prefect_api
 
-        with prefect_api():
-            out = evaluate_flow(agent=agent, preset=preset_name, presentations=list(chosen), episodes=episodes,
-                                per_cell=per_cell, corpus_version=corpus_version, db_path=str(path),
-                                batch_size=batch_size, report_dir=str(report_dir) if report_dir else None)
-        result, version, stored = out["summary"], out["corpus_version"], out["episodes"]
-        extra = {"artifacts": out["artifacts"], **({"report": out["report"]} if "report" in out else {})}
-    else:
-        result, version, stored = _eval_in_process(agent, families, chosen, episodes, per_cell, corpus_version, path,
-                                                   preset_name)
-        extra = {}
-    _print_eval(agent, chosen, result, version, stored, as_json, extra)
+        out = evaluate_flow(agent=agent, preset=preset_name, presentations=list(chosen), episodes=episodes,
+                            per_cell=per_cell, corpus_version=corpus_version, db_path=str(path),
+                            batch_size=batch_size, report_dir=str(report_dir) if report_dir else None)
+    _print_eval(agent, chosen, out, as_json)
 
 
-def _eval_in_process(agent, families, chosen, episodes, per_cell, corpus_version, path, preset_name):
-    from vhd.agents import Table as AgentTable
-    from vhd.agents.evaluate import play, select_envs, summary
-    from vhd.mechanisms import registry
-    from vhd.warehouse import Warehouse
-
-    with Warehouse.open(path) as wh:
-        version, envs = select_envs(wh, families, chosen, corpus_version, per_cell, preset_name)
-        inputs = wh.eval_inputs([e.env_id for e in envs])
-    tables = [AgentTable(e, *inputs[e.env_id], registry.get(e.family)) for e in envs]
-    played = play(tables, agent, episodes, version)
-    with Warehouse.open(path) as wh, wh.transaction():
-        wh.insert(played)
-    return summary(played), version, len(played)
-
-
-def _print_eval(agent, chosen, result, version, stored, as_json, extra):
+def _print_eval(agent: str, chosen: tuple[str, ...], out: dict[str, Any], as_json: bool) -> None:
+    """`out` of the evaluate flow or of agents.evaluate.evaluate: the F/I/A table, or JSON."""
     from vhd.agents.evaluate import as_json as to_json
 
+    result, version = out["summary"], out["corpus_version"]
     if as_json:
+        extra = {key: out[key] for key in ("artifacts", "report") if key in out}
         return _emit({**to_json(agent, result), "corpus_version": version, **extra})
     table = Table("family", *[f"{p} (95 % CI)" for p in chosen], "family mean", title=f"agent {agent}: mean reward")
     for family, row in result["families"].items():
@@ -858,10 +793,9 @@ def _print_eval(agent, chosen, result, version, stored, as_json, extra):
     table.add_row("mean", *[f"{result['mean'][p]:.3f}" if p in result["mean"] else "—" for p in chosen], "")
     console.print(table)
     gaps = ", ".join(f"{k} gap {v:+.3f}" for k, v in result["gaps"].items())
-    console.print(f"{stored} episodes stored{'; ' + gaps if gaps else ''}")
-    for kind, key in extra.get("artifacts", {}).items():
+    console.print(f"{out['episodes']} episodes stored{'; ' + gaps if gaps else ''}")
+    for kind, key in out.get("artifacts", {}).items():
         console.print(f"Prefect artifact {key} ({kind})", highlight=False)
-
 
 
 @app.command("report")
@@ -888,11 +822,9 @@ def report(
         episodes = select_episodes(wh.episodes(), agents)  # fail fast, before Prefect starts
         envs = {e.env_id: e for e in wh.environments(admitted=None, include_superseded=True)} if not flow else {}
     if flow:
-        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        from vhd.flows.evaluate import report as report_flow
-        from vhd.flows.server import prefect_api
+        with _prefect():
+            from vhd.flows.evaluate import report as report_flow
 
-        with prefect_api():
             result = report_flow(out=str(out), agents=agents, db_path=str(db or default_path()), image_url=image_url)
         files = result["files"]
         console.print(f"{result['episodes']} episodes → {', '.join(files)}; Prefect artifacts "
@@ -922,20 +854,15 @@ def backfill(
     from vhd.warehouse import Warehouse, default_path
 
     registry.get(family)
-    chosen = tuple(_csv(presentations))
-    if not chosen or any(p not in ("F", "I", "A") for p in chosen) or len(set(chosen)) != len(chosen):
-        _fail(f"--presentations must list F, I and/or A once each, got {presentations!r}")
-    if batch is not None and (batch.startswith("import:") or not batch.strip()):
-        _fail(f"--batch {batch!r}: batch keys must be non-empty and may not start with 'import:' (imported instances)")
-    _bounded_per_family(per_family)
+    chosen = _presentations(presentations)
+    _batch(batch)
+    _per_family(per_family)
     path = db or default_path()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from vhd.flows.backfill import backfill as backfill_flow
-    from vhd.flows.refresh import with_workers
-    from vhd.flows.server import prefect_api
+    with _prefect():
+        from vhd.flows.backfill import backfill as backfill_flow
+        from vhd.flows.refresh import with_workers
 
-    with prefect_api():
         summary = with_workers(backfill_flow, workers)(family=family, per_family=per_family, seed=seed, batch=batch,
                                                        db_path=str(path), presentations=chosen)
     _report(summary, path, as_json)
@@ -955,18 +882,18 @@ def serve(
     See docs/OPERATIONS.md for running against a Prefect server and watching runs in the UI."""
     from vhd.warehouse import Warehouse, default_path
 
-    _bounded_per_family(per_family)
+    _per_family(per_family)
     path = (db or default_path()).resolve()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from vhd.flows.serve import nightly, serve as serve_deployment
+    with _prefect(api=False):  # `serve` talks to the server PREFECT_API_URL names, not a temporary one
+        from vhd.flows.serve import nightly, serve as serve_deployment
 
-    try:
-        deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone)
-    except ValueError as exc:
-        _fail(f"--cron {cron!r} / --timezone {timezone!r}: {str(exc).splitlines()[0]}; expected e.g. '0 3 * * *'")
-    console.print(f"serving deployment refresh/{deployment.name} on {cron!r} ({timezone}) → {path}")
-    serve_deployment(deployment)
+        try:
+            deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone)
+        except ValueError as exc:
+            _fail(f"--cron {cron!r} / --timezone {timezone!r}: {str(exc).splitlines()[0]}; expected e.g. '0 3 * * *'")
+        console.print(f"serving deployment refresh/{deployment.name} on {cron!r} ({timezone}) → {path}")
+        serve_deployment(deployment)
 
 
 def main() -> None:  # pragma: no cover
