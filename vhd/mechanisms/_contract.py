@@ -184,6 +184,16 @@ class Family:
     # near-boundary decisions for the reference_agreement gate: θ, rng → canonical call sequences
     # that land exactly on a domain check (a capacity filled to the unit, a forbidden pair)
     boundary_calls: Callable[[dict[str, Any], np.random.Generator], list[list[dict[str, Any]]]] | None = None
+    # decision rewards (vhd/tasks/advantage.py): `decision_values(θ)` is what the solver knows of θ
+    # (Bellman tables, the restricted problem's data; with the optimum as "u_star", a key or an
+    # attribute: the scale of rounding errors), computed once per θ; `decision_state(θ, world)`
+    # is the World's state as the solver sees it (plain data: it must not alias the World); and
+    # `advantage(θ, values, before, call, after)` is A*(s, a) = Q*(s, a) − V*(s) of one accepted
+    # decision or clock call between those two states, or, with `call` None, of the World's
+    # `run_out` (the episode finished as when the turns run out). π*'s calls have advantage 0.
+    decision_values: Callable[[dict[str, Any]], Any] | None = None
+    decision_state: Callable[[dict[str, Any], Any], Any] | None = None
+    advantage: Callable[[dict[str, Any], Any, Any, dict[str, Any] | None, Any], float] | None = None
 
     @property
     def tools(self) -> tuple[ToolSpec, ...]:

@@ -207,6 +207,36 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     return Episode(utility=float(utility), calls=calls, decisions=decisions)
 
 
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (day, today's offer, closed); V*(s) = max(offer − fee · day, W_{day+1})
+# with W_d the expected value of reaching day d unsold (W_H = 0), all in exact rationals.
+
+
+def decision_values(theta: dict) -> dict:
+    """W_d for d = 0 … H (W_H = 0) by the backward recursion of the solver; u* = W_0."""
+    dist, cost, horizon = _distribution(theta), theta["waiting_cost"], theta["horizon"]
+    later = [Fraction(0)] * (horizon + 1)
+    for day in range(horizon - 1, -1, -1):
+        later[day] = sum(p * max(x - cost * day, later[day + 1]) for x, p in dist)
+    return {"u_star": float(later[0]), "later": later}
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, bool]:
+    """(day, today's offer, whether the lot is sold or gone)."""
+    day = world._get("day")
+    return day, world.offers[day], bool(world._get("closed"))
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Accepting is worth offer − fee · day, declining W_{day+1}, running out 0 (the lot goes back)."""
+    day, offer, closed = before
+    if closed:
+        return 0.0
+    accept, wait = Fraction(offer - theta["waiting_cost"] * day), values["later"][day + 1]
+    chosen = Fraction(0) if call is None else accept if call["tool"] == "accept_offer" else wait
+    return float(chosen - max(accept, wait))
+
+
 def turn_budget(theta: dict) -> int:
     """A decline or an accept for every day, plus room for both probes and a few looks."""
     return 2 * theta["horizon"] + 12
@@ -421,6 +451,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = E[offer] (accept the first one): below −1 taking
