@@ -101,11 +101,12 @@ def _per_family(per_family: int) -> int:
     return per_family
 
 
-def _output_directory(out: Path) -> Path:
-    """--out: a directory, or a path where one can be made (not an existing file, nor under one)."""
+def _output_directory(out: Path, option: str = "--out") -> Path:
+    """--out (of export and report), --report-dir: a directory, or a path where one can be made
+    (not an existing file, nor under one)."""
     for path in (out, *out.parents):
         if path.exists() and not path.is_dir():
-            _fail(f"--out {out}: {path} is a file, not a directory; pass a directory to write into")
+            _fail(f"{option} {out}: {path} is a file, not a directory; pass a directory to write into")
         if path.exists():
             break
     return out
@@ -760,6 +761,8 @@ def eval_(
     if report_dir is not None and not flow:
         _fail("--report-dir needs --flow (the report artifact is published by the evaluate flow); "
               "use `vhd report --out DIR` otherwise")
+    if report_dir is not None:
+        _output_directory(report_dir, "--report-dir")
     path = Path(db) if db is not None else default_path()
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh --preset diagnostic` first")
@@ -817,6 +820,7 @@ def report(
 
     if image_url is not None and not flow:
         _fail("--image-url needs --flow (it is where the Prefect artifacts find the PNGs)")
+    _output_directory(out)
     agents = _csv(agent) if agent is not None else None
     with _reader(db) as wh:
         episodes = select_episodes(wh.episodes(), agents)  # fail fast, before Prefect starts
