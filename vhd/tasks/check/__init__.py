@@ -14,7 +14,8 @@ The package, by what each file holds (each imports only those above it):
     sequences.py   the call sequences, invalid calls and twin θ the module is made to play
     reference.py   the family's own World, the oracle of reference_agreement, and its runs
     planning.py    default_band, and which candidates a slot must check (in_band, needed_checks)
-    gates.py       every gate, the Evidence it reads (by name), and GATES in their order
+    evidence.py    what the gates read: the sandbox's reports, each trajectory by its name
+    gates.py       every gate (one docstring each: what it proves, when it fails), GATES in order
     batch.py       check_batch: one module's candidates played in the sandbox and judged
 """
 
@@ -23,7 +24,8 @@ from vhd.tasks.check.candidates import (
     ANNOTATOR_VERSION, CHECKER_VERSION, CODE_VERSION, NOT_RUN, RANDOM_TRAJECTORIES, Candidate, GateResult, References,
     Verdict, candidate_from, make_candidates, references, to_calls,
 )
-from vhd.tasks.check.gates import GATES, Evidence, _twin_difference
+from vhd.tasks.check.evidence import Evidence
+from vhd.tasks.check.gates import GATES, _twin_difference
 from vhd.tasks.check.planning import default_band, in_band, needed_checks
 from vhd.tasks.check.reference import reference_module, reference_runs
 from vhd.tasks.check.sequences import (

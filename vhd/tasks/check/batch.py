@@ -1,4 +1,9 @@
-"""The batch runner: one module's candidates played in the sandbox, then judged by every gate."""
+"""The batch runner: one module's candidates played in the sandbox, then judged by every gate.
+
+Per batch: the reference World's runs (`reference.reference_runs`, one sandbox child), the
+module's job (`_job`, hash seed 1) and its replay without fuzz, twins or extra θ (hash seed 2);
+then every gate of GATES on each candidate's Evidence. Presentation F is checked in process.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ from vhd.mechanisms import Family
 from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks import written
 from vhd.tasks.check.candidates import NOT_RUN, Candidate, GateResult, References, Verdict, references, to_calls
-from vhd.tasks.check.gates import GATES, Evidence, gate_default_band
+from vhd.tasks.check.evidence import (
+    FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name, trajectory_names, twin_names,
+)
+from vhd.tasks.check.gates import GATES, gate_default_band
 from vhd.tasks.check.reference import reference_runs
 from vhd.tasks.check.sequences import IDLE, call_sequences, fuzz_calls, perturbed, tailed
 from vhd.tasks.sample import draw
@@ -21,6 +29,8 @@ EXTRA_THETAS = 2
 
 def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
          refs: list[References], sequences: list[list[list[dict[str, Any]]]]) -> dict[str, Any]:
+    """The first process's job: each candidate's trajectories (in `evidence.trajectory_names`' order)
+    and fuzz, its twin in presentation A, and EXTRA_THETAS other θ the module must also run on."""
     fuzz = fuzz_calls(setter_output, family)
     looks = [{"tool": setter_output.tool_name(t.name), "arguments": {}} for t in family.tools_with_role("observe")
              if not t.input_schema.get("required")]
@@ -31,15 +41,16 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
     for c, r, random_sequences in zip(candidates, refs, sequences):
         optimal = to_calls(setter_output, r.optimal.calls)
         half = len(optimal) // 2
+        plays = {name: to_calls(setter_output, ep.calls) for name, ep in r.episodes()}  # what each trajectory plays
+        plays.update({sequence_name(k): tailed(family, setter_output, calls) for k, calls in enumerate(random_sequences)})
+        plays.update({FINISHED_AT_ONCE: IDLE, LOOKS: looks, PROBES: probes})
         episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
-                         "trajectories": [to_calls(setter_output, ep.calls) for _, ep in r.episodes()]
-                         + [tailed(family, setter_output, calls) for calls in random_sequences] + [IDLE, looks, probes],
+                         "trajectories": [plays[name] for name in trajectory_names(r, len(random_sequences))],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with every hidden parameter moved
             theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
             episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "pad_with": None,
-                             "trajectories": [looks] + [tailed(family, setter_output, calls)
-                                                        for calls in random_sequences]})
+                             "trajectories": [plays[name] for name in twin_names(len(random_sequences))]})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}
@@ -89,7 +100,8 @@ def _check_played(family: Family, setter_output: SetterOutputRecord, everyone: l
     verdicts: dict[str, Verdict] = {}
     for c in everyone:
         t0 = time.perf_counter()
-        passed, message = gate_default_band(Evidence(family, c, all_refs[c.env_id], None, None, [], ""))
+        passed, message = gate_default_band(Evidence(family, c, all_refs[c.env_id], first=None, second=None,
+                                                     extras=[], failure=""))
         if passed or every_candidate:
             continue
         band = GateResult("default_band", False, message, time.perf_counter() - t0)
@@ -122,12 +134,13 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
              "reference_agreement": reference_seconds}
     extras = [first.episodes.get(f"extra-{k}") for k in range(EXTRA_THETAS)]
     verdicts = {}
-    for candidate, ref, runs, seqs in zip(candidates, refs, expected, sequences):
+    for candidate, ref, (*sequence_runs, idle_run), seqs in zip(candidates, refs, expected, sequences):
         report = first.episodes.get(candidate.env_id)
         failure = "" if first.status == "ok" and report and all(extras) else (first.message or "no report from the sandbox")
-        evidence = Evidence(family, candidate, ref, report, second.episodes.get(candidate.env_id),
-                            [e for e in extras if e], failure, first.episodes.get(candidate.env_id + ":twin"),
-                            runs[:-1], seqs, runs[-1])
+        evidence = Evidence(family, candidate, ref, first=report, second=second.episodes.get(candidate.env_id),
+                            extras=[e for e in extras if e], failure=failure,
+                            twin=first.episodes.get(candidate.env_id + ":twin"), reference_runs=sequence_runs,
+                            sequences=seqs, reference_idle=idle_run)
         verdict = Verdict(candidate, ref)
         for name, gate in GATES:
             t0 = time.perf_counter()
@@ -141,6 +154,6 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
         if report and "instruction" in report["describe"]:
             verdict.instruction, verdict.tools = report["describe"]["instruction"], report["describe"]["tools"]
         if verdict.admitted:
-            verdict.idle = evidence.idle_played()["utility"]
+            verdict.idle = evidence.trajectory(FINISHED_AT_ONCE)["utility"]
         verdicts[candidate.env_id] = verdict
     return verdicts

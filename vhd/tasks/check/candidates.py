@@ -1,7 +1,9 @@
 """What check judges: a candidate environment, the simulator's episodes on its seed, its verdict.
 
-    >>> to_calls(output, [{"tool": "order", "arguments": {"sku": 1}}])  # canonical -> the module's names
-    [{'tool': 'place_order', 'arguments': {'sku': 1}}]
+    >>> CODE_VERSION  # in every candidate's environment id: new gates give new ids
+    '1+checker6'
+
+Candidates are built here (`make_candidates`), before check, and re-exported by annotate.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def candidate_from(env: Any, model: ModelRecord, solution: SolutionRecord, outpu
     return Candidate(env.env_id, model, solution, output, env.presentation, env.episode_seed, env.turn_budget,
                      narrative, env.split)
 
+
 def make_candidates(
     family: Family,
     models: list[ModelRecord],
@@ -96,9 +99,18 @@ class References:
     random_values: list[float]
 
     def episodes(self) -> list[tuple[str, Episode]]:
+        """Every episode by name: optimal, default, idle, random_0, random_1, ..."""
         named = [("optimal", self.optimal), ("default", self.default), ("idle", self.idle)]
         return named + [(f"random_{k}", ep) for k, ep in enumerate(self.random)]
+
+    def baselines(self) -> list[tuple[str, Episode]]:
+        """Every episode but π*'s, by name: the policies π* is compared with."""
+        return [(name, episode) for name, episode in self.episodes() if name != "optimal"]
+
+
 def references(family: Family, candidate: Candidate) -> References:
+    """π*, the default, the idle policy and RANDOM_TRAJECTORIES random policies simulated on the
+    candidate's episode seed, and the random policies' exact expected values."""
     theta, seed = candidate.model.theta, candidate.episode_seed
     rng = np.random.default_rng([seed, 0x5EED])
     policies = [family.random_policy(theta, rng) for _ in range(RANDOM_TRAJECTORIES)]
@@ -109,12 +121,18 @@ def references(family: Family, candidate: Candidate) -> References:
         random=[family.simulate(theta, policy, seed) for policy in policies],
         random_values=[family.evaluate(theta, policy) for policy in policies],
     )
+
+
 def to_calls(setter_output: SetterOutputRecord, canonical: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Canonical tool calls renamed to the module's own tool names."""
     names = {b.canonical: b.name for b in setter_output.interface}
     return [{"tool": names[c["tool"]], "arguments": c["arguments"]} for c in canonical]
+
+
 @dataclass(frozen=True)
 class GateResult:
+    """One gate's verdict on one candidate: passed or not, why, and the seconds it took."""
+
     name: str
     passed: bool
     message: str
@@ -123,6 +141,8 @@ class GateResult:
 
 @dataclass
 class Verdict:
+    """Every gate's result on one candidate, and what the admitted environment records."""
+
     candidate: Candidate
     references: References | None  # None in presentation F: no episode is played
     gates: list[GateResult] = field(default_factory=list)
@@ -133,6 +153,7 @@ class Verdict:
 
     @property
     def admitted(self) -> bool:
+        """Whether every gate passed."""
         return all(gate.passed for gate in self.gates)
 
     @property

@@ -1,4 +1,12 @@
-"""The admission gates of DESIGN §7: each reads one candidate's evidence and says passed or not, and why."""
+"""The admission gates of DESIGN §7: each reads one candidate's Evidence and says whether it passed, and why.
+
+    >>> [name for name, _ in GATES][-3:]
+    ['determinism', 'robustness', 'information_hiding']
+
+A gate is a function of the Evidence alone (the candidate, its references, the sandbox's
+reports read by name), returning (passed, message); GATES runs them in this file's order.
+A change of what a gate proves bumps CHECKER_VERSION (candidates.py): new environment ids.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +14,12 @@ import functools
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from vhd.mechanisms import Family
-from vhd.tasks.check.candidates import Candidate, References
+from vhd.tasks.check.evidence import FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name
 from vhd.tasks.check.planning import default_band
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -24,47 +30,23 @@ def _close(a: float, b: float) -> bool:
     return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
 
 
-# --- the gates: each reads the candidate, its references and the two sandbox reports --------
-
-
-@dataclass(frozen=True)
-class Evidence:
-    family: Family
-    candidate: Candidate
-    refs: References
-    first: dict[str, Any] | None
-    second: dict[str, Any] | None
-    extras: list[dict[str, Any]]
-    failure: str
-    twin: dict[str, Any] | None = None
-    reference_runs: list[dict[str, Any]] = field(default_factory=list)
-    sequences: list[list[dict[str, Any]]] = field(default_factory=list)  # canonical calls of reference_runs
-    reference_idle: dict[str, Any] | None = None  # the reference World's episode finished at once
-
-    def played(self, name: str) -> dict[str, Any]:
-        index = [n for n, _ in self.refs.episodes()].index(name)
-        return self.first["trajectories"][index]
-
-    def random_calls_played(self) -> list[dict[str, Any]]:
-        start = len(self.refs.episodes())
-        return self.first["trajectories"][start:start + len(self.reference_runs)]
-
-    def idle_played(self) -> dict[str, Any]:
-        """The module's episode finished at once (`IDLE`), played after the call sequences."""
-        return self.first["trajectories"][len(self.refs.episodes()) + len(self.reference_runs)]
-
-
 def gate_executes(ev: Evidence) -> tuple[bool, str]:
+    """The module runs: create() succeeds and no tool call raises, on the candidate's θ and on
+    EXTRA_THETAS others (a module fitted to one draw fails there), and every reference policy's
+    episode ends with a finite utility. Fails on a sandbox run without a report (a crash, a
+    timeout, an import error: its message), an exception, a non-finite utility or an episode that
+    did not end; the gates after it are then not run."""
     if ev.failure:
         return False, ev.failure
-    references = len(ev.refs.episodes())
-    for report, played in [(ev.first, references), *((extra, 1) for extra in ev.extras)]:
+    reports = [(ev.first, [ev.trajectory(name) for name, _ in ev.refs.episodes()])]
+    reports += [(extra, extra["trajectories"]) for extra in ev.extras]  # an extra θ's one episode
+    for report, finished in reports:
         if "exception" in report["describe"]:
             return False, "create() raised: " + report["describe"]["exception"][-300:]
         if any(t.get("exception") for t in report["trajectories"]):
             raised = [t for t in report["trajectories"] if t.get("exception")][0]
             return False, "a tool call raised: " + raised["exception"][-300:]
-        for trajectory in report["trajectories"][:played]:
+        for trajectory in finished:
             utility = trajectory.get("utility")
             if not isinstance(utility, (int, float)) or not math.isfinite(utility):
                 return False, f"utility {utility!r} is not a finite number"
@@ -73,10 +55,58 @@ def gate_executes(ev: Evidence) -> tuple[bool, str]:
     return True, f"create() and every reference policy ran on {1 + len(ev.extras)} θ"
 
 
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(schema: str) -> str:
+    """Why a tool's input schema (as sorted JSON) is not valid JSON Schema 2020-12, or "" (cached:
+    every candidate of a module has the same tools, and checking a schema is slow)."""
+    try:
+        Draft202012Validator.check_schema(json.loads(schema))
+    except SchemaError as exc:
+        return exc.message
+    return ""
+
+
+def gate_interface(ev: Evidence) -> tuple[bool, str]:
+    """The tools are a usable interface: at least 10, unique names an API accepts, each with a
+    description and a valid JSON Schema 2020-12 object as input_schema, and among them a probe, a
+    decision and a clock. Fails on the first tool that breaks one of these, or a missing role."""
+    tools = ev.first["describe"].get("tools", [])
+    names = [t.get("name") for t in tools if isinstance(t, dict)]
+    if len(names) < 10:
+        return False, f"{len(names)} tools; expected at least 10"
+    bad = [n for n in names if not isinstance(n, str) or not TOOL_NAME.match(n)]
+    if bad or len(set(names)) != len(names):
+        return False, f"tool names must be unique and match {TOOL_NAME.pattern}: {bad or names}"
+    for tool in tools:
+        if set(tool) != {"name", "description", "input_schema"}:
+            return False, f"tool {tool.get('name')} has keys {sorted(tool)}; expected name, description, input_schema"
+        schema = tool["input_schema"]
+        if not isinstance(schema, dict) or schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
+            return False, f"tool {tool['name']}: input_schema must be a JSON Schema object"
+        problem = _schema_problem(json.dumps(schema, sort_keys=True))
+        if problem:
+            return False, f"tool {tool['name']}: input_schema is not valid JSON Schema 2020-12: {problem}"
+    roles = {b.role for b in ev.candidate.setter_output.interface if b.name in names}
+    missing = [r for r in ROLES_REQUIRED if r not in roles]
+    if missing:
+        return False, f"no tool with role {missing}"
+    return True, f"{len(names)} tools with roles {sorted(roles)}"
+
+
 def gate_default_band(ev: Evidence) -> tuple[bool, str]:
+    """θ is worth learning on: the default policy sits in the family's band between doing nothing
+    and π*, and on this episode π* realizes more than the default (`planning.default_band`).
+    Judges θ and its solution, not the module: decided first, and a candidate that fails it is
+    not played (its other gates are recorded as not run). Fails when idle is already optimal,
+    the default is outside the band, or π* does not beat it on this episode."""
     return default_band(ev.family, ev.candidate.solution, ev.refs.optimal.utility, ev.refs.default.utility)
+
+
 def gate_replay_agreement(ev: Evidence) -> tuple[bool, str]:
-    played = ev.played("optimal")
+    """π*, replayed through the module's tools, realizes the utility the family's simulator says:
+    the reward's optimum is reachable through the tools. Fails when a call of π*'s is refused or
+    the utility differs (relative tolerance 1e-6)."""
+    played = ev.trajectory("optimal")
     if played["errors"]:
         return False, f"π* made {played['errors']} rejected calls; first: {played['first_error']}"
     if not _close(played["utility"], ev.refs.optimal.utility):
@@ -85,11 +115,15 @@ def gate_replay_agreement(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_no_policy_beats_optimum(ev: Evidence) -> tuple[bool, str]:
+    """u* is an upper bound: the default, the idle and the random policies' values (their exact
+    expectations; in a deterministic family also what they realized through the module) are at
+    most u* (relative tolerance 1e-9). Fails, naming them, when any policy beats u*: the solver's
+    optimum is wrong, or the module pays more than the model."""
     solution = ev.candidate.solution
     values = {"default": solution.u_default, "idle": solution.u_idle}
     values.update({f"random_{k}": v for k, v in enumerate(ev.refs.random_values)})
     if not ev.family.stochastic:  # deterministic: realized utilities are the values
-        values.update({name: ev.played(name)["utility"] for name, _ in ev.refs.episodes()[1:]})
+        values.update({name: ev.trajectory(name)["utility"] for name, _ in ev.refs.baselines()})
     tolerance = 1e-9 * max(1.0, abs(solution.u_star))
     beaten = {name: v for name, v in values.items() if v > solution.u_star + tolerance}
     if beaten:
@@ -98,19 +132,25 @@ def gate_no_policy_beats_optimum(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_dynamics_agreement(ev: Evidence) -> tuple[bool, str]:
-    for name, episode in ev.refs.episodes()[1:]:
-        played = ev.played(name)
+    """The module's dynamics are the model's: the default's, the idle policy's and the random
+    policies' decisions, played as tool calls, are all accepted and realize the simulator's
+    utility. Fails on the first policy whose valid decision is refused or whose utility differs."""
+    for name, episode in ev.refs.baselines():
+        played = ev.trajectory(name)
         if played["errors"]:
             return False, f"{name}: {played['errors']} valid decisions were rejected; first: {played['first_error']}"
         if not _close(played["utility"], episode.utility):
             return False, f"{name}: the tools report {played['utility']}, the model says {episode.utility}"
-    return True, f"{len(ev.refs.episodes()) - 1} trajectories agree with the reference simulator"
+    return True, f"{len(ev.refs.baselines())} trajectories agree with the reference simulator"
 
 
 def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
     """Schema-valid random calls, valid for the domain or not, are accepted or refused exactly
-    as the family's reference World does, with the same utility and turn count afterwards."""
-    for k, (played, expected) in enumerate(zip(ev.random_calls_played(), ev.reference_runs)):
+    as the family's reference World does, with the same utility and turn count afterwards, and
+    every answer carries the same numbers. Fails on the first call sequence where the reference
+    World or the module raised, or they differ in refusals, utility, turns, the episode's end or
+    an answer's numbers (the message names the call)."""
+    for k, (calls, played, expected) in enumerate(zip(ev.sequences, ev.sequences_played(), ev.reference_runs)):
         if expected.get("exception"):
             return False, f"the family's reference World raised on random sequence {k}: {expected['exception'][-200:]}"
         if played.get("exception"):
@@ -127,7 +167,6 @@ def gate_reference_agreement(ev: Evidence) -> tuple[bool, str]:
         mine, theirs = played.get("obs_numbers"), expected.get("obs_numbers")
         if mine != theirs:
             at = next((i for i, (a, b) in enumerate(zip(mine or [], theirs or [])) if a != b), None)
-            calls = ev.sequences[k] if k < len(ev.sequences) else []
             if at is not None and at < len(calls):
                 what = f"call {at} ({calls[at]['tool']}{calls[at]['arguments']})"
             elif at is not None:
@@ -144,8 +183,10 @@ def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
     """Doing nothing never pays: the episode finished at once (`Env.finish()` before any call)
     ends, realizes what the family's reference World realizes, and π* beats it on this episode
     (default_band judges π* against the default). The reward's zero is max(u_default, u_idle),
-    so the empty trajectory scores exactly 0."""
-    played, expected = ev.idle_played(), ev.reference_idle or {}
+    so the empty trajectory scores exactly 0. Fails when finishing at once raises or does not end
+    the episode, its utility differs from the reference World's, or (θ in the band) it is not
+    below π*'s on this episode."""
+    played, expected = ev.trajectory(FINISHED_AT_ONCE), ev.reference_idle or {}
     if played.get("exception"):
         return False, "finishing the episode at once raised: " + played["exception"][-300:]
     if expected.get("exception"):
@@ -165,10 +206,18 @@ def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
+    """The module is a function of its config: every trajectory gives the same utility, end,
+    turns and observations, and the instruction and tools are the same, in two fresh processes
+    with different PYTHONHASHSEED. Fails when the second process gave no report, or on the
+    first trajectory (by its position in the job) or description that differs."""
     if ev.second is None:
         return False, "the second process produced no report"
     keys = ("utility", "terminal", "turns_used", "obs_digest")
-    for k, (a, b) in enumerate(zip(ev.first["trajectories"], ev.second["trajectories"])):
+    again = ev.named(ev.second)
+    for k, (name, a) in enumerate(ev.named(ev.first).items()):
+        if name not in again:  # the reports are compared as far as both go
+            break
+        b = again[name]
         if any(a.get(key) != b.get(key) for key in keys):
             return False, f"trajectory {k} differs between processes with different PYTHONHASHSEED"
     if ev.first["describe"] != ev.second["describe"]:
@@ -177,6 +226,10 @@ def gate_determinism(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_robustness(ev: Evidence) -> tuple[bool, str]:
+    """Invalid calls (unknown tool, a non-object, wrong types, out of range, missing or extra
+    arguments: `sequences.fuzz_calls`), made mid-episode, each return a structured error and
+    leave the state alone (its `state_digest()`, if the module has one). Fails when there is no
+    fuzz report, an invalid call raised, or one was accepted or changed the state."""
     report = ev.first.get("fuzz")
     if report is None:
         return False, "no fuzz report from the sandbox"
@@ -211,26 +264,27 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
 
     Accepted answers past that point may differ: every accepted call costs turns, so a
     decision's answer that reports its consequence (the minutes a drive took, a machine's
-    load) is paid for like a probe.
+    load) is paid for like a probe. Fails on a free probe or on the first difference above;
+    passes (saying so) when the twin could not be built for this module.
     """
     if ev.candidate.presentation != "A":
         return True, "presentation I reveals θ by design"
-    probes = ev.first["trajectories"][-1]
+    probes = ev.trajectory(PROBES)
     expected = sum(b.turn_cost for b in ev.candidate.setter_output.interface if b.role == "probe")
     if probes.get("errors") or probes.get("turns_used") != expected or any(
             b.turn_cost < 1 for b in ev.candidate.setter_output.interface if b.role == "probe"):
         return False, f"probes must each cost ≥ 1 turn: calling each once used {probes.get('turns_used')}, expected {expected}"
     twin = ev.twin
-    if twin is None or "exception" in twin["describe"] or twin["trajectories"][0].get("exception"):
+    if twin is None or "exception" in twin["describe"] or ev.twin_trajectory(LOOKS).get("exception"):
         return True, "probes cost turns; hidden θ could not be perturbed for this module (leak check not run)"
     if twin["describe"]["instruction"] != ev.first["describe"]["instruction"]:
         return False, "the A instruction changes when only hidden parameters change: it leaks them"
-    if twin["trajectories"][0]["obs_digest"] != ev.first["trajectories"][-2]["obs_digest"]:
+    if ev.twin_trajectory(LOOKS)["obs_digest"] != ev.trajectory(LOOKS)["obs_digest"]:
         return False, "an observation tool's first answer changes when only hidden parameters change: it leaks them"
     roles = {t.name: t.role for t in ev.family.tools}
     compared = 0
-    for k, (mine, theirs) in enumerate(zip(ev.random_calls_played(), twin["trajectories"][1:])):
-        calls = ev.sequences[k] if k < len(ev.sequences) else []
+    twin_sequences = [ev.twin_trajectory(sequence_name(k)) for k in range(len(ev.sequences))]
+    for k, (calls, mine, theirs) in enumerate(zip(ev.sequences, ev.sequences_played(), twin_sequences)):
         leak = _twin_difference(mine.get("answers") or [], theirs.get("answers") or [], calls, roles,
                                 ev.family.stochastic)
         if leak:
@@ -269,39 +323,6 @@ def _twin_difference(mine: list[list[Any]], theirs: list[list[Any]], calls: list
         untouched = untouched and (role == "observe" or not ok)
         drawn = drawn or (stochastic and ok and role == "clock" and text != twin_text)
     return ""
-@functools.lru_cache(maxsize=4096)
-def _schema_problem(schema: str) -> str:
-    """Why a tool's input schema (as sorted JSON) is not valid JSON Schema 2020-12, or "" (cached:
-    every candidate of a module has the same tools, and checking a schema is slow)."""
-    try:
-        Draft202012Validator.check_schema(json.loads(schema))
-    except SchemaError as exc:
-        return exc.message
-    return ""
-
-
-def gate_interface(ev: Evidence) -> tuple[bool, str]:
-    tools = ev.first["describe"].get("tools", [])
-    names = [t.get("name") for t in tools if isinstance(t, dict)]
-    if len(names) < 10:
-        return False, f"{len(names)} tools; expected at least 10"
-    bad = [n for n in names if not isinstance(n, str) or not TOOL_NAME.match(n)]
-    if bad or len(set(names)) != len(names):
-        return False, f"tool names must be unique and match {TOOL_NAME.pattern}: {bad or names}"
-    for tool in tools:
-        if set(tool) != {"name", "description", "input_schema"}:
-            return False, f"tool {tool.get('name')} has keys {sorted(tool)}; expected name, description, input_schema"
-        schema = tool["input_schema"]
-        if not isinstance(schema, dict) or schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
-            return False, f"tool {tool['name']}: input_schema must be a JSON Schema object"
-        problem = _schema_problem(json.dumps(schema, sort_keys=True))
-        if problem:
-            return False, f"tool {tool['name']}: input_schema is not valid JSON Schema 2020-12: {problem}"
-    roles = {b.role for b in ev.candidate.setter_output.interface if b.name in names}
-    missing = [r for r in ROLES_REQUIRED if r not in roles]
-    if missing:
-        return False, f"no tool with role {missing}"
-    return True, f"{len(names)} tools with roles {sorted(roles)}"
 
 
 GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (

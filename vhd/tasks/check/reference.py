@@ -1,4 +1,5 @@
-"""The family's own World, rendered by the template setter: the trusted oracle of reference_agreement."""
+"""The family's own World, rendered by the template setter: the trusted oracle of reference_agreement
+and idle_floor, and its runs on the candidates' call sequences."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from vhd.tasks import AST_LOCK
 from vhd.tasks.check.candidates import Candidate
 from vhd.tasks.check.sequences import IDLE, tailed
 from vhd.tasks.sandbox import Limits, run_job
-
 
 _REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
 _REFERENCE_LOCK = AST_LOCK  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
@@ -44,11 +44,14 @@ def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
         exec(compile(output.module, f"<reference {family.code_version}>", "exec"), module.__dict__)
         _REFERENCE[family.code_version] = (module, output)
     return _REFERENCE[family.code_version]
+
+
 def reference_runs(family: Family, candidates: list[Candidate], sequences: list[list[list[dict[str, Any]]]],
                    limits: Limits = Limits()) -> list[list[dict[str, Any]]]:
     """The family's reference World played on every candidate's call sequences, in a sandbox
     child of its own: trusted code, but CPU work the check tasks' threads would otherwise do
-    under one GIL. If the child fails, every run carries its message as the exception."""
+    under one GIL. Per candidate, one run per call sequence, then its episode finished at once
+    (`IDLE`). If the child fails, every run carries its message as the exception."""
     _, output = reference_module(family)
     job = {"module": output.module, "episodes": [
         {"key": c.env_id, "config": c.config(),

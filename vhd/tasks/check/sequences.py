@@ -1,7 +1,7 @@
 """What the module is made to play: random, look and edge call sequences, invalid calls, a twin θ.
 
-    >>> perturbed({"capacity": 10, "costs": [1.0, 2.0], "name": "x"})
-    {'capacity': 11, 'costs': [1.75, 3.0], 'name': 'x'}
+    >>> perturbed([10, [1.0, 2.0], True])  # a hidden field's value, every number moved
+    [11, [1.75, 3.0], True]
 """
 
 from __future__ import annotations
@@ -71,10 +71,14 @@ def random_calls(family: Family, knobs: dict[str, Any], rng: np.random.Generator
                      if key in required or rng.random() < 0.5}
         calls.append({"tool": spec.name, "arguments": arguments})
     return calls
+
+
 def tailed(family: Family, setter_output: SetterOutputRecord, calls: list[dict[str, Any]]) -> dict[str, Any]:
     """A call sequence in the module's tool names, played on by the clock to the end of the
     episode and `runner.PAST_END` calls past it (`runner._play`)."""
     return {"calls": to_calls(setter_output, calls), "then": setter_output.tool_name(family.tools_with_role("clock")[0].name)}
+
+
 def call_sequences(family: Family, candidate: Candidate, refs: References) -> list[list[dict[str, Any]]]:
     """Random call sequences, each played on by the clock to the end of the episode and two calls
     past it (`tailed`: the calls past the end must be refused on both sides): RANDOM_CALL_SEQUENCES
