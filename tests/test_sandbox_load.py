@@ -155,26 +155,34 @@ def batch():
     return family, outputs[0], candidates
 
 
+def _patch_run_job(monkeypatch, fake):
+    """`fake` in place of `run_job` in every module of the check package that launches jobs
+    (the reference run in `reference.py`, the module's two runs in `batch.py`)."""
+    launchers = [module for name, module in sorted(sys.modules.items())
+                 if name.startswith(check.__name__ + ".") and getattr(module, "run_job", None) is run_job]
+    assert launchers, "the check package no longer launches sandbox jobs through run_job"
+    for module in launchers:
+        monkeypatch.setattr(module, "run_job", fake)
+
+
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["reference", "first", "determinism"])
 def test_check_raises_a_wall_timeout_as_a_transient_error(batch, monkeypatch, which):
     family, output, candidates = batch
-    real = check.run_job
 
     def machine_busy_on(job, limits, hash_seed=0, **kwargs):
         if hash_seed == which:
             return SandboxResult("wall_timeout", message="sandbox wall_timeout: the test's busy machine")
-        return real(job, limits, hash_seed=hash_seed, **kwargs)
+        return run_job(job, limits, hash_seed=hash_seed, **kwargs)
 
-    monkeypatch.setattr(check, "run_job", machine_busy_on)
+    _patch_run_job(monkeypatch, machine_busy_on)
     with pytest.raises(SandboxError, match="busy machine"):
         check.check_batch(family, output, candidates)
 
 
 def test_a_timeout_is_still_a_verdict(batch, monkeypatch):
     family, output, candidates = batch
-    real = check.run_job
-    monkeypatch.setattr(check, "run_job", lambda job, limits, hash_seed=0, **kw: SandboxResult(
-        "timeout", message="sandbox timeout: asleep") if hash_seed == 1 else real(job, limits, hash_seed=hash_seed))
+    _patch_run_job(monkeypatch, lambda job, limits, hash_seed=0, **kw: SandboxResult(
+        "timeout", message="sandbox timeout: asleep") if hash_seed == 1 else run_job(job, limits, hash_seed=hash_seed))
     verdicts = check.check_batch(family, output, candidates)
     assert all(not v.admitted and not v.gates[0].passed and "asleep" in v.gates[0].message for v in verdicts)
 
