@@ -1,7 +1,9 @@
-"""Stage 5, annotate: candidates in, environment, check and lineage records out.
+"""Stage 5, annotate: verdicts in, environment, check and lineage records out.
 
-    >>> candidates = make_candidates(family, models, solutions, outputs, assignment, ("F", "I", "A"), passages)
-    >>> env, checks, edges = annotate(family, verdict)
+    env, checks, edges = annotate(family, verdict)
+
+`make_candidates`, which runs before check, lives in `check.candidates` beside the versions
+in every environment id (ANNOTATOR_VERSION, CODE_VERSION); this module re-exports them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from vhd.mechanisms import Family
 from vhd.schemas.records import CheckRecord, EnvironmentRecord, LineageEdge, SetterOutputRecord, SolutionRecord
 from vhd.tasks import written
 from vhd.tasks.check import Candidate, Verdict, to_calls
-# candidates are built before check, beside the versions that go into their environment ids
 from vhd.tasks.check.candidates import ANNOTATOR_VERSION, CHECKER_VERSION, CODE_VERSION, make_candidates
 from vhd.tasks.solve import unpack_policy
 
@@ -18,6 +19,7 @@ __all__ = ["ANNOTATOR_VERSION", "CODE_VERSION", "annotate", "by_module", "make_c
 
 
 def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[CheckRecord], list[LineageEdge]]:
+    """The environment record of one verdict (admitted or not), its check records and its lineage edges."""
     c, refs = verdict.candidate, verdict.references
     if refs is None:  # presentation F: expected values as the plan grader computes them, one submit_plan call
         u_star, u_default = verdict.graded
