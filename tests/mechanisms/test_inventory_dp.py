@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.mechanisms import inventory_dp as inv
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.advantage import step_advantages
 from theta_cases import smallest_theta
 
 FAM = registry.get("inventory_dp")
@@ -459,3 +460,86 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"inventory_dp θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: A* = Q* − V* of the day's committed order, from the plain expectimax.
+
+
+def _values(theta):
+    """V*(d, i, o), Q*(d, i, o, q) and the no-more-orders value I(d, i, o), memoized, exact."""
+    memo = {}
+
+    def outcome(day, on_hand, transit, q, later):
+        total = Fraction(0)
+        for demand, prob in demand_dist(theta, day):
+            cash, (i, o) = step(theta, day, on_hand, transit, q, demand)
+            total += prob * (cash + later(day + 1, i, o))
+        return total
+
+    def best(day, on_hand, transit):
+        if day == theta["horizon"]:
+            return Fraction(0)
+        key = ("best", day, on_hand, transit)
+        if key not in memo:
+            memo[key] = max(outcome(day, on_hand, transit, q, best)
+                            for q in range(theta["capacity"] - on_hand - transit + 1))
+        return memo[key]
+
+    def idle(day, on_hand, transit):
+        if day == theta["horizon"]:
+            return Fraction(0)
+        key = ("idle", day, on_hand, transit)
+        if key not in memo:
+            memo[key] = outcome(day, on_hand, transit, 0, idle)
+        return memo[key]
+
+    return best, (lambda day, i, o, q: outcome(day, i, o, q, best)), idle
+
+
+ADVANTAGE_THETAS = [t for t in TINY if t["horizon"] == 3][:6]
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS, ids=[_id(t) for t in ADVANTAGE_THETAS])
+def test_advantage_of_every_order_and_of_running_out_is_q_minus_v(theta):
+    best, q_star, idle = _values(theta)
+    values = FAM.decision_values(theta)
+    assert abs(values.u_star - float(best(0, theta["initial_stock"], 0))) <= TOL
+    end_day = {"tool": "end_day", "arguments": {}}
+    for day in range(theta["horizon"]):
+        for i, o in states_of(theta):
+            v = best(day, i, o)
+            for q in range(theta["capacity"] - i - o + 1):
+                got = FAM.advantage(theta, values, (day, i, o, q), end_day, None)
+                assert abs(got - float(q_star(day, i, o, q) - v)) <= TOL, (day, i, o, q)
+                order = {"tool": "place_order", "arguments": {"quantity": max(q, 1)}}
+                assert FAM.advantage(theta, values, (day, i, o, q), order, None) == 0.0
+            got = FAM.advantage(theta, values, (day, i, o, 1), None, None)
+            assert abs(got - float(idle(day, i, o) - v)) <= TOL, (day, i, o)
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS[:3], ids=[_id(t) for t in ADVANTAGE_THETAS[:3]])
+def test_a_replayed_episode_scores_each_close_and_the_run_out(theta):
+    """Day 0: order the most storage allows; day 1: order 1 and cancel it; then stop (the rest runs
+    out). Each close gets Q* − V* of its state on the episode's demand path, the orders 0, the finish
+    I − V*."""
+    best, q_star, idle = _values(theta)
+    seed = 3
+    demands = inv.World.demand_path(theta, seed)
+    i, o = theta["initial_stock"], 0
+    most = theta["capacity"] - i
+    calls = ([{"tool": "place_order", "arguments": {"quantity": most}}] if most else []) + [
+        {"tool": "end_day", "arguments": {}}, {"tool": "place_order", "arguments": {"quantity": 1}},
+        {"tool": "cancel_order", "arguments": {}}, {"tool": "end_day", "arguments": {}}]
+    expected = [0.0] if most else []
+    expected.append(q_star(0, i, o, most) - best(0, i, o))
+    _, (i, o) = step(theta, 0, i, o, most, demands[0])
+    expected += [0.0, 0.0,  # the order of 1 and its cancellation (or both refused, if the store is full)
+                  q_star(1, i, o, 0) - best(1, i, o)]
+    _, (i, o) = step(theta, 1, i, o, 0, demands[1])
+    config = {"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": FAM.turn_budget(theta)}
+    steps = step_advantages(FAM, config, calls)
+    assert len(steps.per_call) == len(expected)
+    for got, want in zip(steps.per_call, expected):
+        assert abs(got - float(want)) <= TOL, (steps.per_call, expected)
+    assert abs(steps.finish - float(idle(2, i, o) - best(2, i, o))) <= TOL

@@ -29,6 +29,15 @@ Reward
     holding − shortage penalties). r = clip01((u − u_default) / (u* − u_default)) where both
     references are played on the same episode seed (the same demand path).
 
+Advantages
+    The solver's state is (day d, on hand i, in transit o): the World's day, on-hand stock and
+    in-transit orders at the start of the day (o = yesterday's order with lead time 2, else 0);
+    the day's action is the order q committed by `end_day` (today's pending order). `end_day`
+    gets A* = Q*_d(s, q) − V*_d(s), with Q* the solver's expectation over the day's demand of
+    the day's cash plus V*_{d+1}; placing or cancelling an order only sets q (A* = 0). Running
+    out of turns drops today's order and plays the rest with no orders: A* = I_d(s) − V*_d(s),
+    I the value of never ordering again (the same recursion with q = 0). Floats, as the solver's.
+
 Episode end
     after the last day's `end_day`, or when the turn budget runs out (the remaining days are
     then played with no new orders and today's pending order is dropped).
@@ -145,29 +154,36 @@ class _Process:
         weights = np.array(theta["demand_weights"], dtype=float)
         self.probabilities = weights / weights.sum(axis=1, keepdims=True)  # as World.demand_path draws them
 
-    def q_values(self, day: int, v_next: np.ndarray) -> np.ndarray:
-        """Expected reward-to-go of every state-action pair on `day`, given tomorrow's values."""
-        outcome = self.reward + v_next[self.next_state]
+    def q_values(self, day: int, v_next: np.ndarray, pairs=slice(None)) -> np.ndarray:
+        """Expected reward-to-go of every state-action pair on `day` (or of the `pairs` given),
+        given tomorrow's values."""
+        outcome = self.reward[pairs] + v_next[self.next_state[pairs]]
         if day == self.theta["horizon"] - 1:
-            outcome = outcome + self.theta["salvage_value"] * self.end
+            outcome = outcome + self.theta["salvage_value"] * self.end[pairs]
         return outcome @ self.probabilities[day % 7]
 
     def start(self) -> int:
         return self.index[(self.theta["initial_stock"], 0)]
 
 
-def _bellman(theta: dict) -> tuple[float, np.ndarray]:
-    proc = _Process(theta)
-    n_states, horizon = len(proc.states), theta["horizon"]
-    table = np.zeros((n_states, theta["capacity"] + 1))
-    value = np.zeros(n_states)
+def _backward(proc: _Process) -> tuple[list[np.ndarray], np.ndarray]:
+    """V*_d for d = 0 … H (V*_H = 0) and π*, by backward recursion over the state-action pairs."""
+    n_states, horizon = len(proc.states), proc.theta["horizon"]
+    table = np.zeros((n_states, proc.theta["capacity"] + 1))
+    values = [np.zeros(n_states)]
     policy = np.zeros((horizon, n_states), dtype=np.int16)
     for day in range(horizon - 1, -1, -1):
         table.fill(-np.inf)
-        table[proc.pair_state, proc.pair_q] = proc.q_values(day, value)
+        table[proc.pair_state, proc.pair_q] = proc.q_values(day, values[-1])
         policy[day] = table.argmax(axis=1)
-        value = table.max(axis=1)
-    return float(value[proc.start()]), policy
+        values.append(table.max(axis=1))
+    return values[::-1], policy
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    proc = _Process(theta)
+    values, policy = _backward(proc)
+    return float(values[0][proc.start()]), policy
 
 
 def check_theta(theta: dict) -> None:
@@ -281,6 +297,55 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
         else:
             on_hand, transit = end + transit, q
     return Episode(utility=float(cash), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (day, on hand, in transit) as the solver indexes it; the day's
+# action is the order committed by `end_day`. Q*_d(s, q) is the solver's own `q_values` on V*_{d+1}.
+
+
+class _Values:
+    """What the solver knows of θ: V*_d and the value I_d of never ordering again, d = 0 … H."""
+
+    def __init__(self, theta: dict):
+        self.proc = _Process(theta)
+        self.optimal, _ = _backward(self.proc)
+        self.u_star = float(self.optimal[0][self.proc.start()])
+        idle = self.proc.pair_index[np.arange(len(self.proc.states)), 0]  # every state's "order nothing" pair
+        self.idle = [np.zeros(len(self.proc.states))]
+        for day in range(theta["horizon"] - 1, -1, -1):
+            self.idle.append(self.proc.q_values(day, self.idle[-1], idle))
+        self.idle.reverse()
+
+    def q(self, day: int, state: tuple[int, int], order: int) -> float:
+        pair = self.proc.pair_index[self.proc.index[state], order]
+        return float(self.proc.q_values(day, self.optimal[day + 1], [pair])[0])
+
+
+def decision_values(theta: dict) -> _Values:
+    """V*_d and the idle values I_d over every (day, state), by the solver's recursion; u* = V*_0."""
+    check_theta(theta)
+    return _Values(theta)
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, int, int]:
+    """(day, on hand, in transit, ordered today) as the World has them."""
+    return world._get("day"), world._get("on_hand"), world._in_transit(), world._get("pending")
+
+
+def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, after: tuple) -> float:
+    """`end_day`: Q*_d(s, today's order) − V*_d(s); placing or cancelling an order (tentative) 0;
+    running out: I_d(s) − V*_d(s) (today's order dropped, no orders on the remaining days)."""
+    day, on_hand, transit, pending = before
+    if day >= theta["horizon"]:
+        return 0.0
+    state = (on_hand, transit)
+    best = float(values.optimal[day][values.proc.index[state]])
+    if call is None:
+        return float(values.idle[day][values.proc.index[state]]) - best
+    if call["tool"] != "end_day":
+        return 0.0
+    return values.q(day, state, pending) - best
 
 
 def turn_budget(theta: dict) -> int:
@@ -512,6 +577,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=("lead_time",) + COST_FIELDS + ("demand_weights",),
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
