@@ -23,6 +23,7 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import registry
 from vhd.mechanisms import negotiation as neg
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.advantage import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("negotiation")
@@ -469,6 +470,97 @@ def test_presentation_a_hides_the_numbers_that_i_states():
         for probe in ("read_buyer_survey", "read_carrying_terms", "read_outside_bid"):
             assert out.tool_name(probe) in a_text
         assert " 52 " in a_text and " 5 rounds" in a_text  # the price range and horizon are public
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (the docstring's Advantages): Q* and V* by a plain expectimax over the belief
+# v ≤ b, and the lemma checked exactly by weighting one episode per reservation value.
+
+
+def belief(theta, b):
+    """The posterior of v given v ≤ b: [(v, probability)] (empty if no value is left)."""
+    left = [(v, p) for v, p in prior(theta) if v <= b]
+    total = sum(p for _, p in left)
+    return [(v, p / total) for v, p in left]
+
+
+def q_star(theta, t, b, action):
+    """Expected utility-to-go of `action` in round t given v ≤ b, then optimal play."""
+    c, out = theta["delay_cost"], theta["outside_option"]
+    if action == WALK:
+        return Fraction(out - c * t)
+    if action == PASS or action > b:
+        return v_star(theta, t + 1, b)
+    post = belief(theta, b)
+    accept = sum(p for v, p in post if v >= action)
+    rejected = v_star(theta, t + 1, action - 1) if accept < 1 else 0
+    return accept * (action - c * t) + (1 - accept) * rejected
+
+
+def v_star(theta, t, b):
+    if t == theta["horizon"]:
+        return Fraction(theta["outside_option"] - theta["delay_cost"] * t)
+    return max(q_star(theta, t, b, a) for a in [WALK, PASS] + list(range(theta["max_price"] + 1)))
+
+
+def _advantages(theta, seed, calls, budget=None):
+    config = {"params": theta, "presentation": "I", "episode_seed": seed,
+              "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+    return step_advantages(FAM, config, calls)
+
+
+def _seed_of(theta, value):
+    return next(s for s in range(10_000) if neg.World.draw(theta, s) == value)
+
+
+def offer(price):
+    return {"tool": "make_offer", "arguments": {"price": price}}
+
+
+CLOCK = {"walk": {"tool": "walk_away", "arguments": {}}, "pass": {"tool": "pass_round", "arguments": {}}}
+
+
+@pytest.mark.parametrize("theta", HAND[:6], ids=[_id(t) for t in HAND[:6]])
+def test_every_first_action_has_the_advantage_of_the_expectimax(theta):
+    top, low = theta["max_price"], min(theta["value_points"])
+    seed = _seed_of(theta, low)  # every offer above the lowest value is rejected: the second round is reached
+    v0 = v_star(theta, 0, top)
+    for code, call in [(WALK, CLOCK["walk"]), (PASS, CLOCK["pass"])] + [(p, offer(p)) for p in range(top + 1)]:
+        steps = _advantages(theta, seed, [call])
+        assert steps.per_call[0] == pytest.approx(float(q_star(theta, 0, top, code) - v0), abs=TOL), code
+    # a rejected offer at the top, then a second offer from b = V − 1; running out from the start
+    b = top - 1
+    for p in range(top + 2):
+        steps = _advantages(theta, seed, [offer(top), offer(p)])
+        expected = q_star(theta, 1, b, p) - v_star(theta, 1, b) if p <= top else 0  # above V: refused
+        assert steps.per_call[1] == pytest.approx(float(expected), abs=TOL), p
+    assert _advantages(theta, seed, []).finish == pytest.approx(
+        float(theta["outside_option"] - theta["delay_cost"] * theta["horizon"] - v0), abs=TOL)
+
+
+@pytest.mark.parametrize("theta", HAND[:6] + SAMPLED[:2], ids=[_id(t) for t in HAND[:6] + SAMPLED[:2]])
+def test_advantages_sum_to_the_regret_in_expectation_over_the_buyer_exactly(theta):
+    """Σ_v P(v) · Σ A* = E[u] − u* and Σ_v P(v) · (Σ A* − (u − u*)) = 0, exactly, for π*, the
+    default, random tables and a play cut short by the turn budget; π*'s advantages are all 0."""
+    sol = FAM.solve(theta)
+    u_star = v_star(theta, 0, theta["max_price"])
+    rng = np.random.default_rng(3)
+    tables = {"optimal": sol.policy, "default": FAM.default_policy(theta)}
+    tables.update({f"random {k}": FAM.random_policy(theta, rng) for k in range(3)})
+    for what, table in tables.items():
+        for budget in (None, 1):
+            mean_total, mean_noise = Fraction(0), Fraction(0)
+            for v, p in prior(theta):
+                seed = _seed_of(theta, v)
+                episode = FAM.simulate(theta, table, seed)
+                steps = _advantages(theta, seed, episode.calls, budget)
+                if what == "optimal" and budget is None:
+                    assert set(steps.per_call) <= {0.0} and steps.finish == 0.0
+                mean_total += p * Fraction(steps.total)
+                mean_noise += p * (Fraction(steps.total) - (Fraction(steps.utility) - u_star))
+            if budget is None:
+                assert float(mean_total) == pytest.approx(float(expectation(theta, table) - u_star), abs=1e-9), what
+            assert float(mean_noise) == pytest.approx(0.0, abs=1e-9), (what, budget)
 
 
 # ---------------------------------------------------------------------------------------------

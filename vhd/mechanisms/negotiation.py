@@ -36,6 +36,16 @@ Reward
     is made). r = clip01((u − u_default) / (u* − u_default)) where both references are played
     on the same episode seed (the same reservation value v).
 
+Advantages
+    The solver's state is (round t, bound b): the World's `round`, and b = (lowest rejected price
+    in its offers table) − 1, V before any rejection; V*(t, b) is the expected utility-to-go given
+    v ≤ b (U(t, b) / M(b) of the recursion, M(b) the prior weight of v ≤ b). Every call commits
+    the round's action: `make_offer(p)` has A* = Q*(t, b, p) − V*(t, b) (an offer above b is
+    surely rejected: Q* of passing), `pass_round` Q*(t, b, pass) − V*(t, b), `walk_away`
+    outside_option − delay_cost · t − V*(t, b); running out of turns passes every round left:
+    outside_option − delay_cost · H − V*(t, b). Exact integers over M(b), so π*'s calls have
+    A* = 0 exactly; the exogenous noise is the buyer's value v.
+
 Episode end
     after an accepted offer, after `walk_away`, or after the last round passes with no deal;
     when the turn budget runs out the remaining rounds pass with no offers (no deal: the
@@ -45,6 +55,7 @@ Episode end
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -104,25 +115,36 @@ def _mass(theta: dict) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(density)])
 
 
-def _bellman(theta: dict) -> tuple[float, np.ndarray]:
-    horizon, top = theta["horizon"], theta["max_price"]
+def _actions(theta: dict, mass: np.ndarray, later: np.ndarray, t: int, bound: np.ndarray) -> np.ndarray:
+    """Scaled Q of every action in round t for each bound b in `bound`: one row per b, columns walk,
+    pass, then prices 0 … V (a price above b is never chosen: int64 min), from later[b + 1] = U(t+1, b)."""
     cost, salvage = theta["delay_cost"], theta["outside_option"]
+    price = np.arange(theta["max_price"] + 1)                    # p = 0 … V (columns)
+    accepted = mass[bound + 1][:, None] - mass[price][None, :]   # Σ weight of p ≤ v ≤ b
+    offers = accepted * (price[None, :] - cost * t) + later[price][None, :]   # later[p] = U(t+1, p−1)
+    offers = np.where(price[None, :] <= bound[:, None], offers, np.iinfo(np.int64).min)
+    return np.column_stack([mass[bound + 1] * (salvage - cost * t), later[bound + 1], offers])
+
+
+def _backward(theta: dict) -> tuple[list[np.ndarray], np.ndarray]:
+    """(U(t, ·) for t = 0 … H, each indexed b + 1 for b = −1 … V; π*): the optimal recursion."""
+    horizon, top = theta["horizon"], theta["max_price"]
     mass = _mass(theta)                                     # index b + 1
     bound = np.arange(top + 1)                              # b = 0 … V (rows)
-    price = np.arange(top + 1)                              # p = 0 … V (columns)
-    feasible = price[None, :] <= bound[:, None]
-    accepted = mass[bound + 1][:, None] - mass[price][None, :]   # Σ weight of p ≤ v ≤ b
-    value = mass * (salvage - cost * horizon)               # U(H, b), b = −1 … V
+    values = [mass * (theta["outside_option"] - theta["delay_cost"] * horizon)]   # U(H, b), b = −1 … V
     policy = np.zeros((horizon, top + 1), dtype=np.int16)
-    codes = np.concatenate([[WALK, PASS], price]).astype(np.int16)
+    codes = np.concatenate([[WALK, PASS], np.arange(top + 1)]).astype(np.int16)
     for t in range(horizon - 1, -1, -1):
-        offers = accepted * (price[None, :] - cost * t) + value[price][None, :]   # value[p] = U(t+1, p−1)
-        offers = np.where(feasible, offers, np.iinfo(np.int64).min)
-        table = np.column_stack([mass[bound + 1] * (salvage - cost * t), value[bound + 1], offers])
+        table = _actions(theta, mass, values[0], t, bound)
         best = table.argmax(axis=1)                         # first maximum: walk, pass, then low prices
         policy[t] = codes[best]
-        value = np.concatenate([[0], table[np.arange(top + 1), best]])
-    return float(value[top + 1]) / float(mass[-1]), policy
+        values.insert(0, np.concatenate([[0], table[bound, best]]))
+    return values, policy
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    values, policy = _backward(theta)
+    return float(values[0][theta["max_price"] + 1]) / float(_mass(theta)[-1]), policy
 
 
 def check_theta(theta: dict) -> None:
@@ -246,6 +268,44 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
             return Episode(utility=float(action - cost * t), calls=calls, decisions=decisions)
         bound = min(bound, action - 1)
     return Episode(utility=float(salvage - cost * theta["horizon"]), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (round t, bound b); Q*(t, b, a) = Q_scaled / M(b) and
+# V*(t, b) = U(t, b) / M(b), M(b) the prior weight of v ≤ b, from the solver's own `_actions`.
+
+
+def decision_values(theta: dict) -> dict:
+    """U(t, ·) for t = 0 … H (the recursion's tables) and the weights M; u* = U(0, V) / M(V)."""
+    values, _ = _backward(theta)
+    mass = _mass(theta)
+    return {"u_star": float(values[0][theta["max_price"] + 1]) / float(mass[-1]), "values": values, "mass": mass}
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, bool]:
+    """(round, b = lowest rejected price − 1 or V before any rejection, whether the deal is closed)."""
+    lowest = world.db.execute("SELECT MIN(price) FROM %s WHERE answer = 'rejected'" % world.t["offers"]).fetchone()[0]
+    top = theta["max_price"]
+    return world._get("round"), top if lowest is None else min(top, lowest - 1), bool(world._get("status"))
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """An offer of p is worth Q*(t, b, p) (p > b: surely rejected, the same as passing), passing
+    Q*(t, b, pass), walking away outside_option − delay_cost · t, each less V*(t, b); running out
+    passes every round left: outside_option − delay_cost · H − V*(t, b)."""
+    t, b, closed = before
+    if closed:
+        return 0.0
+    mass = values["mass"]
+    row = _actions(theta, mass, values["values"][t + 1], t, np.array([b]))[0]
+    if call is None:
+        chosen = int(mass[b + 1]) * (theta["outside_option"] - theta["delay_cost"] * theta["horizon"])
+    elif call["tool"] == "make_offer":
+        price = call["arguments"]["price"]
+        chosen = row[1] if price > b else row[2 + price]
+    else:
+        chosen = row[0] if call["tool"] == "walk_away" else row[1]
+    return float(Fraction(int(chosen) - int(row.max()), int(mass[b + 1])))
 
 
 def turn_budget(theta: dict) -> int:
@@ -480,6 +540,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
