@@ -26,6 +26,7 @@ from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import energy_storage as es
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.advantage import step_advantages
 
 FAM = registry.get("energy_storage")
 TOL = 1e-9
@@ -631,3 +632,73 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"energy_storage θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: A* = Q* − V* of the hour's settled trade, from the plain recursion.
+
+
+def _values(theta):
+    """V*(t, s, r), Q*(t, s, r, k) and the idle-to-the-end value I(t, s, r), exact."""
+
+    def outcome(hour, soc, regime, k, later):
+        cash, nxt = step(theta, hour, regime, soc, k)
+        if hour + 1 == theta["horizon"]:
+            return cash
+        return cash + sum(p * later(hour + 1, nxt, r) for r, p in successors(theta, regime))
+
+    @functools.cache
+    def best(hour, soc, regime):
+        return max(outcome(hour, soc, regime, k, best) for k in trades(theta, soc))
+
+    @functools.cache
+    def idle(hour, soc, regime):
+        return outcome(hour, soc, regime, 0, idle)
+
+    return best, (lambda hour, soc, regime, k: outcome(hour, soc, regime, k, best)), idle
+
+
+ADVANTAGE_THETAS = [t for t in TINY if t["horizon"] >= 2][:8]
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS, ids=[_id(t) for t in ADVANTAGE_THETAS])
+def test_advantage_of_every_trade_and_of_running_out_is_q_minus_v(theta):
+    best, q_star, idle = _values(theta)
+    values = FAM.decision_values(theta)
+    assert abs(values.u_star - float(best(0, theta["initial_soc"], theta["initial_regime"]))) <= TOL
+    end_hour = {"tool": "end_hour", "arguments": {}}
+    for hour in range(theta["horizon"]):
+        for soc in range(theta["capacity"] + 1):
+            for r in range(n_regimes(theta)):
+                v = best(hour, soc, r)
+                for k in trades(theta, soc):
+                    got = FAM.advantage(theta, values, (hour, soc, r, k), end_hour, None)
+                    assert abs(got - float(q_star(hour, soc, r, k) - v)) <= TOL, (hour, soc, r, k)
+                    charge = {"tool": "charge", "arguments": {"units": 1}}
+                    assert FAM.advantage(theta, values, (hour, soc, r, k), charge, None) == 0.0
+                got = FAM.advantage(theta, values, (hour, soc, r, 1), None, None)
+                assert abs(got - float(idle(hour, soc, r) - v)) <= TOL, (hour, soc, r)
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS[:4], ids=[_id(t) for t in ADVANTAGE_THETAS[:4]])
+def test_a_replayed_episode_scores_the_close_and_the_run_out(theta):
+    """Three turns: schedule the most charge allowed (or the most discharge on a full battery), close
+    the hour, schedule a unit's trade with the last turn: the close gets Q* − V* of hour 0, the
+    schedules 0, and the last call also carries the run-out's I − V* of hour 1 (its schedule dropped)."""
+    best, q_star, idle = _values(theta)
+    seed = 5
+    regimes = es.World.regime_path(theta, seed)
+    soc = theta["initial_soc"]
+    k = min(theta["power"], theta["capacity"] - soc) or -min(theta["power"], soc)
+    first = {"tool": "charge" if k > 0 else "discharge", "arguments": {"units": abs(k)}}
+    _, after = step(theta, 0, regimes[0], soc, k)
+    last = {"tool": "discharge" if after else "charge", "arguments": {"units": 1}}  # accepted: it spends the turn
+    calls = [first, {"tool": "end_hour", "arguments": {}}, last]
+    config = {"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": 3}
+    steps = step_advantages(FAM, config, calls)
+    expected = [0.0, q_star(0, soc, regimes[0], k) - best(0, soc, regimes[0]),
+                idle(1, after, regimes[1]) - best(1, after, regimes[1])]
+    assert len(steps.per_call) == 3 and steps.finish == 0.0
+    for got, want in zip(steps.per_call, expected):
+        assert abs(got - float(want)) <= TOL, (steps.per_call, expected)
+    assert steps.utility == float(step(theta, 0, regimes[0], soc, k)[0] + theta["terminal_value"] * after)

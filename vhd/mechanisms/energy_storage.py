@@ -40,6 +40,15 @@ Reward
     buy-back of the final charge, in the currency. r = clip01((u − u_default) / (u* − u_default))
     where both references are played on the same episode seed (the same regime path).
 
+Advantages
+    The solver's state is (hour t, state of charge s, regime r): the World's hour and charge,
+    and the hour's regime from its pre-drawn regime path; the hour's action is the trade k
+    settled by `end_hour` (this hour's schedule). `end_hour` gets A* = Q*_t(s, r, k) − V*_t(s, r),
+    Q* = the hour's cash + the expected V*_{t+1} over the next regime, as the solver computes it;
+    scheduling a charge or discharge, or cancelling it, only sets k (A* = 0). Running out of turns
+    drops this hour's schedule and idles to the end: A* = I_t(s, r) − V*_t(s, r), I the value of
+    never trading again (the same recursion with k = 0). Floats, as the solver's.
+
 Episode end
     after the last hour's `end_hour`, or when the turn budget runs out (this hour's scheduled
     trade is then dropped and the remaining hours pass idle; the final charge is bought back).
@@ -154,16 +163,21 @@ class _Process:
         return np.where(self.valid[:, None, :], q, -np.inf)
 
 
-def _bellman(theta: dict) -> tuple[float, np.ndarray]:
-    proc = _Process(theta)
-    value = proc.terminal()
+def _backward(proc: _Process) -> tuple[list[np.ndarray], np.ndarray]:
+    """V*_t [soc, regime] in hundredths for t = 0 … H (V*_H the buy-back) and π*, by backward recursion."""
+    values = [proc.terminal()]
     policy = np.zeros((proc.H, proc.C + 1, proc.R), dtype=np.int16)
     for hour in range(proc.H - 1, -1, -1):
-        q = proc.q_values(hour, value)
+        q = proc.q_values(hour, values[-1])
         best = q.argmax(axis=2)
         policy[hour] = proc.actions[best]
-        value = np.take_along_axis(q, best[:, :, None], axis=2)[:, :, 0]
-    return float(value[theta["initial_soc"], theta["initial_regime"]]) / 100, policy
+        values.append(np.take_along_axis(q, best[:, :, None], axis=2)[:, :, 0])
+    return values[::-1], policy
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    values, policy = _backward(_Process(theta))
+    return float(values[0][theta["initial_soc"], theta["initial_regime"]]) / 100, policy
 
 
 def check_theta(theta: dict) -> None:
@@ -325,6 +339,55 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
         soc += k
     cents += 100 * theta["terminal_value"] * soc
     return Episode(utility=cents / 100, calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (hour, state of charge, regime) as the solver indexes it; the
+# hour's action is the trade settled by `end_hour`. Q*_t(s, r, k) is the solver's own `q_values`
+# on V*_{t+1}, in hundredths like the solver's tables.
+
+
+class _Values:
+    """What the solver knows of θ: V*_t and the value I_t of idling to the end, t = 0 … H, in hundredths."""
+
+    def __init__(self, theta: dict):
+        self.proc = _Process(theta)
+        self.optimal, _ = _backward(self.proc)
+        self.u_star = float(self.optimal[0][theta["initial_soc"], theta["initial_regime"]]) / 100
+        self.idle = [self.proc.terminal()]
+        for hour in range(self.proc.H - 1, -1, -1):
+            self.idle.append(self.proc.q_values(hour, self.idle[-1])[:, :, self.proc.P])  # trade k = 0
+        self.idle.reverse()
+
+    def q(self, hour: int, soc: int, regime: int, trade: int) -> float:
+        return float(self.proc.q_values(hour, self.optimal[hour + 1])[soc, regime, trade + self.proc.P])
+
+
+def decision_values(theta: dict) -> _Values:
+    """V*_t and the idle values I_t over every (hour, charge, regime), by the solver's recursion; u* = V*_0."""
+    check_theta(theta)
+    return _Values(theta)
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, int | None, int]:
+    """(hour, state of charge, this hour's regime from the pre-drawn path, this hour's scheduled trade)."""
+    hour = world._get("hour")
+    regime = world.regimes[hour] if hour < theta["horizon"] else None
+    return hour, world._get("soc"), regime, world._get("scheduled")
+
+
+def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, after: tuple) -> float:
+    """`end_hour`: Q*_t(s, r, scheduled trade) − V*_t(s, r); scheduling or cancelling (tentative) 0;
+    running out: I_t(s, r) − V*_t(s, r) (this hour's schedule dropped, the rest idle). In currency."""
+    hour, soc, regime, scheduled = before
+    if hour >= theta["horizon"]:
+        return 0.0
+    best = float(values.optimal[hour][soc, regime])
+    if call is None:
+        return (float(values.idle[hour][soc, regime]) - best) / 100
+    if call["tool"] != "end_hour":
+        return 0.0
+    return (values.q(hour, soc, regime, scheduled) - best) / 100
 
 
 def turn_budget(theta: dict) -> int:
@@ -633,6 +696,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = buy-back of the initial charge: below −1 never
