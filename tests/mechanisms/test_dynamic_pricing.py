@@ -27,6 +27,7 @@ from family_kit import env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import dynamic_pricing as dp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.advantage import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("dynamic_pricing")
@@ -421,6 +422,91 @@ def test_presentations_hide_exactly_the_hidden_parameters():
     assert FAM.tool("get_demand_study").turn_cost == 2 and not FAM.tool("get_demand_study").noisy
     assert "ESTIMATE" in FAM.tool("run_market_survey").description
     assert set(FAM.hidden) == set(FAM.tool("get_demand_study").reveals) | set(FAM.tool("get_buyback_terms").reveals)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (the docstring's Advantages), against the expectimax: every call's A* along
+# random call sequences, replayed here on the docstring's tickets with the turn rule.
+
+
+def q_star(theta, t, n, a):
+    q = sale_probability(theta, t, a)
+    value = (1 - q) * expectimax(theta, t + 1, n)
+    return value + q * (theta["prices"][a] + expectimax(theta, t + 1, n - 1)) if q else value
+
+
+def expected_advantages(theta, calls, seed, budget):
+    """(A* of every call, A* of finishing, the sale surprises Σ r + V(next) − Q) by the Advantages
+    paragraph: end_period Q − V, running out salvage · n − V, every other call 0; one turn a
+    successful call, run out at the budget."""
+    tickets, closed = tickets_of(theta, seed), len(theta["prices"])
+    t, n, posted, turns, per_call, surprise = 0, theta["capacity"], closed, 0, [], Fraction(0)
+
+    def over():
+        return n == 0 or t == theta["horizon"] or turns == budget
+
+    def run_out():
+        return theta["salvage_value"] * n - expectimax(theta, t, n)
+
+    for call in calls:
+        value, ok = Fraction(0), not over()
+        if ok and call["tool"] == "end_period":
+            value = q_star(theta, t, n, posted) - expectimax(theta, t, n)
+            sold = posted < closed and tickets[t] < numerator(theta, t, posted)
+            earned = theta["prices"][posted] if sold else 0
+            surprise += earned + expectimax(theta, t + 1, n - sold) - q_star(theta, t, n, posted)
+            n, t = n - sold, t + 1
+        elif ok and call["tool"] == "set_price":
+            posted = call["arguments"]["level"]
+        elif ok and call["tool"] == "close_sales":
+            ok, posted = posted < closed, closed
+        turns += ok
+        if ok and turns == budget and n and t < theta["horizon"]:
+            value += run_out()
+        per_call.append(value)
+    return per_call, Fraction(0) if over() else run_out(), surprise
+
+
+def _random_calls(theta, rng, count):
+    k = len(theta["prices"])
+    pool = [{"tool": "end_period", "arguments": {}}] * 3 + [{"tool": "close_sales", "arguments": {}},
+                                                            {"tool": "view_stock", "arguments": {}}]
+    pool += [{"tool": "set_price", "arguments": {"level": a}} for a in range(k)]
+    return [pool[int(i)] for i in rng.integers(0, len(pool), size=count)]
+
+
+@pytest.mark.parametrize("theta", HAND + SAMPLED, ids=[_id(t) for t in HAND + SAMPLED])
+def test_every_call_has_the_advantage_of_the_expectimax(theta):
+    rng = np.random.default_rng(11)
+    best = FAM.solve(theta).policy
+    for trial in range(12):
+        seed = int(rng.integers(0, 1000))
+        if trial < 2:
+            calls = FAM.simulate(theta, best, seed).calls
+        else:
+            calls = _random_calls(theta, rng, int(rng.integers(0, 9)))
+        budget = FAM.turn_budget(theta) if trial % 3 else int(rng.integers(1, 5))
+        steps = step_advantages(FAM, {"params": theta, "presentation": "I", "episode_seed": seed,
+                                      "turn_budget": budget}, calls)
+        per_call, finish, surprise = expected_advantages(theta, calls, seed, budget)
+        assert steps.per_call == pytest.approx([float(a) for a in per_call], abs=TOL), (calls, budget)
+        assert steps.finish == pytest.approx(float(finish), abs=TOL)
+        if trial < 2 and budget == FAM.turn_budget(theta):
+            assert set(steps.per_call) <= {0.0} and steps.finish == 0.0  # π*'s calls: exactly 0
+        # the lemma path by path: Σ A* − (u − u*) is the sum of the sale surprises (mean 0)
+        assert steps.total - (steps.utility - float(expectimax(theta))) == pytest.approx(float(-surprise), abs=TOL)
+
+
+def test_a_worse_price_costs_its_expectimax_regret():
+    theta = HAND[2]  # late customers pay more: selling cheap in period 0 gives up the wait
+    v0, end = expectimax(theta), {"tool": "end_period", "arguments": {}}
+    for level in range(len(theta["prices"]) + 1):
+        calls = [{"tool": "set_price", "arguments": {"level": level}}] if level < len(theta["prices"]) else []
+        steps = step_advantages(FAM, {"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": 20},
+                                calls + [end])
+        assert steps.per_call[:-1] == [0.0] * len(calls)
+        assert steps.per_call[-1] == pytest.approx(float(q_star(theta, 0, 1, level) - v0), abs=TOL)
+    assert q_star(theta, 0, 1, 0) < v0
 
 
 # ---------------------------------------------------------------------------------------------

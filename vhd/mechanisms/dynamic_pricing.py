@@ -46,6 +46,14 @@ Reward
     over the season, ignoring the stock limit and the salvage value); u_idle never opens sales
     (every unit is salvaged).
 
+Advantages
+    The solver's state is (period t, units left n): the World's `period` and `units_left`; the
+    period's action is the level posted (or closed) when `end_period` runs. `end_period` in
+    state (t, n) with action a has A* = Q_t(n, a) − V_t(n), Q_t(n, a) the term of the Bellman
+    maximum above; `set_price` and `close_sales` only choose the tentative action (A* = 0);
+    running out of turns closes sales to the end of the season: salvage_value · n − V_t(n).
+    All in exact integer-scaled rationals, so π*'s calls have A* = 0 exactly.
+
 Episode end
     after period H − 1's `end_period`, as soon as the last unit is sold, or when the turn budget
     runs out: sales then close for the remaining periods and the units left are salvaged.
@@ -145,21 +153,31 @@ def _check_theta(theta: dict) -> None:
         raise ValueError("purchase rates are per mille, in 0 … 1000")
 
 
-def _backward(theta: dict, choose) -> tuple[int, np.ndarray, int]:
+def _options(theta: dict, nums: list[int], later: list[int], scale: int, n: int) -> list[int]:
+    """Q_t(n, a) · D^(H − t) of every action a (closed last) with n > 0 units left, from period
+    t's numerators and tomorrow's scaled values `later` (scale = D^(H − t − 1))."""
+    prices, d = theta["prices"], _denominator(theta)
+    options = [nums[a] * (prices[a] * scale + later[n - 1]) + (d - nums[a]) * later[n] for a in range(len(prices))]
+    options.append(d * later[n])
+    return options
+
+
+def _backward(theta: dict, choose, keep: list | None = None) -> tuple[int, np.ndarray, int]:
     """(W_0(C), actions, D^H): scaled exact values W_t(n) = V_t(n) · D^(H − t) under
-    `choose(t, n, options) -> action`, where options[a] is the scaled value of action a."""
+    `choose(t, n, options) -> action`, where options[a] is the scaled value of action a;
+    `keep`, a list of H entries, receives (W_{t+1}, D^(H − t − 1)) at index t."""
     _check_theta(theta)
-    h, cap, prices = theta["horizon"], theta["capacity"], theta["prices"]
-    closed, d = len(prices), _denominator(theta)
+    h, cap, closed, d = theta["horizon"], theta["capacity"], len(theta["prices"]), _denominator(theta)
     w = [theta["salvage_value"] * n for n in range(cap + 1)]
     scale = 1  # D^(H − t − 1): the scale of w, tomorrow's values
     policy = np.full((h, cap + 1), closed, dtype=np.int16)
     for t in range(h - 1, -1, -1):
+        if keep is not None:
+            keep[t] = (w, scale)
         nums = _numerators(theta, t)
         new = [0] * (cap + 1)
         for n in range(1, cap + 1):
-            options = [nums[a] * (prices[a] * scale + w[n - 1]) + (d - nums[a]) * w[n] for a in range(closed)]
-            options.append(d * w[n])
+            options = _options(theta, nums, w, scale, n)
             a = choose(t, n, options)
             policy[t, n] = a
             new[n] = options[a]
@@ -167,8 +185,12 @@ def _backward(theta: dict, choose) -> tuple[int, np.ndarray, int]:
     return w[cap], policy, scale
 
 
+def _argmax(t: int, n: int, options: list[int]) -> int:
+    return options.index(max(options))  # the first maximum: ties to the lowest action index
+
+
 def _bellman(theta: dict) -> tuple[float, np.ndarray]:
-    value, policy, scale = _backward(theta, lambda t, n, options: options.index(max(options)))
+    value, policy, scale = _backward(theta, _argmax)
     return float(Fraction(value, scale)), policy
 
 
@@ -278,6 +300,37 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     else:
         utility += theta["salvage_value"] * left
     return Episode(utility=float(utility), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (period t, units left n, the level posted); Q_t(n, a) and V_t(n)
+# come from `_options` on the solver's own tables W_{t+1}, in exact integer-scaled rationals.
+
+
+def decision_values(theta: dict) -> dict:
+    """The solver's tables: later[t] = (W_{t+1}, D^(H − t − 1)) for t = 0 … H − 1; u* = V_0(C)."""
+    later = [None] * theta["horizon"]
+    value, _, scale = _backward(theta, _argmax, keep=later)
+    return {"u_star": float(Fraction(value, scale)), "later": later}
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, int]:
+    """(period, units left, the level posted: len(prices) while sales are closed)."""
+    posted = world._get("posted")
+    return world._get("period"), world._get("units_left"), len(theta["prices"]) if posted < 0 else posted
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """`end_period` is worth Q_t(n, posted) − V_t(n); posting a price or closing sales only sets
+    the period's tentative action (0); running out closes sales: salvage · n − V_t(n)."""
+    t, n, posted = before
+    if n == 0 or t >= theta["horizon"] or (call is not None and call["tool"] != "end_period"):
+        return 0.0
+    later, scale = values["later"][t]
+    options = _options(theta, _numerators(theta, t), later, scale, n)
+    d = _denominator(theta)
+    chosen = options[posted] if call is not None else theta["salvage_value"] * n * d * scale
+    return float(Fraction(chosen - max(options), d * scale))
 
 
 def turn_budget(theta: dict) -> int:
@@ -531,6 +584,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = salvage of the whole stock: below −1 never selling
