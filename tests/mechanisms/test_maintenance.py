@@ -27,6 +27,7 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import maintenance as mt
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.advantage import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("maintenance")
@@ -455,6 +456,111 @@ def test_the_a_instruction_hides_theta_and_the_i_instruction_states_it():
         for tool in ("get_cost_sheet", "get_revenue_table", "inspect_machine", "get_reliability_report"):
             assert out.tool_name(tool) in a_text
         assert PASSAGES[k].vocabulary["currency"] in a_text and "condition 2" in a_text
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (the docstring's Advantages), against the expectimax: every call's A* along
+# π* and random call sequences, replayed here on the docstring's tickets with the turn rule.
+
+WORK = {"schedule_maintenance": MAINTAIN, "replace_machine": REPLACE}
+
+
+def q_star(theta, day, c, action):
+    return sum(p * (cash + expectimax(theta, day + 1, k)) for p, cash, k in outcomes(theta, c, action))
+
+
+def expected_advantages(theta, calls, seed, budget):
+    """(A* of every call, A* of finishing, the wear surprises: Σ cash + V(next) − Q, and the run out
+    days' realised − expected value) by the Advantages paragraph: end_day Q − V of the work
+    scheduled, running out the always-run value − V, every other call 0; one turn a successful
+    call, run out at the budget."""
+    ticket = tickets(theta, seed)
+    day, c, work, turns, per_call, surprise = 0, theta["initial_condition"], RUN, 0, [], Fraction(0)
+    idle = FAM.idle_policy(theta)
+
+    def over():
+        return day == theta["horizon"] or turns == budget
+
+    def run_out():
+        """Its advantage; its own wear surprise (the days run with no work) is added to `surprise`."""
+        nonlocal surprise
+        realised, k = 0, c
+        for d in range(day, theta["horizon"]):
+            cash, k = _one_day(theta, k, RUN, ticket[d])
+            realised += cash
+        surprise += realised + theta["salvage"][k] - expectation(theta, idle, day, c)
+        return expectation(theta, idle, day, c) - expectimax(theta, day, c)
+
+    for call in calls:
+        value, ok, tool = Fraction(0), not over(), call["tool"]
+        if ok and tool == "end_day":
+            value = q_star(theta, day, c, work) - expectimax(theta, day, c)
+            cash, after = _one_day(theta, c, work, ticket[day])
+            surprise += cash + expectimax(theta, day + 1, after) - q_star(theta, day, c, work)
+            day, c, work = day + 1, after, RUN
+        elif ok and tool in WORK:
+            ok = work == RUN and not (tool == "schedule_maintenance" and c == failed_condition(theta))
+            work = WORK[tool] if ok else work
+        elif ok and tool == "cancel_work":
+            ok, work = work != RUN, RUN
+        turns += ok
+        if ok and turns == budget and day < theta["horizon"]:
+            value += run_out()
+        per_call.append(value)
+    finish = Fraction(0) if over() else run_out()
+    return per_call, finish, surprise
+
+
+def _one_day(theta, c, action, u):
+    """(today's cash, tomorrow's condition) of one day on ticket u, by the docstring."""
+    if action != RUN or c == failed_condition(theta):
+        (_, cash, after), = outcomes(theta, c, action)
+        return cash, after
+    row = theta["wear_weights"][c]
+    return theta["revenue"][c], next(k for k in range(len(row)) if sum(row[:k + 1]) > u * sum(row))
+
+
+def _random_calls(rng, count):
+    pool = [{"tool": "end_day", "arguments": {}}] * 3 + [
+        {"tool": tool, "arguments": {}} for tool in ("schedule_maintenance", "replace_machine", "cancel_work",
+                                                     "view_machine")]
+    return [pool[int(i)] for i in rng.integers(0, len(pool), size=count)]
+
+
+@pytest.mark.parametrize("theta", HAND, ids=[_id(t) for t in HAND])
+def test_every_call_has_the_advantage_of_the_expectimax(theta):
+    rng = np.random.default_rng(5)
+    best = FAM.solve(theta).policy
+    for trial in range(10):
+        seed = int(rng.integers(0, 1000))
+        if trial < 2:
+            calls = FAM.simulate(theta, best, seed).calls
+        else:
+            calls = _random_calls(rng, int(rng.integers(0, 10)))
+        budget = FAM.turn_budget(theta) if trial % 3 else int(rng.integers(1, 5))
+        steps = step_advantages(FAM, {"params": theta, "presentation": "I", "episode_seed": seed,
+                                      "turn_budget": budget}, calls)
+        per_call, finish, surprise = expected_advantages(theta, calls, seed, budget)
+        assert steps.per_call == pytest.approx([float(a) for a in per_call], abs=TOL), (calls, budget)
+        assert steps.finish == pytest.approx(float(finish), abs=TOL)
+        if trial < 2 and budget == FAM.turn_budget(theta):
+            assert set(steps.per_call) <= {0.0} and steps.finish == 0.0  # π*'s calls: exactly 0
+        # the lemma path by path: Σ A* − (u − u*) is the sum of the wear surprises (mean 0)
+        assert steps.total - (steps.utility - float(expectimax(theta))) == pytest.approx(float(-surprise), abs=TOL)
+
+
+def test_each_first_day_action_costs_its_expectimax_regret():
+    theta = HAND[2]  # condition 2 of 4 on day 0: every action allowed
+    v0, end = expectimax(theta), {"tool": "end_day", "arguments": {}}
+    for action, calls in ((RUN, []), (MAINTAIN, [{"tool": "schedule_maintenance", "arguments": {}}]),
+                          (REPLACE, [{"tool": "replace_machine", "arguments": {}}])):
+        steps = step_advantages(FAM, {"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": 20},
+                                calls + [end])
+        assert steps.per_call[:-1] == [0.0] * len(calls)
+        assert steps.per_call[-1] == pytest.approx(float(q_star(theta, 0, 2, action) - v0), abs=TOL)
+    assert max(q_star(theta, 0, 2, a) for a in (RUN, MAINTAIN, REPLACE)) == v0
+    running = step_advantages(FAM, {"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": 20}, [])
+    assert running.finish == pytest.approx(float(expectation(theta, FAM.idle_policy(theta)) - v0), abs=TOL)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,15 @@ Reward
     the same episode seed (the same tickets). u_default runs to failure: it only ever replaces a failed
     machine. The idle policy always runs: it never services or replaces, so a failed machine stands.
 
+Advantages
+    The solver's state is (day d, condition c): the World's `day` and `condition`; the day's
+    action is the work scheduled when `end_day` runs (none = run). `end_day` in state (d, c) with
+    action a has A* = Q_d(c, a) − V_d(c), Q_d(c, a) the term of the Bellman maximum above;
+    `schedule_maintenance`, `replace_machine` and `cancel_work` only choose the tentative action
+    (A* = 0); running out of turns drops today's work and runs the machine to the end (a failed
+    one stands): V^run_d(c) − V_d(c), V^run the same recursion with the action held at run. All in
+    exact integers over powers of D, so π*'s calls have A* = 0 exactly.
+
 Episode end
     after the last day's `end_day`, or when the turn budget runs out: today's scheduled work is dropped
     and the remaining days are closed with no work (a working machine runs, a failed one stands idle and
@@ -56,6 +65,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from fractions import Fraction
 from functools import reduce
 
 import numpy as np
@@ -175,24 +185,38 @@ class _Model:
         return scaled_start / self.denominator ** self.horizon  # int / int: correctly rounded
 
 
+def _backward(m: _Model, choose, keep: list | None = None) -> list[int]:
+    """V_0(c) · D^H for every c under `choose(day, c, later, scale) -> V_day(c) · scale`, with
+    later[k] = V_{day+1}(k) · D^(H − day − 1) and scale = D^(H − day); `keep`, a list of H entries,
+    receives (later, scale) at index day."""
+    later, scale = list(m.salvage), m.denominator
+    for day in range(m.horizon - 1, -1, -1):
+        if keep is not None:
+            keep[day] = (later, scale)
+        later = [choose(day, c, later, scale) for c in range(m.n)]
+        scale *= m.denominator
+    return later
+
+
+def _best(m: _Model, c: int, later: list[int], scale: int) -> tuple[int, int]:
+    """(V_d(c) · D^(H − d), the optimal action): the first maximum over the allowed actions."""
+    best, arg = None, RUN
+    for action in m.allowed(c):
+        q = m.q_value(c, action, later, scale)
+        if best is None or q > best:
+            best, arg = q, action
+    return best, arg
+
+
 def _bellman(theta: dict) -> tuple[float, np.ndarray]:
     m = _Model(theta)
-    later = list(m.salvage)
     policy = np.zeros((m.horizon, m.n), dtype=np.int8)
-    scale = m.denominator
-    for day in range(m.horizon - 1, -1, -1):
-        today = []
-        for c in range(m.n):
-            best, arg = None, RUN
-            for action in m.allowed(c):
-                q = m.q_value(c, action, later, scale)
-                if best is None or q > best:
-                    best, arg = q, action
-            today.append(best)
-            policy[day, c] = arg
-        later = today
-        scale *= m.denominator
-    return m.value(later[m.start]), policy
+
+    def choose(day: int, c: int, later: list[int], scale: int) -> int:
+        value, policy[day, c] = _best(m, c, later, scale)
+        return value
+
+    return m.value(_backward(m, choose)[m.start]), policy
 
 
 def plan_spec(theta: dict) -> PlanSpec:
@@ -213,11 +237,8 @@ def _check_plan(theta: dict, policy: np.ndarray) -> list[list[int]]:
 
 def _evaluate_exact(theta: dict, table: list[list[int]]) -> float:
     m = _Model(theta)
-    later, scale = list(m.salvage), m.denominator
-    for day in range(m.horizon - 1, -1, -1):
-        later = [m.q_value(c, table[day][c], later, scale) for c in range(m.n)]
-        scale *= m.denominator
-    return m.value(later[m.start])
+    values = _backward(m, lambda day, c, later, scale: m.q_value(c, table[day][c], later, scale))
+    return m.value(values[m.start])
 
 
 def check_theta(theta: dict) -> None:
@@ -308,6 +329,42 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
         calls.append({"tool": "end_day", "arguments": {}})
     cash += theta["salvage"][c]
     return Episode(utility=float(cash), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (day, condition, today's work); Q and V come from the solver's
+# q_value on its own tables V*_{d+1}, and run_out's continuation from those of always running.
+
+
+def decision_values(theta: dict) -> dict:
+    """The tables of the recursion, day by day: optimal[d] = (V*_{d+1} · D^(H − d − 1), D^(H − d)),
+    running[d] the same for the policy that always runs (run_out's); u* = V*_0(initial condition)."""
+    m = _Model(theta)
+    optimal, running = [None] * m.horizon, [None] * m.horizon
+    values = _backward(m, lambda day, c, later, scale: _best(m, c, later, scale)[0], keep=optimal)
+    _backward(m, lambda day, c, later, scale: m.q_value(c, RUN, later, scale), keep=running)
+    return {"u_star": m.value(values[m.start]), "optimal": optimal, "running": running, "model": m}
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, int]:
+    """(day, the machine's condition, today's scheduled work: 0 none (run), 1 maintenance, 2 replacement)."""
+    return world._get("day"), world._get("condition"), world._get("work")
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """`end_day` is worth Q_d(c, work) − V_d(c); scheduling or cancelling work only sets the day's
+    tentative action (0); running out drops today's work and runs to the end: V^run_d(c) − V_d(c)."""
+    day, c, work = before
+    if day >= theta["horizon"] or (call is not None and call["tool"] != "end_day"):
+        return 0.0
+    m = values["model"]
+    later, scale = values["optimal"][day]
+    best = _best(m, c, later, scale)[0]
+    if call is not None:
+        chosen = m.q_value(c, work, later, scale)
+    else:
+        chosen = m.q_value(c, RUN, *values["running"][day])
+    return float(Fraction(chosen - best, scale))
 
 
 def turn_budget(theta: dict) -> int:
@@ -604,6 +661,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
