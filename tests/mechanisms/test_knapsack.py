@@ -493,3 +493,90 @@ def test_a_world_where_lot_zero_is_worthless_is_rejected():
     assert verdicts and not any(v.admitted for v in verdicts)
     assert "default_band" not in failed(verdicts)  # the candidates were played
     assert failed(verdicts) & {"replay_agreement", "dynamics_agreement"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (exact advantages), from the Model: the decision process with no turn limit,
+# searched breadth-first over the selections its accepted decisions reach.
+
+
+def knapsack_moves(theta, chosen):
+    """The selections one accepted decision leads to: add a lot that fits, remove one, clear."""
+    out = [chosen | {i} for i in range(theta["n_items"]) if i not in chosen and feasible(theta, sorted(chosen | {i}))]
+    return out + [chosen - {i} for i in chosen] + ([frozenset()] if chosen else [])
+
+
+def best_reachable(theta, chosen):
+    """V*(S): the best value of a submission reachable from the open selection S."""
+    seen, frontier = {chosen}, [chosen]
+    while frontier:
+        frontier = [t for s in frontier for t in knapsack_moves(theta, s) if t not in seen and not seen.add(t)]
+    return max(worth(theta, s) for s in seen)
+
+
+ADVANTAGE_THETA = make([5, 4, 3, 6, 1], [[4, 3, 2, 5, 1], [1, 2, 3, 2, 4]], [7, 5])
+
+
+def _random_calls(theta, rng, length):
+    """Random calls (some refused, some probes) and the brute force's A* of each, with the final
+    selection and whether it was submitted."""
+    n, chosen, calls, expected, submitted = theta["n_items"], frozenset(), [], [], False
+    for _ in range(length):
+        i = int(rng.integers(0, n + 1))  # lot n does not exist: refused
+        tool = str(rng.choice(["add_item", "add_item", "add_item", "remove_item", "clear_selection", "inspect_item",
+                               "view_selection", "submit_selection"], p=[.25, .15, .1, .2, .05, .1, .1, .05]))
+        args = {"item": i} if tool in ("add_item", "remove_item", "inspect_item") else {}
+        calls.append({"tool": tool, "arguments": args})
+        after = chosen
+        if submitted or tool in ("inspect_item", "view_selection"):
+            expected.append(0)
+            continue
+        if tool == "submit_selection":
+            expected.append(worth(theta, chosen) - best_reachable(theta, chosen))
+            submitted = True
+            continue
+        if tool == "add_item" and i < n and i not in chosen and feasible(theta, sorted(chosen | {i})):
+            after = chosen | {i}
+        elif tool == "remove_item" and i in chosen:
+            after = chosen - {i}
+        elif tool == "clear_selection":
+            after = frozenset()
+        expected.append(best_reachable(theta, after) - best_reachable(theta, chosen))  # 0 if refused
+        chosen = after
+    return calls, expected, chosen, submitted
+
+
+def _config(theta, budget=None):
+    return {"params": theta, "presentation": "I", "episode_seed": 0,
+            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+
+
+def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = ADVANTAGE_THETA
+    u_star = brute_force(theta)[0]
+    assert best_reachable(theta, frozenset()) == u_star == 9  # two optima: lots {0, 1} and {2, 3}
+    # a specific non-optimal action: adding lot 4 (in no optimum) can be undone, so Q* = V*
+    bad = frozenset({4})
+    assert best_reachable(theta, bad) == u_star and worth(theta, bad) - u_star == -8
+    steps = step_advantages(FAM, _config(theta), [{"tool": "add_item", "arguments": {"item": 4}},
+                                                  {"tool": "submit_selection", "arguments": {}}])
+    assert steps.per_call == [0.0, -8.0] and steps.finish == 0.0 and steps.utility == 1.0
+    rng = np.random.default_rng(19)
+    for _ in range(12):
+        calls, expected, chosen, submitted = _random_calls(theta, rng, 14)
+        steps = step_advantages(FAM, _config(theta), calls)
+        finish = 0 if submitted else worth(theta, chosen) - best_reachable(theta, chosen)
+        assert steps.per_call == [float(a) for a in expected] and steps.finish == finish
+        assert steps.utility == worth(theta, chosen) and steps.total == steps.utility - u_star
+
+
+def test_running_out_of_turns_adds_the_submission_advantage_to_the_last_call():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = ADVANTAGE_THETA
+    calls = [{"tool": "add_item", "arguments": {"item": 0}}, {"tool": "view_selection", "arguments": {}},
+             {"tool": "add_item", "arguments": {"item": 2}}, {"tool": "add_item", "arguments": {"item": 3}}]
+    steps = step_advantages(FAM, _config(theta, budget=3), calls)
+    assert steps.per_call == [0.0, 0.0, 8.0 - 9.0, 0.0] and steps.finish == 0.0 and steps.utility == 8.0

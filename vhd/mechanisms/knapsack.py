@@ -33,6 +33,16 @@ Reward
     r = clip01((u − u_default) / (u* − u_default)), where u_default is the value of taking the
     lots in index order 0, 1, 2, … while they fit (stopping at the first lot that does not).
 
+Advantages
+    The solver's state is (submitted, selection): the state table's flag and the selection
+    table. A* is the change of the potential Φ = the best value reachable from the state: every
+    lot added can be removed again (or the selection cleared), so Φ = u* while the selection is
+    open, whatever it holds, and Φ = the selection's value once it is submitted. Turns are
+    ignored: a budget too short to undo a bad selection still counts as u* (the sum telescopes
+    all the same). Adding, removing or clearing lots gets A* = 0; `submit_selection` gets
+    value(selection) − u*; running out of turns submits the selection as it stands, also
+    value(selection) − u*. Whole numbers, so Σ A* = u − u* exactly on every trajectory.
+
 Episode end
     after `submit_selection`, or when the turn budget runs out: the current selection is then
     submitted as it stands (no further lots are added or removed).
@@ -253,6 +263,35 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     calls = [{"tool": "add_item", "arguments": {"item": i}} for i in chosen]
     calls.append({"tool": "submit_selection", "arguments": {}})
     return Episode(utility=evaluate(theta, x), calls=calls, decisions=chosen)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential of a state is the best value still reachable from it: u* while
+# the selection is open (every decision can be undone), the selection's value once submitted.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* by the family's own MILP: the potential of every open state."""
+    check_theta(theta)
+    value, _ = _milp(theta)
+    return {"u_star": int(value)}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
+    """(whether the selection is submitted, the selected lots in index order)."""
+    chosen = world.db.execute("SELECT item_id FROM %s ORDER BY item_id" % world.t["selection"]).fetchall()
+    return bool(world._get("submitted")), tuple(int(row[0]) for row in chosen)
+
+
+def _potential(theta: dict, values: dict, state: tuple[bool, tuple[int, ...]]) -> int:
+    submitted, chosen = state
+    return sum(theta["values"][i] for i in chosen) if submitted else values["u_star"]
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for an addition, removal or clear; value − u* for the submission
+    (by `submit_selection` or, with `call` None, by running out of turns)."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
 def turn_budget(theta: dict) -> int:
@@ -503,6 +542,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
