@@ -446,3 +446,104 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"scheduling θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (exact advantages), from the Model: the decision process with no turn limit,
+# searched breadth-first over the plans its accepted decisions reach.
+
+
+def plan_moves(theta, plan):
+    """The plans one accepted decision leads to: assign an unassigned job, unassign one, clear."""
+    n, m = theta["n_jobs"], theta["n_machines"]
+    out = [plan[:j] + (k,) + plan[j + 1:] for j in range(n) if plan[j] == -1 for k in range(m)]
+    out += [plan[:j] + (-1,) + plan[j + 1:] for j in range(n) if plan[j] != -1]
+    return out + ([(-1,) * n] if any(k != -1 for k in plan) else [])
+
+
+_REACHABLE: dict = {}  # (θ, state) → V*
+
+
+def best_reachable(theta, plan, memo=_REACHABLE):
+    """V*(plan): the best −makespan of a dispatch reachable from the open plan."""
+    key = (_id(theta), plan)
+    if key not in memo:
+        seen, frontier = {plan}, [plan]
+        while frontier:
+            frontier = [q for s in frontier for q in plan_moves(theta, s) if q not in seen and not seen.add(q)]
+        memo[key] = max(-makespan(theta, s) for s in seen)
+    return memo[key]
+
+
+ADVANTAGE_THETA = make([3, 3, 2, 2, 2], 2)  # u* = −6: {3, 3} and {2, 2, 2}
+
+
+def _random_calls(theta, rng, length):
+    """Random calls (some refused, some probes) and the brute force's A* of each, with the final
+    plan and whether it was dispatched."""
+    n, m = theta["n_jobs"], theta["n_machines"]
+    plan, calls, expected, dispatched = (-1,) * n, [], [], False
+    for _ in range(length):
+        j, k = int(rng.integers(0, n + 1)), int(rng.integers(0, m + 1))  # job n, machine m do not exist
+        tool = str(rng.choice(["assign_job", "unassign_job", "clear_assignments", "inspect_job", "view_machine_loads",
+                               "dispatch"], p=[.5, .2, .05, .1, .1, .05]))
+        args = {"job": j, "machine": k} if tool == "assign_job" else {"job": j} if tool in (
+            "unassign_job", "inspect_job") else {}
+        calls.append({"tool": tool, "arguments": args})
+        after = plan
+        if dispatched or tool in ("inspect_job", "view_machine_loads"):
+            expected.append(0)
+            continue
+        if tool == "dispatch":
+            expected.append(-makespan(theta, plan) - best_reachable(theta, plan))
+            dispatched = True
+            continue
+        if tool == "assign_job" and j < n and k < m and plan[j] == -1:
+            after = plan[:j] + (k,) + plan[j + 1:]
+        elif tool == "unassign_job" and j < n and plan[j] != -1:
+            after = plan[:j] + (-1,) + plan[j + 1:]
+        elif tool == "clear_assignments":
+            after = (-1,) * n
+        expected.append(best_reachable(theta, after) - best_reachable(theta, plan))  # 0 if refused
+        plan = after
+    return calls, expected, plan, dispatched
+
+
+def _config(theta, budget=None):
+    return {"params": theta, "presentation": "I", "episode_seed": 0,
+            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+
+
+def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = ADVANTAGE_THETA
+    u_star = brute_force(theta)[0]
+    assert best_reachable(theta, (-1,) * 5) == u_star == -6
+    # a specific non-optimal action: jobs 0 (3) and 2 (2) together on machine 0 can be undone, so Q* = V*;
+    # dispatching then puts jobs 1, 3, 4 on machine 0 too: makespan 12
+    bad = (0, -1, 0, -1, -1)
+    assert best_reachable(theta, bad) == u_star and -makespan(theta, bad) - u_star == -6
+    steps = step_advantages(FAM, _config(theta), [{"tool": "assign_job", "arguments": {"job": 0, "machine": 0}},
+                                                  {"tool": "assign_job", "arguments": {"job": 2, "machine": 0}},
+                                                  {"tool": "dispatch", "arguments": {}}])
+    assert steps.per_call == [0.0, 0.0, -6.0] and steps.finish == 0.0 and steps.utility == -12.0
+    rng = np.random.default_rng(19)
+    for _ in range(12):
+        calls, expected, plan, dispatched = _random_calls(theta, rng, 14)
+        steps = step_advantages(FAM, _config(theta), calls)
+        finish = 0 if dispatched else -makespan(theta, plan) - best_reachable(theta, plan)
+        assert steps.per_call == [float(a) for a in expected] and steps.finish == finish
+        assert steps.utility == -makespan(theta, plan) and steps.total == steps.utility - u_star
+
+
+def test_running_out_of_turns_adds_the_dispatch_advantage_to_the_last_call():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = ADVANTAGE_THETA
+    calls = [{"tool": "assign_job", "arguments": {"job": 0, "machine": 0}},
+             {"tool": "view_machine_loads", "arguments": {}},
+             {"tool": "assign_job", "arguments": {"job": 1, "machine": 1}},
+             {"tool": "assign_job", "arguments": {"job": 2, "machine": 1}}]
+    steps = step_advantages(FAM, _config(theta, budget=3), calls)  # jobs 2, 3, 4 join job 0: makespan 9
+    assert steps.per_call == [0.0, 0.0, -9.0 + 6.0, 0.0] and steps.finish == 0.0 and steps.utility == -9.0

@@ -33,6 +33,17 @@ Reward
     u_default) / (u* − u_default)), where u_default is list scheduling in index order (each job,
     0, 1, …, n − 1, to the currently least-loaded machine, ties to the lowest machine number).
 
+Advantages
+    The solver's state is (dispatched, plan): the state table's flag and the machine of every
+    job from the assignment table (−1 when unassigned). A* is the change of the potential Φ =
+    the best utility reachable from the state: every assignment can be undone (or all of them
+    cleared), so Φ = u* while the plan is open, whatever it holds, and Φ = −makespan of the
+    plan once it is dispatched. Turns are ignored: a budget too short to undo a bad plan still
+    counts as u* (the sum telescopes all the same). Assigning, unassigning or clearing jobs
+    gets A* = 0; `dispatch` gets −makespan(plan, unassigned jobs on machine 0) − u*; running
+    out of turns dispatches the plan as it stands, also −makespan − u*. Whole numbers, so
+    Σ A* = u − u* exactly on every trajectory.
+
 Episode end
     after `dispatch`, or when the turn budget runs out: the plan is then dispatched as it stands,
     with every unassigned job put on machine 0 (no further decisions).
@@ -209,6 +220,37 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     calls = [{"tool": "assign_job", "arguments": {"job": j, "machine": k}} for j, k in enumerate(plan) if k >= 0]
     calls.append({"tool": "dispatch", "arguments": {}})
     return Episode(utility=float(-_makespan(theta, plan)), calls=calls, decisions=plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential of a state is the best utility still reachable from it: u*
+# while the plan is open (every assignment can be undone), −makespan once dispatched.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* by the family's own branch and bound: the potential of every open state."""
+    check_theta(theta)
+    value, _ = _branch_and_bound(theta)
+    return {"u_star": int(value)}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
+    """(whether the plan is dispatched, the machine of every job, −1 when unassigned)."""
+    plan = [-1] * theta["n_jobs"]
+    for job, machine in world.db.execute("SELECT job_id, machine_id FROM %s" % world.t["assignments"]):
+        plan[job] = int(machine)
+    return bool(world._get("dispatched")), tuple(plan)
+
+
+def _potential(theta: dict, values: dict, state: tuple[bool, tuple[int, ...]]) -> int:
+    dispatched, plan = state
+    return -_makespan(theta, list(plan)) if dispatched else values["u_star"]
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for an assignment, unassignment or clear; −makespan − u* for the
+    dispatch (by `dispatch` or, with `call` None, by running out of turns)."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
 def turn_budget(theta: dict) -> int:
@@ -448,6 +490,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
