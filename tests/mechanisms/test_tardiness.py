@@ -492,3 +492,99 @@ def test_a_world_that_releases_without_job_zero_is_rejected():
     assert verdicts and not any(v.admitted for v in verdicts)
     assert "default_band" not in failed(verdicts)  # the candidates were played
     assert "dynamics_agreement" in failed(verdicts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (exact advantages), from the Model: the decision process with no turn limit,
+# searched breadth-first over the sequences its accepted decisions reach.
+
+
+def sequence_moves(theta, seq):
+    """The sequences one accepted decision leads to: append a job, take back the last, clear."""
+    out = [seq + (j,) for j in range(theta["n_jobs"]) if j not in seq]
+    return out + ([seq[:-1], ()] if seq else [])
+
+
+_REACHABLE: dict = {}  # (θ, state) → V*
+
+
+def best_reachable(theta, seq, memo=_REACHABLE):
+    """V*(seq): the best −ΣwT of a release reachable from the open sequence."""
+    key = (_id(theta), seq)
+    if key not in memo:
+        seen, frontier = {seq}, [seq]
+        while frontier:
+            frontier = [q for s in frontier for q in sequence_moves(theta, s) if q not in seen and not seen.add(q)]
+        memo[key] = max(-cost(theta, released(theta, s)) for s in seen)
+    return memo[key]
+
+
+ADVANTAGE_THETA = make([4, 2, 6, 3], [4, 7, 8, 12], [2, 5, 1, 3])
+
+
+def _random_calls(theta, rng, length):
+    """Random calls (some refused, some probes) and the brute force's A* of each, with the final
+    sequence and whether it was released."""
+    n, seq, calls, expected, done = theta["n_jobs"], (), [], [], False
+    for _ in range(length):
+        j = int(rng.integers(0, n + 1))  # job n does not exist: refused
+        tool = str(rng.choice(["schedule_next", "unschedule_last", "clear_schedule", "inspect_job", "view_sequence",
+                               "release_schedule"], p=[.5, .15, .05, .1, .15, .05]))
+        args = {"job": j} if tool in ("schedule_next", "inspect_job") else {}
+        calls.append({"tool": tool, "arguments": args})
+        after = seq
+        if done or tool in ("inspect_job", "view_sequence"):
+            expected.append(0)
+            continue
+        if tool == "release_schedule":
+            expected.append(-cost(theta, released(theta, seq)) - best_reachable(theta, seq))
+            done = True
+            continue
+        if tool == "schedule_next" and j < n and j not in seq:
+            after = seq + (j,)
+        elif tool == "unschedule_last" and seq:
+            after = seq[:-1]
+        elif tool == "clear_schedule":
+            after = ()
+        expected.append(best_reachable(theta, after) - best_reachable(theta, seq))  # 0 if refused
+        seq = after
+    return calls, expected, seq, done
+
+
+def _config(theta, budget=None):
+    return {"params": theta, "presentation": "I", "episode_seed": 0,
+            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+
+
+def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = ADVANTAGE_THETA
+    u_star = brute_force(theta)[0]
+    assert best_reachable(theta, ()) == u_star
+    # a specific non-optimal action: the longest, lightest job 2 first can be taken back, so Q* = V*
+    bad = (2,)
+    assert best_reachable(theta, bad) == u_star and cost(theta, released(theta, bad)) + u_star > 0
+    steps = step_advantages(FAM, _config(theta), [{"tool": "schedule_next", "arguments": {"job": 2}},
+                                                  {"tool": "release_schedule", "arguments": {}}])
+    assert steps.per_call == [0.0, float(-cost(theta, [2, 0, 1, 3]) - u_star)] and steps.finish == 0.0
+    rng = np.random.default_rng(19)
+    for _ in range(12):
+        calls, expected, seq, done = _random_calls(theta, rng, 14)
+        steps = step_advantages(FAM, _config(theta), calls)
+        finish = 0 if done else -cost(theta, released(theta, seq)) - best_reachable(theta, seq)
+        assert steps.per_call == [float(a) for a in expected] and steps.finish == finish
+        assert steps.utility == -cost(theta, released(theta, seq)) and steps.total == steps.utility - u_star
+
+
+def test_running_out_of_turns_adds_the_release_advantage_to_the_last_call():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = ADVANTAGE_THETA
+    u_star = brute_force(theta)[0]
+    calls = [{"tool": "schedule_next", "arguments": {"job": 3}}, {"tool": "view_sequence", "arguments": {}},
+             {"tool": "schedule_next", "arguments": {"job": 2}}, {"tool": "schedule_next", "arguments": {"job": 0}}]
+    steps = step_advantages(FAM, _config(theta, budget=3), calls)  # released as 3, 2, then 0, 1
+    u = -cost(theta, [3, 2, 0, 1])
+    assert steps.per_call == [0.0, 0.0, float(u - u_star), 0.0] and steps.finish == 0.0 and steps.utility == u
+    assert u < u_star

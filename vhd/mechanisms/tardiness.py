@@ -34,6 +34,17 @@ Reward
     ≤ 0; 0 when no job is late). r = clip01((u − u_default) / (u* − u_default)), where
     u_default is Smith's rule (WSPT: jobs by processing/weight ascending, ties by index).
 
+Advantages
+    The solver's state is (released, sequence): the state table's flag and the jobs of the
+    sequence table by position. A* is the change of the potential Φ = the best utility
+    reachable from the state: the sequence can be taken back job by job (or cleared), so Φ = u*
+    while it is open, whatever it holds, and Φ = −(weighted tardiness of the released
+    permutation) once released. Turns are ignored: a budget too short to undo a bad sequence
+    still counts as u* (the sum telescopes all the same). Scheduling, unscheduling or clearing
+    gets A* = 0; `release_schedule` gets −ΣwT(sequence, then the rest in index order) − u*;
+    running out of turns releases the sequence as it stands, also −ΣwT − u*. Whole numbers, so
+    Σ A* = u − u* exactly on every trajectory.
+
 Episode end
     after `release_schedule`, or when the turn budget runs out: the sequence is then released as
     it stands, with the unscheduled jobs appended in index order (no further decisions).
@@ -203,6 +214,35 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     calls = [{"tool": "schedule_next", "arguments": {"job": j}} for j in seq]
     calls.append({"tool": "release_schedule", "arguments": {}})
     return Episode(utility=float(-_tardiness(theta, _completed(theta, seq))), calls=calls, decisions=seq)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential of a state is the best utility still reachable from it: u*
+# while the sequence is open (every job can be taken back), −ΣwT once released.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* by the family's own subset DP: the potential of every open state."""
+    check_theta(theta)
+    value, _ = _subset_dp(theta)
+    return {"u_star": int(value)}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
+    """(whether the schedule is released, the jobs of the sequence by position)."""
+    rows = world.db.execute("SELECT job_id FROM %s ORDER BY position" % world.t["sequence"]).fetchall()
+    return bool(world._get("released")), tuple(int(row[0]) for row in rows)
+
+
+def _potential(theta: dict, values: dict, state: tuple[bool, tuple[int, ...]]) -> int:
+    released, seq = state
+    return -_tardiness(theta, _completed(theta, list(seq))) if released else values["u_star"]
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for scheduling, unscheduling or clearing; −ΣwT − u* for the release
+    (by `release_schedule` or, with `call` None, by running out of turns)."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
 def turn_budget(theta: dict) -> int:
@@ -442,6 +482,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
