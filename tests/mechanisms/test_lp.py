@@ -500,3 +500,87 @@ def test_a_mutated_profit_is_rejected():
     verdicts = mutant_verdicts(FAM, run, "total += profit * quantity", "total += 1.01 * profit * quantity")
     assert verdicts and not any(v.admitted for v in verdicts)
     assert failed(verdicts) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (exact advantages), from the Model: every quantity can be set again, cleared
+# or reset, and every part of a feasible plan is feasible (usage ≥ 0), so the best profit
+# reachable from an open plan is the LP optimum (vertex enumeration); a closed plan is worth its
+# profit.
+
+
+def _advantage_config(theta, budget=None):
+    return {"params": theta, "presentation": "I", "episode_seed": 0,
+            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+
+
+def _accepted(theta, plan, call):
+    """The plan after one call under the Model's rules (a refused call leaves it as it is)."""
+    tool, args, new = call["tool"], call["arguments"], list(plan)
+    if tool == "set_production" and args["product"] < theta["products"]:
+        new[args["product"]] = args["quantity"]
+    elif tool == "clear_production" and args["product"] < theta["products"] and plan[args["product"]] != 0:
+        new[args["product"]] = 0.0
+    elif tool == "reset_plan" and any(plan):
+        new = [0.0] * theta["products"]
+    fits = all(sum(c * q for c, q in zip(coef, new)) <= rhs + TOL for coef, rhs in constraints(theta))
+    return new if fits else plan
+
+
+def _random_lp_calls(theta, rng, length):
+    n, calls = theta["products"], []
+    for _ in range(length):
+        tool = str(rng.choice(["set_production", "set_production", "clear_production", "reset_plan",
+                               "get_profit_sheet", "view_plan", "close_plan"], p=[.35, .15, .15, .05, .1, .1, .1]))
+        j = int(rng.integers(0, n + 1))  # product n does not exist: refused
+        args = {"product": j, "quantity": float(rng.choice([0.0, 1.0, 2.5, 3.0, 4.0, 7.0]))} \
+            if tool == "set_production" else {"product": j} if tool == "clear_production" else {}
+        calls.append({"tool": tool, "arguments": args})
+    return calls
+
+
+def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = HAND[0]  # max 3x + 5y, x + 2y ≤ 8, 3x + y ≤ 9, x, y ≤ 5: u* = 21 at (2, 3)
+    best = float(vertex_optimum(theta)[0])
+    assert best == 21.0
+    # a plan no optimum makes (4 of product 1) can still be undone: Q* = V*, its advantage 0; the
+    # close of a worse plan costs what it misses
+    bad = [{"tool": "set_production", "arguments": {"product": 1, "quantity": 4.0}},
+           {"tool": "close_plan", "arguments": {}}]
+    steps = step_advantages(FAM, _advantage_config(theta), bad)
+    assert steps.per_call == [0.0, 20.0 - 21.0] and steps.finish == 0.0 and steps.utility == 20.0
+    undone = bad[:1] + [{"tool": "reset_plan", "arguments": {}}] + FAM.simulate(theta, FAM.solve(theta).policy, 0).calls
+    steps = step_advantages(FAM, _advantage_config(theta), undone)
+    assert set(steps.per_call) == {0.0} and steps.utility == 21.0
+    rng = np.random.default_rng(19)
+    for theta in HAND[:5]:
+        best = float(vertex_optimum(theta)[0])
+        for _ in range(6):
+            calls = _random_lp_calls(theta, rng, 10)
+            plan, expected, closed = [0.0] * theta["products"], [], False
+            for call in calls:
+                if not closed and call["tool"] == "close_plan":
+                    expected.append(plain_value(theta, plan) - best)
+                    closed = True
+                else:
+                    plan = plan if closed else _accepted(theta, plan, call)
+                    expected.append(0.0)
+            steps = step_advantages(FAM, _advantage_config(theta), calls)
+            finish = 0.0 if closed else plain_value(theta, plan) - best
+            assert steps.per_call == pytest.approx(expected, abs=1e-9) and steps.finish == pytest.approx(finish)
+            assert steps.utility == pytest.approx(plain_value(theta, plan), abs=1e-12)
+            assert steps.total == pytest.approx(steps.utility - best, abs=1e-9)
+
+
+def test_running_out_of_turns_adds_the_close_advantage_to_the_last_call():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = HAND[0]
+    calls = [{"tool": "set_production", "arguments": {"product": 1, "quantity": 2}},
+             {"tool": "view_plan", "arguments": {}},
+             {"tool": "set_production", "arguments": {"product": 0, "quantity": 1}},
+             {"tool": "close_plan", "arguments": {}}]
+    steps = step_advantages(FAM, _advantage_config(theta, budget=3), calls)
+    assert steps.per_call == [0.0, 0.0, 13.0 - 21.0, 0.0] and steps.finish == 0.0 and steps.utility == 13.0

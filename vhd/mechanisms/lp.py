@@ -38,6 +38,17 @@ Reward
     the products in index order (the catalog lists best sellers first), each as far as the
     resources and its demand allow, ignoring profit per resource hour.
 
+Advantages
+    The solver's state is (closed, plan): the state table's flag and the plan table's
+    quantities. A* is the change of the potential Φ = the best profit reachable from the state:
+    every quantity can be set again, cleared or reset, and every part of a feasible plan is
+    feasible (usage ≥ 0), so any plan, π*'s included, can still be built: Φ = u* while the plan
+    is open, whatever it holds, and Φ = the plan's profit once it is closed. Turns are ignored:
+    a budget too short to undo a bad plan still counts as u* (the sum telescopes all the same).
+    Setting, clearing or resetting quantities gets A* = 0; `close_plan` gets profit(plan) − u*;
+    running out of turns closes the plan as it stands, also profit(plan) − u*. The profit is
+    summed as the World sums it, so Σ A* = u − u* on every trajectory, and π* closes at 0.
+
 Episode end
     after `close_plan`, or when the turn budget runs out: the plan as it stands is then
     closed and produced, with no further decisions.
@@ -270,8 +281,13 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     problem = plan_problem(theta, policy)
     if problem:
         raise ValueError(problem)
+    return _profit(theta, policy)
+
+
+def _profit(theta: dict, quantities) -> float:
+    """Σ profit·x added in product order: the World's own sum (its utility)."""
     total = 0.0
-    for p, q in zip(theta["profit"], policy):
+    for p, q in zip(theta["profit"], quantities):
         total += p * float(q)
     return float(total)
 
@@ -319,6 +335,35 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
              for j, q in enumerate(policy) if float(q) > 0]
     calls.append({"tool": "close_plan", "arguments": {}})
     return Episode(utility=utility, calls=calls, decisions=[float(q) for q in policy])
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential of a state is the best profit still reachable from it: u* while
+# the plan is open (every quantity can be changed again), the plan's profit once it is closed.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* by the family's own solve (HiGHS + the exact vertex): the potential of every open state."""
+    check_theta(theta)
+    u_star, _, _ = _highs(theta)
+    return {"u_star": u_star}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[float, ...]]:
+    """(whether the plan is closed, the planned quantity of every product in product order)."""
+    rows = world.db.execute("SELECT quantity FROM %s ORDER BY product" % world.t["plan"]).fetchall()
+    return bool(world._get("closed")), tuple(float(row[0]) for row in rows)
+
+
+def _potential(theta: dict, values: dict, state: tuple[bool, tuple[float, ...]]) -> float:
+    closed, plan = state
+    return _profit(theta, plan) if closed else values["u_star"]
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for setting, clearing or resetting quantities; profit − u* for the
+    close (by `close_plan` or, with `call` None, by running out of turns)."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
 def turn_budget(theta: dict) -> int:
@@ -544,6 +589,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=("profit", "usage", "capacity"),
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: the greedy fill is never worse than idling
