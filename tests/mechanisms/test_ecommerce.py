@@ -24,6 +24,7 @@ from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import ecommerce as ec
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.advantage import step_advantages
 
 FAM = registry.get("ecommerce")
 TOL = 1e-9
@@ -718,3 +719,76 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"ecommerce θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: A* = Q* − V* of the day's committed (order, price, ads), from the plain recursion.
+
+
+def _values(theta):
+    """V*(t, s, c), Q*(t, s, c; q, p, a) and I^{p,a}(t, s, c), the value of closing every remaining day
+    at price p and ads a with no orders (exact)."""
+
+    @functools.cache
+    def best(day, s, c):
+        if day == theta["horizon"]:
+            return Fraction(c)
+        return max(outcome_value(theta, day, s, c, q, p, a, best) for q, p, a in actions(theta, s, c))
+
+    @functools.cache
+    def idle(p, a, day, s, c):
+        if day == theta["horizon"]:
+            return Fraction(c)
+        return outcome_value(theta, day, s, c, 0, p, a, functools.partial(idle, p, a))
+
+    return best, (lambda day, s, c, q, p, a: outcome_value(theta, day, s, c, q, p, a, best)), idle
+
+
+ADVANTAGE_THETAS = TINY[:3] + TINY[6:9]
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS, ids=[_id(t) for t in ADVANTAGE_THETAS])
+def test_advantage_of_every_action_and_of_running_out_is_q_minus_v(theta):
+    best, q_star, idle = _values(theta)
+    values = FAM.decision_values(theta)
+    start = (theta["initial_stock"], theta["initial_cash"])
+    assert abs(values.u_star - float(best(0, *start) - theta["initial_cash"])) <= TOL
+    end_day = {"tool": "end_day", "arguments": {}}
+    for day, s, c in itertools.product(range(theta["horizon"]), range(theta["capacity"] + 1),
+                                       range(theta["cash_cap"] + 1)):
+        v = best(day, s, c)
+        for q, p, a in actions(theta, s, c):
+            before = (day, s, c, q, p, a, False)
+            got = FAM.advantage(theta, values, before, end_day, None)
+            assert abs(got - float(q_star(day, s, c, q, p, a) - v)) <= TOL, before
+            assert FAM.advantage(theta, values, before, {"tool": "set_price", "arguments": {"level": p}}, None) == 0
+            if q == 0:
+                got = FAM.advantage(theta, values, before, None, None)
+                assert abs(got - float(idle(p, a, day, s, c) - v)) <= TOL, before
+        assert FAM.advantage(theta, values, (day, s, c, 0, 1, 0, True), end_day, None) == 0.0  # bankrupt: over
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS[:4], ids=[_id(t) for t in ADVANTAGE_THETAS[:4]])
+def test_a_replayed_episode_scores_the_close_and_the_run_out(theta):
+    """Day 0: high price, low ads, one unit ordered if the cash pays it, then the close; day 1: low
+    price, then the episode is finished (run out). The close gets Q* − V* of day 0's state on the
+    episode's tickets, the settings and the order 0, the finish I^{low, low ads} − V* of day 1."""
+    best, q_star, idle = _values(theta)
+    s, c = theta["initial_stock"], theta["initial_cash"]
+    q = 1 if s < theta["capacity"] and order_cost(theta, 1) <= c else 0
+    calls = ([{"tool": "set_price", "arguments": {"level": 2}}, {"tool": "set_ads", "arguments": {"level": 1}}]
+             + [{"tool": "place_order", "arguments": {"quantity": 1}}] * q
+             + [{"tool": "end_day", "arguments": {}}, {"tool": "set_price", "arguments": {"level": 0}}])
+    for seed in range(3):  # seeds 1 and 2 end some of these θ in bankruptcy at the close
+        config = {"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": FAM.turn_budget(theta)}
+        steps = step_advantages(FAM, config, calls)
+        ticket = ec.World.ticket_path(theta, seed)[0]
+        broke, _, _, after = step(theta, s, c, q, 2, 1, ticket_demand(theta["demand_weights"][traffic(theta, 0)][2][1],
+                                                                     ticket))
+        expected = [0.0] * (2 + q) + [q_star(0, s, c, q, 2, 1) - best(0, s, c), 0.0]
+        # bankrupt at the close: the episode is over, the last call refused and nothing runs out
+        finish = 0 if broke else idle(0, 1, 1, *after) - best(1, *after)
+        assert len(steps.per_call) == len(expected)
+        for got, want in zip(steps.per_call, expected):
+            assert abs(got - float(want)) <= TOL, (seed, steps.per_call, expected)
+        assert abs(steps.finish - float(finish)) <= TOL, (seed, steps.finish, finish)

@@ -65,6 +65,18 @@ Reward
     (then the final cash is the negative balance of that night). r = clip01((u − u_default) /
     (u* − u_default)) with both references played on the same episode seed (the same tickets).
 
+Advantages
+    The solver's state is (day t, stock s, cash c): the World's day, stock on hand and cash at
+    the start of the day (nothing is in transit then; the owner's account is sunk); the day's
+    action is (q, p, a) as `end_day` commits it: today's pending order and the storefront's
+    price and ad levels. `end_day` gets A* = Q*_t(s, c; q, p, a) − V*_t(s, c), Q* = the
+    expected outcome over the day's demand on V*_{t+1} (bankruptcy included), by the evaluator's
+    sum over demands (the solver merges demands ≥ stock; the two agree to rounding); setting the
+    price or the ads and placing or cancelling an order only set the action (A* = 0). Running
+    out of turns drops today's order and closes every remaining day at the current price and
+    ads: A* = I^{pa}_t(s, c) − V*_t(s, c), I^{pa} the value of that continuation (the same
+    recursion with q = 0 and (p, a) fixed). Floats, as the solver's.
+
 Episode end
     after the last day's `end_day`, at bankruptcy, or when the turn budget runs out: today's
     pending order is then dropped and the remaining days are closed with the current price
@@ -281,26 +293,41 @@ class _Process:
             total[first:] += outcome[lo:hi]
         return total  # [g, pa, c̃]
 
+    def outcomes(self, day: int, value: np.ndarray, states: np.ndarray, q: np.ndarray, pa: np.ndarray) -> np.ndarray:
+        """Expected outcome on `day` of order q[i] and price·ad pa[i] in state states[i], given tomorrow's
+        values, summed over every demand (the evaluator's form; every order must be feasible)."""
+        post = self.choice[states, q]
+        g, cash = post // self.n_cash, post % self.n_cash
+        end = cash[:, None] + self.delta[g, pa]  # [i, d]
+        outcome = self.night(value)[self.next_stock[g] * self.n_end + end - self.e_min]
+        return (outcome * self.probabilities[self.levels[day]][pa]).sum(axis=1)
 
-def _bellman(theta: dict) -> tuple[float, np.ndarray]:
-    proc = _Process(theta)
-    horizon, cap = theta["horizon"], theta["capacity"]
-    value = proc.terminal()
+
+def _backward(proc: _Process) -> tuple[list[np.ndarray], np.ndarray]:
+    """V_t over the states n = s·(K + 1) + c for t = 0 … H (V_H(s, c) = c) and π* [day, state, (q, p, a)]."""
+    horizon = proc.theta["horizon"]
+    values = [proc.terminal()]
     states = np.arange(proc.n_states)
     policy = np.zeros((horizon, proc.n_states, 3), dtype=np.int16)
     for day in range(horizon - 1, -1, -1):
-        table = proc.post_values(day, value).transpose(0, 2, 1).reshape(proc.no_post, LEVELS * LEVELS)
+        table = proc.post_values(day, values[-1]).transpose(0, 2, 1).reshape(proc.no_post, LEVELS * LEVELS)
         best_pa = table.argmax(axis=1)
         post_value = np.append(table[np.arange(proc.no_post), best_pa], -np.inf)
         by_order = post_value[proc.choice]  # [state, q]
         q = by_order.argmax(axis=1)
-        value = by_order[states, q]
+        values.append(by_order[states, q])
         pa = np.append(best_pa, 0)[proc.choice[states, q]]
         policy[day, :, 0] = q
         policy[day, :, 1] = pa // LEVELS
         policy[day, :, 2] = pa % LEVELS
-    u_star = float(value[proc.start()]) - theta["initial_cash"]
-    return u_star, policy.reshape(horizon, cap + 1, proc.n_cash, 3)
+    return values[::-1], policy
+
+
+def _bellman(theta: dict) -> tuple[float, np.ndarray]:
+    proc = _Process(theta)
+    values, policy = _backward(proc)
+    u_star = float(values[0][proc.start()]) - theta["initial_cash"]
+    return u_star, policy.reshape(theta["horizon"], theta["capacity"] + 1, proc.n_cash, 3)
 
 
 def state_space(theta: dict) -> int:
@@ -381,13 +408,9 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     proc = _Process(theta)
     plan = _check_plan(theta, proc, policy)
     value = proc.terminal()
+    states = np.arange(proc.n_states)
     for day in range(theta["horizon"] - 1, -1, -1):
-        post = proc.choice[np.arange(proc.n_states), plan[day, :, 0]]
-        g, cash = post // proc.n_cash, post % proc.n_cash
-        pa = plan[day, :, 1] * LEVELS + plan[day, :, 2]
-        end = cash[:, None] + proc.delta[g, pa]  # [state, d]
-        outcome = proc.night(value)[proc.next_stock[g] * proc.n_end + end - proc.e_min]
-        value = (outcome * proc.probabilities[proc.levels[day]][pa]).sum(axis=1)
+        value = proc.outcomes(day, value, states, plan[day, :, 0], plan[day, :, 1] * LEVELS + plan[day, :, 2])
     return float(value[proc.start()]) - theta["initial_cash"]
 
 
@@ -500,6 +523,63 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     if utility is None:
         utility = owner + cash - theta["initial_cash"]
     return Episode(utility=float(utility), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (day, stock, cash) as the solver indexes it; the day's action is
+# (order, price level, ad level) as committed by `end_day`. Q*_t(s, c; q, p, a) is `outcomes` on V*_{t+1}.
+
+
+class _Values:
+    """What the solver knows of θ: V*_t for t = 0 … H, and (filled when first asked) the value
+    I^{pa}_t of closing every remaining day at price·ad pa with no orders."""
+
+    def __init__(self, theta: dict):
+        self.proc = _Process(theta)
+        self.optimal, _ = _backward(self.proc)
+        self.u_star = float(self.optimal[0][self.proc.start()]) - theta["initial_cash"]
+        self._idle: dict[int, list[np.ndarray]] = {}
+
+    def q(self, day: int, state: int, order: int, pa: int) -> float:
+        chosen = self.proc.outcomes(day, self.optimal[day + 1], np.array([state]), np.array([order]), np.array([pa]))
+        return float(chosen[0])
+
+    def idle(self, day: int, state: int, pa: int) -> float:
+        if pa not in self._idle:  # the run-out continuation: the same recursion with q = 0 and pa fixed
+            proc, states = self.proc, np.arange(self.proc.n_states)
+            values = [proc.terminal()]
+            for t in range(proc.theta["horizon"] - 1, -1, -1):
+                values.append(proc.outcomes(t, values[-1], states, np.zeros_like(states), np.full_like(states, pa)))
+            self._idle[pa] = values[::-1]
+        return float(self._idle[pa][day][state])
+
+
+def decision_values(theta: dict) -> _Values:
+    """V*_t over every (day, stock, cash) by the solver's recursion; u* = V*_0 − initial cash."""
+    check_theta(theta)
+    return _Values(theta)
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, int, int, int, int, bool]:
+    """(day, stock on hand, cash, ordered today, price level, ad level, bankrupt) as the World has them."""
+    return (world._get("day"), world._on_hand(), world._cash(), world._get("pending"), world._get("price_level"),
+            world._get("ad_level"), bool(world._get("bankrupt")))
+
+
+def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, after: tuple) -> float:
+    """`end_day`: Q*_t(s, c; today's order, price, ads) − V*_t(s, c); setting the price or the ads and
+    placing or cancelling an order (tentative) 0; running out: I^{pa}_t(s, c) − V*_t(s, c) with the
+    current price and ads (today's order dropped, no orders on the remaining days)."""
+    day, stock, cash, pending, price, ad, bankrupt = before
+    if bankrupt or day >= theta["horizon"]:
+        return 0.0
+    state = stock * values.proc.n_cash + cash
+    best = float(values.optimal[day][state])
+    if call is None:
+        return values.idle(day, state, price * LEVELS + ad) - best
+    if call["tool"] != "end_day":
+        return 0.0
+    return values.q(day, state, pending, price * LEVELS + ad) - best
 
 
 def turn_budget(theta: dict) -> int:
@@ -896,6 +976,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
