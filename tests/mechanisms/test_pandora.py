@@ -557,3 +557,60 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"pandora θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: A* = Q* − V* of every call, from the expectimax above.
+
+
+def q_open(theta, opened, best, box):
+    """Q*(opened, best, open box): its fee, then the expectimax of every prize it may hold."""
+    return -theta["costs"][box] + sum(p * expectimax(theta, opened | {box}, max(best, v)) for v, p in dist(theta, box))
+
+
+def expected_advantages(theta, prizes, calls, budget):
+    """A* of every call by the Model: open_box Q* − V*, stop (or the turns running out: the best is
+    taken) best − V*; refused calls 0 and no turn; nothing after the end."""
+    opened, best, turns, out, over = frozenset(), theta["fallback"], 0, [], False
+    for call in calls:
+        box = call["arguments"].get("box")
+        if over or (call["tool"] == "open_box" and (box in opened or len(opened) >= theta["max_open"])):
+            out.append(Fraction(0))
+            continue
+        value = expectimax(theta, opened, best)
+        if call["tool"] == "stop_and_take":
+            out.append(best - value)
+            over = True
+            continue
+        out.append(q_open(theta, opened, best, box) - value)
+        opened, best, turns = opened | {box}, max(best, prizes[box]), turns + 1
+        if turns == budget:  # the last turn: the best so far is taken
+            out[-1] += best - expectimax(theta, opened, best)
+            over = True
+    return out, (Fraction(0) if over else best - expectimax(theta, opened, best))
+
+
+@pytest.mark.parametrize("theta", HAND[2:4] + [HAND[5], SIM[2]], ids=_id)
+def test_every_call_has_the_advantage_of_the_expectimax(theta):
+    from vhd.tasks.advantage import step_advantages
+
+    rng = np.random.default_rng(19)
+    star = FAM.solve(theta).policy
+    for seed in range(6):
+        prizes = pan.World.draw(theta, seed)
+        boxes = [{"tool": "open_box", "arguments": {"box": int(b)}} for b in rng.permutation(theta["n_boxes"])]
+        stop = {"tool": "stop_and_take", "arguments": {}}
+        for calls, budget in ((FAM.simulate(theta, star, seed).calls, 30), (boxes + [stop], 30),
+                              (boxes[:1] + [stop], 30), (boxes[:2], 30), (boxes, 2)):
+            config = {"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": budget}
+            steps = step_advantages(FAM, config, calls)
+            per_call, finish = expected_advantages(theta, prizes, calls, budget)
+            assert steps.per_call == pytest.approx([float(a) for a in per_call], abs=1e-9), (seed, calls)
+            assert steps.finish == pytest.approx(float(finish), abs=1e-9)
+    # a worse first box: its regret is exactly what the expectimax says it costs
+    first = min(range(theta["n_boxes"]), key=lambda i: q_open(theta, frozenset(), theta["fallback"], i))
+    regret = q_open(theta, frozenset(), theta["fallback"], first) - expectimax(theta)
+    config = {"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": 30}
+    assert regret < 0
+    assert step_advantages(FAM, config, [{"tool": "open_box", "arguments": {"box": first}}]).per_call[0] == \
+        pytest.approx(float(regret), abs=1e-9)

@@ -38,6 +38,17 @@ Reward
     (u* − u_default)) where both references are played on the same episode seed (the same
     prizes inside the boxes); the default opens boxes 0, 1, … up to the cap, blind to fees.
 
+Advantages
+    The solver's state is (opened set, best prize): the mask of the boxes in the World's openings
+    table and the prize kept on stopping now (max(fallback, prizes found)), as the level index b;
+    V*(mask, b) is the backward induction's table. `open_box(i)` has A* = Q*(mask, b, open i) −
+    V*(mask, b), with Q* = E[V*(mask + i, max(b, X_i))] − costs[i] from the solver's own step
+    (fees count when paid, so the realised prize is the exogenous noise); `stop_and_take` and
+    running out of turns (the best prize is taken) have A* = level b − V*(mask, b). Turns are not
+    part of the state (the turn budget has room for max_open openings and the stop; a shorter one
+    would lower the true V*, and Σ A* still telescopes to u − u* less the prize surprises). In the
+    solver's floats: π*'s calls repeat its own sums, so their A* is 0 exactly.
+
 Episode end
     after `stop_and_take`, or when the turn budget runs out: the player then takes the best
     prize found so far (or the fallback) and no further box is opened.
@@ -155,31 +166,35 @@ class _Process:
             total += p * row[j]
         return total - self.costs[box]
 
+    def action_value(self, value: list[list[float]], mask: int, b: int, action: int) -> float:
+        """Q*(mask, b, action): the level b kept on stopping (action −1), or opening box `action`."""
+        return float(self.levels[b]) if action < 0 else self.q(value, mask, b, action)
+
     def valid_actions(self, mask: int) -> list[int]:
         if self.popcount[mask] >= self.cap:
             return [-1]
         return [-1] + [i for i in range(self.n) if not mask >> i & 1]
 
 
-def _backward(theta: dict) -> tuple[float, np.ndarray]:
+def _backward(theta: dict) -> tuple[_Process, list[list[float]], np.ndarray]:
+    """(the process, V*[mask][b] for every state, π*): the first action whose Q* beats the best so
+    far by more than TOL, stopping first."""
     proc = _Process(theta)
     masks, n_levels = proc.shape
     value: list[list[float]] = [[0.0] * n_levels for _ in range(masks)]
     policy = np.full(proc.shape, -1, dtype=np.int8)
     for mask in range(masks - 1, -1, -1):
         row = value[mask]
-        free = proc.popcount[mask] < proc.cap
+        actions = proc.valid_actions(mask)
         for b in range(n_levels):
-            best, act = float(proc.levels[b]), -1
-            if free:
-                for i in range(proc.n):
-                    if not mask >> i & 1:
-                        q = proc.q(value, mask, b, i)
-                        if q > best + TOL:
-                            best, act = q, i
+            best, act = proc.action_value(value, mask, b, -1), -1
+            for i in actions[1:]:
+                q = proc.action_value(value, mask, b, i)
+                if q > best + TOL:
+                    best, act = q, i
             row[b] = best
             policy[mask, b] = act
-    return value[0][proc.index[theta["fallback"]]], policy
+    return proc, value, policy
 
 
 def plan_spec(theta: dict) -> PlanSpec:
@@ -215,7 +230,7 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
         row, acts = value[mask], table[mask]
         for b in range(n_levels):
             a = acts[b]
-            row[b] = float(proc.levels[b]) if a < 0 else proc.q(value, mask, b, a)
+            row[b] = proc.action_value(value, mask, b, a)
     return value[0][proc.index[theta["fallback"]]]
 
 
@@ -281,7 +296,8 @@ def solve(theta: dict) -> Solution:
     proc = _Process(theta)
 
     def run():
-        value, policy = _backward(theta)
+        _, table, policy = _backward(theta)
+        value = table[0][proc.index[theta["fallback"]]]
         if theta["max_open"] >= theta["n_boxes"]:
             index_value = evaluate(theta, weitzman_policy(theta))
             if abs(index_value - value) > 1e-6 * max(1.0, abs(value)):
@@ -351,6 +367,35 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
         mask |= 1 << box
     calls.append({"tool": "stop_and_take", "arguments": {}})
     return Episode(utility=float(best - paid), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the state is (opened mask, best prize kept on stopping, stopped); Q* and V*
+# from the backward induction's own table and step (_Process.action_value).
+
+
+def decision_values(theta: dict) -> dict:
+    """The process and V*[mask][b] of the backward induction; u* = V*(∅, fallback)."""
+    proc, value, _ = _backward(theta)
+    return {"u_star": value[0][proc.index[theta["fallback"]]], "process": proc, "value": value}
+
+
+def decision_state(theta: dict, world) -> tuple[int, int, bool]:
+    """(mask of the opened boxes, the prize kept on stopping now, whether the episode has ended)."""
+    boxes = world.db.execute("SELECT box_id FROM %s" % world.t["openings"]).fetchall()
+    return sum(1 << box for box, in boxes), world._best()[0], bool(world._get("stopped"))
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Opening box i is worth Q*(mask, b, i), stopping (or running out) the level b in hand, each
+    less V*(mask, b)."""
+    mask, best, stopped = before
+    if stopped:
+        return 0.0
+    proc, value = values["process"], values["value"]
+    b = proc.index[best]
+    action = call["arguments"]["box"] if call is not None and call["tool"] == "open_box" else -1
+    return proc.action_value(value, mask, b, action) - value[mask][b]
 
 
 def turn_budget(theta: dict) -> int:
@@ -593,6 +638,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
