@@ -421,3 +421,51 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"routing θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential Φ = realised so far + the best completion, by enumeration.
+
+
+def best_completion(theta, route):
+    """The best utility of any allowed plan that starts with `route`: every ordering of every subset
+    of the stops left, appended."""
+    rest = [k for k in range(1, theta["n_stops"] + 1) if k not in route]
+    return max(utility(theta, route + list(more)) for m in range(len(rest) + 1)
+               for tail in itertools.combinations(rest, m) for more in itertools.permutations(tail)
+               if allowed(theta, route + list(more)))
+
+
+@pytest.mark.parametrize("theta", [t for t in TINY if 3 <= t["n_stops"] <= 6][::4], ids=_id)
+def test_each_drive_is_worth_the_change_in_the_best_completion(theta):
+    from vhd.tasks.advantage import step_advantages
+
+    rng = np.random.default_rng(19)
+    u_star = best_completion(theta, [])
+    n = theta["n_stops"]
+    for trial in range(8):
+        # random drives (some refused: visited, or no time to get home), then home, or cut by the turns
+        calls = [{"tool": "drive_to", "arguments": {"stop": int(k)}} for k in rng.integers(1, n + 1, size=n + 2)]
+        budget = 3 + trial if trial % 2 else 40
+        if trial % 4 == 3:
+            calls.append({"tool": "return_to_depot", "arguments": {}})
+        config = {"params": theta, "presentation": "I", "episode_seed": trial, "turn_budget": budget}
+        steps = step_advantages(FAM, config, calls)
+        route, expected, turns, done = [], [], 0, False
+        for call in calls:
+            stop = call["arguments"].get("stop")
+            if done or (call["tool"] == "drive_to" and (stop in route or not allowed(theta, route + [stop]))):
+                expected.append(0)
+                continue
+            before = best_completion(theta, route)
+            if call["tool"] == "return_to_depot":
+                expected.append(utility(theta, route) - before)
+                done = True
+                continue
+            route, turns = route + [stop], turns + 1
+            done = turns == budget  # the last turn: the van drives home with it
+            expected.append((utility(theta, route) if done else best_completion(theta, route)) - before)
+        finish = 0 if done else utility(theta, route) - best_completion(theta, route)
+        assert steps.per_call == [float(a) for a in expected] and steps.finish == float(finish), (calls, budget)
+        assert steps.utility == utility(theta, route)
+        assert steps.total == steps.utility - u_star  # Σ A* = u − u*, exactly

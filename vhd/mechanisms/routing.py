@@ -37,6 +37,18 @@ Reward
     (0 for staying at the depot). r = clip01((u − u_default) / (u* − u_default)) with u_default
     the nearest-neighbour plan's utility.
 
+Advantages
+    A potential: Φ(state) = the best utility of a round that extends the one driven so far, i.e.
+    (payments collected − travel_cost × minutes driven) + the best completion from the van's
+    position and clock with the visited stops closed (`_best_completion`, the solver's Held–Karp
+    on the stops still open; Φ at the start is u*), and the realised utility once the van is back
+    for good. The state is read from the World: position, clock, the visited stops, the legs'
+    payments and minutes, and whether the round has ended. `drive_to` and `return_to_depot` have
+    A* = Φ(after) − Φ(before), and so does running out of turns (the van drives home); so Σ A* =
+    u − u* on every trajectory, exactly (integers). Turns are ignored: Φ is the best completion
+    whatever the turns left (a budget too short for it would make the true best lower; the sum
+    telescopes all the same).
+
 Episode end
     after `return_to_depot`, or when the turn budget runs out (the van then drives straight
     back to the depot from where it is, which the driving rule always allows; no further stops).
@@ -105,50 +117,62 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
 # The exact solver: Held–Karp over (visited set, last stop).
 
 
-def _held_karp(theta: dict) -> tuple[float, np.ndarray]:
+def _best_completion(theta: dict, position: int = 0, clock: int = 0,
+                     visited: frozenset[int] = frozenset()) -> tuple[int, list[int]]:
+    """The best way to finish the round from the van at `position` at minute `clock` with `visited`
+    stops behind it: (rewards of the stops still to visit − travel_cost × the minutes still to drive,
+    the return leg included; those stops in order). Held–Karp over the stops still open; from the
+    depot at minute 0 it is the whole problem (u*, π*)."""
     n, budget, cost = theta["n_stops"], theta["budget"], theta["travel_cost"]
     t = np.array(theta["travel"], dtype=np.int64)
     rewards = np.array(theta["rewards"], dtype=np.int64)
+    stops = np.array([k for k in range(1, n + 1) if k not in visited], dtype=np.int64)  # local j ↔ stops[j]
+    r = len(stops)
     inf = np.iinfo(np.int64).max // 4
-    full = 1 << n
-    # arrive[mask, j]: least clock on arriving at stop j + 1 having visited exactly `mask`
-    # (bit j ↔ stop j + 1), every step obeying the return rule; parent: the previous stop (0 = depot)
-    arrive = np.full((full, n), inf, dtype=np.int64)
-    parent = np.full((full, n), -1, dtype=np.int64)
-    home = t[1:, 0]
-    for j in range(n):
-        if t[0, j + 1] + home[j] <= budget:
-            arrive[1 << j, j] = t[0, j + 1]
-            parent[1 << j, j] = 0
-    legs = t[1:, 1:]
+    full = 1 << r
+    # arrive[mask, j]: least clock on arriving at stops[j] having visited exactly `mask` of the open
+    # stops (bit j ↔ stops[j]), every step obeying the return rule; parent: the previous one (−1 = start)
+    arrive = np.full((full, r), inf, dtype=np.int64)
+    parent = np.full((full, r), -1, dtype=np.int64)
+    home = t[stops, 0]
+    first = t[position, stops]
+    for j in range(r):
+        if clock + first[j] + home[j] <= budget:
+            arrive[1 << j, j] = clock + first[j]
+    legs = t[np.ix_(stops, stops)]
     for mask in range(1, full):
         row = arrive[mask]
         for j in np.flatnonzero(row < inf):
             times = row[j] + legs[j]
-            for k in range(n):
+            for k in range(r):
                 if mask >> k & 1:
                     continue
                 nxt = mask | (1 << k)
                 if times[k] + home[k] <= budget and times[k] < arrive[nxt, k]:
                     arrive[nxt, k] = times[k]
-                    parent[nxt, k] = j + 1
-    best, best_state = 0, None
+                    parent[nxt, k] = j
+    best, best_state = -cost * int(t[position, 0]), None
     prize = np.zeros(full, dtype=np.int64)
-    for j in range(n):
-        prize[1 << j:2 << j] = prize[:1 << j] + rewards[j + 1]
+    for j in range(r):
+        prize[1 << j:2 << j] = prize[:1 << j] + rewards[stops[j]]
     for mask in range(1, full):
         for j in np.flatnonzero(arrive[mask] < inf):
-            value = int(prize[mask]) - cost * int(arrive[mask, j] + home[j])
+            value = int(prize[mask]) - cost * int(arrive[mask, j] - clock + home[j])
             if value > best:
                 best, best_state = value, (mask, int(j))
     order = []
     while best_state is not None:
         mask, j = best_state
-        order.append(j + 1)
+        order.append(int(stops[j]))
         previous = int(parent[mask, j])
-        best_state = None if previous == 0 else (mask & ~(1 << j), previous - 1)
+        best_state = None if previous < 0 else (mask & ~(1 << j), previous)
     order.reverse()
-    policy = np.full(n, -1, dtype=np.int16)
+    return best, order
+
+
+def _held_karp(theta: dict) -> tuple[float, np.ndarray]:
+    best, order = _best_completion(theta)
+    policy = np.full(theta["n_stops"], -1, dtype=np.int16)
     policy[:len(order)] = order
     return float(best), policy
 
@@ -288,6 +312,43 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     calls = [{"tool": "drive_to", "arguments": {"stop": s}} for s in route]
     calls.append({"tool": "return_to_depot", "arguments": {}})
     return Episode(utility=float(_play(theta, route)[0]), calls=calls, decisions=list(route))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential Φ(state) = realised so far + the best completion (Held–Karp on
+# the stops still open), cached by (position, clock, visited) per θ.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* and a cache of best completions, keyed (position, clock, visited stops)."""
+    u_star, _ = _best_completion(theta)
+    return {"u_star": float(u_star), "completions": {(0, 0, ()): u_star}}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, int, int, tuple[int, ...], int, int]:
+    """(ended, position, clock, the visited stops in order of number, payments collected, minutes driven)."""
+    visited = world.db.execute("SELECT stop_id FROM %s WHERE status = 'visited' ORDER BY stop_id"
+                               % world.t["stops"]).fetchall()
+    collected, minutes = world._totals()
+    return (bool(world._get("ended")), world._get("position"), world._get("clock"), tuple(k for k, in visited),
+            collected, minutes)
+
+
+def _potential(theta: dict, values: dict, state: tuple) -> int:
+    """Φ: the realised utility once ended, else what is realised so far plus the best completion."""
+    ended, position, clock, visited, collected, minutes = state
+    so_far = collected - theta["travel_cost"] * minutes
+    if ended:
+        return so_far
+    key = (position, clock, visited)
+    if key not in values["completions"]:
+        values["completions"][key] = _best_completion(theta, position, clock, frozenset(visited))[0]
+    return so_far + values["completions"][key]
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before), for a drive, the return and running out alike."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
 def turn_budget(theta: dict) -> int:
@@ -530,6 +591,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
