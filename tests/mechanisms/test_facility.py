@@ -402,3 +402,40 @@ def test_a_world_that_serves_from_closed_depots_is_rejected():
 def test_a_world_whose_cost_serves_from_closed_depots_is_rejected():
     verdicts = _rejected(-1, '"WHERE site_id IN (%s) GROUP BY town_id)"', '"GROUP BY town_id)"')
     assert failed(verdicts) & {"replay_agreement", "dynamics_agreement", "no_policy_beats_optimum"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: Φ = u* until the network is final (every decision can be revised), −C(S) after.
+
+
+@pytest.mark.parametrize("theta", TINY[2:] + [random_tiny(s) for s in (1, 2, 3)] + [sampled(0)])
+def test_only_finalizing_has_an_advantage_and_it_is_the_regret(theta):
+    from vhd.tasks.advantage import step_advantages
+
+    rng = np.random.default_rng(19)
+    u_star = brute_force(theta)[0]
+    n = theta["n_sites"]
+    for trial in range(8):
+        # random openings and closings (some refused: already open, not open), then finalize or run out
+        calls = [{"tool": "open_site" if rng.random() < 0.6 else "close_site", "arguments": {"site": int(s)}}
+                 for s in rng.integers(0, n, size=2 * n + 2)]
+        if trial % 2:
+            calls.append({"tool": "finalize_network", "arguments": {}})
+        budget = 2 + trial if trial % 3 == 2 else 50
+        config = {"params": theta, "presentation": "I", "episode_seed": trial, "turn_budget": budget}
+        steps = step_advantages(FAM, config, calls)
+        chosen, expected, turns, done = set(), [], 0, False
+        for call in calls:
+            site = call["arguments"].get("site")
+            if done or (call["tool"] == "open_site") == (site in chosen) and call["tool"] != "finalize_network":
+                expected.append(0)
+                continue
+            if call["tool"] != "finalize_network":
+                chosen ^= {site}
+                turns += 1
+            done = call["tool"] == "finalize_network" or turns == budget
+            expected.append(-cost(theta, sorted(chosen) or [0]) - u_star if done else 0)
+        finish = 0 if done else -cost(theta, sorted(chosen) or [0]) - u_star
+        assert steps.per_call == [float(a) for a in expected] and steps.finish == float(finish), (calls, budget)
+        assert steps.utility == -cost(theta, sorted(chosen) or [0])
+        assert steps.total == steps.utility - u_star  # Σ A* = u − u*, exactly

@@ -37,6 +37,16 @@ Reward
     (lowest number on ties) plus every depot whose opening cost is strictly below the median
     opening cost.
 
+Advantages
+    A potential: every opening and closing can be revised until the network is finalized, so the
+    best utility reachable from any unfinished state is u* (the MILP's optimum), and Φ of a
+    finalized network is its utility −C(S). The state read from the World is (whether the network
+    is final, the open depots). `open_site` and `close_site` have A* = 0; `finalize_network`, and
+    running out of turns (the network finalized as it stands, depot 0 alone if none is open),
+    have A* = −C(S) − u*; so Σ A* = u − u* on every trajectory, exactly (integers). Turns are
+    ignored: with too few turns left to reach S* the true best is lower, but the sum telescopes
+    all the same.
+
 Episode end
     after `finalize_network`, or when the turn budget runs out: the network is finalized as it
     stands. If no depot is open at that moment (or when `finalize_network` is called on an empty
@@ -219,6 +229,36 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     calls = [{"tool": "open_site", "arguments": {"site": s}} for s in chosen]
     calls.append({"tool": "finalize_network", "arguments": {}})
     return Episode(utility=evaluate(theta, y), calls=calls, decisions=chosen)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential Φ = u* until the network is final (every decision can still be
+# revised), then the final network's utility.
+
+
+def decision_values(theta: dict) -> dict:
+    """u*, the MILP's optimum (an integer)."""
+    check_theta(theta)
+    return {"u_star": _milp(theta)[0]}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
+    """(whether the network is final, the open depots in order of number)."""
+    return bool(world._get("final")), tuple(world._open())
+
+
+def _potential(theta: dict, values: dict, state: tuple) -> float:
+    final, sites = state
+    if not final:
+        return values["u_star"]
+    y = np.zeros(theta["n_sites"], dtype=np.int64)
+    y[list(sites or (0,))] = 1
+    return evaluate(theta, y)
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for an opening or a closing, −C(S) − u* for finalizing (or running out)."""
+    return _potential(theta, values, after) - _potential(theta, values, before)
 
 
 def turn_budget(theta: dict) -> int:
@@ -465,6 +505,9 @@ register(Family(
     evaluate=evaluate,
     plan_spec=plan_spec,
     simulate=simulate,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     # z = (u_default − u_idle) / (u* − u_idle): below −3 the null plan (depot 0 alone) would beat the
