@@ -515,3 +515,92 @@ def test_a_solver_that_fails_is_a_solver_error_with_a_reason():
     theta = dict(smallest_theta(FAM), budget=2 ** 50)
     with pytest.raises(SolverError, match="Clarabel"):
         FAM.solve(theta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (exact advantages), from the Model: every amount can be set again, released
+# or reset, and every part of a feasible allocation is feasible (amounts ≥ 0), so the best
+# objective reachable from an open allocation is the QP optimum (face enumeration); a committed
+# allocation is worth f(x).
+
+
+def _advantage_config(theta, budget=None):
+    return {"params": theta, "presentation": "I", "episode_seed": 0,
+            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+
+
+def _accepted(theta, amounts, call):
+    """The allocation after one call under the Model's rules (a refused call leaves it as it is)."""
+    tool, args, new = call["tool"], call["arguments"], list(amounts)
+    asset = args.get("asset", 0) - 1
+    if tool == "allocate" and 0 <= asset < theta["assets"]:
+        new[asset] = args["amount"]
+    elif tool == "release_asset" and 0 <= asset < theta["assets"] and amounts[asset] != 0:
+        new[asset] = 0.0
+    elif tool == "reset_allocation" and any(amounts):
+        new = [0.0] * theta["assets"]
+    fits = all(v <= c + TOL for v, c in zip(new, theta["caps"])) and sum(new) <= theta["budget"] + TOL
+    return new if fits else amounts
+
+
+def _random_qp_calls(theta, rng, length):
+    calls = []
+    for _ in range(length):
+        tool = str(rng.choice(["allocate", "allocate", "release_asset", "reset_allocation", "get_risk_model",
+                               "view_objective", "commit_allocation"], p=[.35, .15, .15, .05, .1, .1, .1]))
+        asset = int(rng.integers(1, theta["assets"] + 2))  # one past the last project: refused
+        args = {"asset": asset, "amount": float(rng.choice([0.0, 0.5, 1.25, 2.0, 3.0, 4.0, 9.0]))} \
+            if tool == "allocate" else {"asset": asset} if tool == "release_asset" else {}
+        calls.append({"tool": tool, "arguments": args})
+    return calls
+
+
+def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = HAND[0]  # 10x + 5y − 0.1((x + y)² + x² + y²), x, y ≤ 4, x + y ≤ 5
+    best, best_x = enumerate_optimum(theta)
+    assert best_x == [4, 1] and float(best) == pytest.approx(45 - 0.1 * 42, abs=1e-12)
+    # a plan no optimum makes (everything on project 2) can still be undone: Q* = V*, advantage 0;
+    # committing it costs what it misses
+    bad = [{"tool": "allocate", "arguments": {"asset": 2, "amount": 4.0}},
+           {"tool": "commit_allocation", "arguments": {}}]
+    steps = step_advantages(FAM, _advantage_config(theta), bad)
+    assert steps.per_call[0] == 0.0 and steps.finish == 0.0
+    assert steps.per_call[1] == pytest.approx(float(objective(theta, [0, 4]) - best), abs=1e-12)
+    undone = bad[:1] + [{"tool": "reset_allocation", "arguments": {}}] + FAM.simulate(theta, FAM.solve(theta).policy, 0).calls
+    steps = step_advantages(FAM, _advantage_config(theta), undone)
+    assert set(steps.per_call) == {0.0} and steps.utility == pytest.approx(float(best), abs=1e-12)
+    rng = np.random.default_rng(19)
+    for theta in HAND[:6]:
+        best = float(enumerate_optimum(theta)[0])
+        for _ in range(6):
+            calls = _random_qp_calls(theta, rng, 10)
+            amounts, expected, committed = [0.0] * theta["assets"], [], False
+            for call in calls:
+                if not committed and call["tool"] == "commit_allocation":
+                    expected.append(float(objective(theta, amounts)) - best)
+                    committed = True
+                else:
+                    amounts = amounts if committed else _accepted(theta, amounts, call)
+                    expected.append(0.0)
+            steps = step_advantages(FAM, _advantage_config(theta), calls)
+            finish = 0.0 if committed else float(objective(theta, amounts)) - best
+            assert steps.per_call == pytest.approx(expected, abs=1e-9) and steps.finish == pytest.approx(finish, abs=1e-9)
+            assert steps.utility == pytest.approx(float(objective(theta, amounts)), abs=1e-9)
+            assert steps.total == pytest.approx(steps.utility - best, abs=1e-9)
+
+
+def test_running_out_of_turns_adds_the_commit_advantage_to_the_last_call():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = HAND[5]
+    best = float(enumerate_optimum(theta)[0])
+    calls = [{"tool": "allocate", "arguments": {"asset": 1, "amount": 2.0}},
+             {"tool": "view_objective", "arguments": {}},
+             {"tool": "allocate", "arguments": {"asset": 2, "amount": 1.0}},
+             {"tool": "commit_allocation", "arguments": {}}]
+    steps = step_advantages(FAM, _advantage_config(theta, budget=3), calls)
+    u = float(objective(theta, [2, 1, 0]))
+    assert steps.per_call[:2] == [0.0, 0.0] and steps.per_call[3] == 0.0 and steps.finish == 0.0
+    assert steps.per_call[2] == pytest.approx(u - best, abs=1e-9) and steps.utility == pytest.approx(u, abs=1e-12)

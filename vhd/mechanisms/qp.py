@@ -33,6 +33,18 @@ Reward
     r = clip01((u − u_default) / (u* − u_default)); the family is deterministic, so the
     episode seed is ignored.
 
+Advantages
+    The solver's state is (committed, allocation): the state table's flag and the positions
+    table's amounts. A* is the change of the potential Φ = the best objective reachable from the
+    state: every amount can be set again, released or reset, and every part of a feasible
+    allocation is feasible (amounts ≥ 0), so any allocation, x*'s included, can still be made:
+    Φ = u* while the allocation is open, whatever it holds, and Φ = f(allocation) once it is
+    committed. Turns are ignored: a budget too short to undo a bad allocation still counts as
+    u* (the sum telescopes all the same). Allocating, releasing or resetting gets A* = 0;
+    `commit_allocation` gets f(allocation) − u*; running out of turns commits the allocation as
+    it stands, also f(allocation) − u*. f is computed by the World's own `objective`, so
+    Σ A* = u − u* on every trajectory, and π* commits at 0.
+
 Episode end
     after `commit_allocation`, or when the turn budget runs out (the current allocation is
     then committed as it stands, with no further changes).
@@ -336,6 +348,35 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     return Episode(utility=utility, calls=calls, decisions=x)
 
 
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential of a state is the best objective still reachable from it: u*
+# while the allocation is open (every amount can be changed again), f(x) once it is committed.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* by the family's own solve (Clarabel + the exact KKT polish): the potential of every open state."""
+    check_theta(theta)
+    u_star, _, _, _ = _solve_qp(theta)
+    return {"u_star": u_star}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[float, ...]]:
+    """(whether the allocation is committed, the amount on every project in project order)."""
+    rows = world.db.execute("SELECT amount FROM %s ORDER BY asset_id" % world.t["positions"]).fetchall()
+    return bool(world._get("committed")), tuple(float(row[0]) for row in rows)
+
+
+def _potential(theta: dict, values: dict, state: tuple[bool, tuple[float, ...]]) -> float:
+    committed, amounts = state
+    return float(World.objective(theta, list(amounts))) if committed else values["u_star"]
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for allocating, releasing or resetting; f(x) − u* for the commit
+    (by `commit_allocation` or, with `call` None, by running out of turns)."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
+
+
 def turn_budget(theta: dict) -> int:
     """Two allocations per project, a commit, every probe and a few looks."""
     return 2 * theta["assets"] + 12
@@ -588,6 +629,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=("returns", "caps", "exposures", "ridge", "risk_aversion"),
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
