@@ -676,3 +676,129 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"rostering θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards (exact advantages), from the Model: the decision process with no turn limit,
+# searched breadth-first over the rosters its accepted decisions reach.
+
+
+def _freeze(roster):
+    return tuple(tuple(row) for row in roster)
+
+
+def roster_moves(theta, roster):
+    """The rosters one accepted decision leads to: assign a shift (valid after), unassign one, clear a day."""
+    n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
+    out = []
+    for s in range(n):
+        for d in range(days):
+            if roster[s][d] >= 0:
+                out.append(_freeze([[-1 if (t, e) == (s, d) else x for e, x in enumerate(row)]
+                                    for t, row in enumerate(roster)]))
+                continue
+            for j in range(k):
+                new = [list(row) for row in roster]
+                new[s][d] = j
+                if roster_valid(theta, new):
+                    out.append(_freeze(new))
+    for d in range(days):
+        if any(row[d] >= 0 for row in roster):
+            out.append(_freeze([[-1 if e == d else x for e, x in enumerate(row)] for row in roster]))
+    return out
+
+
+@functools.cache
+def best_reachable(theta_key, roster):
+    """V*(roster): the best −C of a publication reachable from the open roster."""
+    theta = ADVANTAGE_THETAS[theta_key]
+    seen, frontier = {roster}, [roster]
+    while frontier:
+        frontier = [r for state in frontier for r in roster_moves(theta, state) if r not in seen and not seen.add(r)]
+    return max(-cost(theta, r) for r in seen)
+
+
+ADVANTAGE_THETAS = {"REST": REST, "LIMIT": LIMIT, "THREE": THREE, "CHAIN": CHAIN, "TIE": TIE}
+
+
+def _random_roster_calls(theta, rng, length):
+    n, days, k, calls = theta["n_staff"], theta["horizon"], theta["n_shifts"], []
+    for _ in range(length):
+        tool = str(rng.choice(["assign_shift", "unassign_shift", "clear_date", "get_demand_forecast", "view_roster",
+                               "publish_roster"], p=[.5, .15, .05, .1, .1, .1]))
+        s, d, j = int(rng.integers(0, n + 1)), int(rng.integers(0, days)), int(rng.integers(0, k))  # staff n: refused
+        args = {"assign_shift": {"staff": s, "day": d, "shift": j}, "unassign_shift": {"staff": s, "day": d},
+                "clear_date": {"day": d}}.get(tool, {})
+        calls.append({"tool": tool, "arguments": args})
+    return calls
+
+
+def _after(theta, roster, call):
+    """The roster after one call under the Model's rules (a refused call leaves it as it is)."""
+    tool, args = call["tool"], call["arguments"]
+    if tool == "clear_date":
+        return _freeze([[-1 if e == args["day"] else x for e, x in enumerate(row)] for row in roster])
+    if tool not in ("assign_shift", "unassign_shift") or args["staff"] >= theta["n_staff"]:
+        return roster
+    s, d, new = args["staff"], args["day"], [list(row) for row in roster]
+    if tool == "unassign_shift":
+        new[s][d] = -1
+        return _freeze(new)
+    new[s][d] = args["shift"]
+    return _freeze(new) if roster[s][d] < 0 and roster_valid(theta, new) else roster
+
+
+def _advantage_config(theta, budget=None, seed=0):
+    return {"params": theta, "presentation": "I", "episode_seed": seed,
+            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+
+
+def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
+    from vhd.tasks.advantage import step_advantages
+
+    theta, empty = LIMIT, _freeze([[-1] * 3, [-1] * 3])
+    u_star = brute_force(theta)[0]
+    assert best_reachable("LIMIT", empty) == u_star == -(5 + 20 + 20)  # the core staff once, two heads short
+    # a specific non-optimal action: the bank staff (wage 30 > penalty 20) on day 0, which no optimum
+    # does, can be undone: Q* = V*, advantage 0; publishing it costs what it misses
+    bad = [{"tool": "assign_shift", "arguments": {"staff": 1, "day": 0, "shift": 0}},
+           {"tool": "assign_shift", "arguments": {"staff": 0, "day": 1, "shift": 0}},
+           {"tool": "publish_roster", "arguments": {}}]
+    assert best_reachable("LIMIT", _freeze([[-1] * 3, [0, -1, -1]])) == u_star
+    steps = step_advantages(FAM, _advantage_config(theta), bad)
+    assert steps.per_call == [0.0, 0.0, float(-(30 + 5 + 20) - u_star)] == [0.0, 0.0, -10.0]
+    assert steps.utility == -55.0 and steps.finish == 0.0
+    rng = np.random.default_rng(19)
+    for key, theta in ADVANTAGE_THETAS.items():
+        u_star = brute_force(theta)[0]
+        for seed in range(5):
+            calls = _random_roster_calls(theta, rng, 12)
+            roster, expected, published = _freeze([[-1] * theta["horizon"]] * theta["n_staff"]), [], False
+            for call in calls:
+                if published or call["tool"] in ("get_demand_forecast", "view_roster"):
+                    expected.append(0)
+                elif call["tool"] == "publish_roster":
+                    expected.append(-cost(theta, roster) - best_reachable(key, roster))
+                    published = True
+                else:
+                    after = _after(theta, roster, call)
+                    expected.append(best_reachable(key, after) - best_reachable(key, roster))  # 0: all undoable
+                    roster = after
+            steps = step_advantages(FAM, _advantage_config(theta, seed=seed), calls)
+            finish = 0 if published else -cost(theta, roster) - best_reachable(key, roster)
+            assert steps.per_call == [float(a) for a in expected] and steps.finish == finish, (key, calls)
+            assert steps.utility == -cost(theta, roster) and steps.total == steps.utility - u_star
+
+
+def test_running_out_of_turns_adds_the_publication_advantage_to_the_last_call():
+    from vhd.tasks.advantage import step_advantages
+
+    theta = LIMIT
+    u_star = brute_force(theta)[0]
+    calls = [{"tool": "assign_shift", "arguments": {"staff": 0, "day": 0, "shift": 0}},
+             {"tool": "get_demand_forecast", "arguments": {}},
+             {"tool": "assign_shift", "arguments": {"staff": 1, "day": 2, "shift": 0}},
+             {"tool": "publish_roster", "arguments": {}}]
+    steps = step_advantages(FAM, _advantage_config(theta, budget=3), calls)
+    assert steps.per_call == [0.0, 0.0, float(-(5 + 30 + 20) - u_star), 0.0] == [0.0, 0.0, -10.0, 0.0]
+    assert steps.finish == 0.0 and steps.utility == -55.0  # published by running out of turns

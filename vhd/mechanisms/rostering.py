@@ -56,6 +56,18 @@ Reward
     and (for the early shift) not on the night shift the day before. The greedy ignores the
     shortage penalty (it staffs a shift even when the wage exceeds the penalty).
 
+Advantages
+    The solver's state is (published, roster): the state table's flag and the roster table's
+    (staff, day, shift) rows. A* is the change of the potential Φ = the best utility reachable
+    from the state: every shift can be unassigned (or its day cleared) and a subset of a valid
+    roster is valid, so any valid roster, π*'s included, can still be built: Φ = u* while the
+    roster is open, whatever it holds, and Φ = −C(roster) once it is published. Turns are
+    ignored: a budget too short to undo a bad roster still counts as u* (the sum telescopes all
+    the same). Assigning, unassigning or clearing a day gets A* = 0; `publish_roster` gets
+    −C(roster) − u*; running out of turns publishes the roster as it stands, also −C(roster) −
+    u*. Whole numbers, so Σ A* = u − u* exactly on every trajectory, and π* publishes at 0. The
+    demand forecast is a probe (A* = 0): its noise never reaches the utility.
+
 Episode end
     after `publish_roster`, or when the turn budget runs out: the roster is then published as it
     stands (no further shifts are assigned or removed).
@@ -390,6 +402,40 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     calls = [{"tool": "assign_shift", "arguments": {"staff": s, "day": d, "shift": j}} for s, d, j in decisions]
     calls.append({"tool": "publish_roster", "arguments": {}})
     return Episode(utility=float(-_cost(theta, plan)), calls=calls, decisions=decisions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision rewards: the potential of a state is the best utility still reachable from it: u* while
+# the roster is open (every shift can be taken off again), −C(roster) once it is published.
+
+
+def decision_values(theta: dict) -> dict:
+    """u* by the family's own MILP (exact integers): the potential of every open state."""
+    check_theta(theta)
+    value, _ = _milp(theta)
+    return {"u_star": int(value)}
+
+
+def decision_state(theta: dict, world) -> tuple[bool, tuple[tuple[int, int, int], ...]]:
+    """(whether the roster is published, its (staff, day, shift) rows in staff and day order)."""
+    rows = world.db.execute("SELECT staff_id, day, shift_id FROM %s ORDER BY staff_id, day" % world.t["roster"])
+    return bool(world._get("published")), tuple((int(s), int(d), int(j)) for s, d, j in rows.fetchall())
+
+
+def _potential(theta: dict, values: dict, state: tuple) -> int:
+    published, rows = state
+    if not published:
+        return values["u_star"]
+    plan = [[-1] * theta["horizon"] for _ in range(theta["n_staff"])]
+    for s, d, j in rows:
+        plan[s][d] = j
+    return -_cost(theta, plan)
+
+
+def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
+    """Φ(after) − Φ(before): 0 for an assignment, an unassignment or a cleared day; −C − u* for the
+    publication (by `publish_roster` or, with `call` None, by running out of turns)."""
+    return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
 def turn_budget(theta: dict) -> int:
@@ -822,6 +868,9 @@ register(Family(
     plan_spec=plan_spec,
     simulate=simulate,
     boundary_calls=boundary_calls,
+    decision_values=decision_values,
+    decision_state=decision_state,
+    advantage=advantage,
     world=World,
     hidden=HIDDEN,
     stochastic=False,
