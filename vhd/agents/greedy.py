@@ -1,6 +1,14 @@
 """Myopic heuristics, one per diagnostic family: each looks one step (or one item) ahead.
 
-    >>> plan = greedy_policy(registry.get("knapsack"), theta)   # a plan in the family's format
+    >>> from vhd.mechanisms import registry
+    >>> from vhd.tasks.sample import draw
+    >>> knapsack = registry.get("knapsack")
+    >>> _, theta = draw(knapsack, 3)
+    >>> plan = greedy_policy(knapsack, theta)   # a plan in the family's format: the lots taken
+    >>> plan.tolist(), knapsack.solve(theta).policy.tolist()
+    ([0, 1, 0, 0, 1, 0], [0, 1, 0, 1, 0, 0])
+    >>> knapsack.simulate(theta, plan, 0).utility, knapsack.solve(theta).u_star
+    (119.0, 129.0)
 
 None of them reads π* or calls a solver. Each is the textbook myopic rule of its model class:
 

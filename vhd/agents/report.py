@@ -1,6 +1,9 @@
 """`vhd report`: the eval tables and plots of the stored episodes, as PNGs and one HTML page.
 
-    >>> files = write_report(episodes, envs, Path("report"))
+    >>> from vhd.agents import Table
+    >>> from vhd.agents.evaluate import play
+    >>> episodes = play([Table(env, model, solution, setter_output, family)], "greedy", episodes=2)
+    >>> files = write_report(episodes, {env.env_id: env}, scratch / "report")   # envs by id
     >>> sorted(p.name for p in files)
     ['fia_bars.png', 'index.html', 'reward_by_family.png', 'score_vs_horizon.png', 'score_vs_size.png', 'tables.json']
 

@@ -1,6 +1,8 @@
 """The `backfill` flow: one family gets its environments, no other family is touched.
 
-    >>> summary = backfill(family="knapsack", per_family=20, db_path="data/vhd.duckdb")
+For example (a Prefect flow run, not a doctest):
+
+    summary = backfill(family="knapsack", per_family=20, db_path="data/vhd.duckdb")
 
 It is the refresh machinery (`vhd.flows.refresh.run_batch`) restricted to one family: the same
 stages, content-hash reuse, single writer and quality gate. Other families' rows are neither

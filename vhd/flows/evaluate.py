@@ -1,9 +1,10 @@
 """The `evaluate` flow: play an agent on a preset's admitted environments, store the episodes,
 publish the tables (and optionally the report) as Prefect artifacts; and the `report` flow.
 
-    >>> out = evaluate(agent="greedy", preset="diagnostic", db_path="data/vhd.duckdb", report_dir="report")
-    >>> out["artifacts"]
-    {'fia': 'eval-greedy-fia', 'families': 'eval-greedy-families', 'report': 'eval-greedy-report'}
+For example (a Prefect flow run, not a doctest):
+
+    out = evaluate(agent="greedy", preset="diagnostic", db_path="data/vhd.duckdb", report_dir="report")
+    out["artifacts"]  # {'fia': 'eval-greedy-fia', 'families': 'eval-greedy-families', 'report': 'eval-greedy-report'}
 
 It wires the computation of `vhd eval` (vhd/agents/evaluate.py), nothing more: the environments
 are chosen as `vhd eval` chooses them, episodes are played and scored in tasks over batches of

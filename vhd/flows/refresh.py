@@ -1,6 +1,8 @@
 """The `refresh` flow: sample → solve → synthesize → check → annotate → write, per family.
 
-    >>> summary = refresh(families=["inventory_dp"], per_family=20, seed=0, db_path="data/vhd.duckdb")
+For example (a Prefect flow run, not a doctest):
+
+    summary = refresh(families=["inventory_dp"], per_family=20, seed=0, db_path="data/vhd.duckdb")
 
 Stages are Prefect tasks over batches. Only transient faults are retried (a sandbox that
 could not be started); a gate that fails is a verdict, not an error. Workers return records;

@@ -1,7 +1,12 @@
 """A deployment of the `refresh` flow with a nightly cron, and the long-running process that serves it.
 
     >>> deployment = nightly(cron="0 3 * * *", db_path="/srv/vhd/vhd.duckdb")
-    >>> serve(deployment)          # blocks: polls the Prefect API and runs each scheduled refresh
+    >>> deployment.name, deployment.entrypoint, deployment.parameters["db_path"]
+    ('nightly', 'vhd.flows.refresh.refresh', '/srv/vhd/vhd.duckdb')
+
+and then (it blocks, so not a doctest):
+
+    serve(deployment)          # polls the Prefect API and runs each scheduled refresh
 
 `nightly` only builds the deployment object (no API call); `serve` registers it with the
 Prefect server named by `PREFECT_API_URL` and runs its scheduled flow runs in subprocesses.

@@ -1,8 +1,10 @@
 """Prefect's API for one command: the server PREFECT_API_URL names, or a temporary one that is
 given time to start on a loaded machine and never outlives the process that started it.
 
-    >>> with prefect_api():
-    ...     refresh(families=["inventory_dp"], per_family=1, db_path="data/vhd.duckdb")
+For example (it starts a Prefect server, so not a doctest):
+
+    with prefect_api():
+        refresh(families=["inventory_dp"], per_family=1, db_path="data/vhd.duckdb")
 
 Prefect starts its temporary server lazily, from whichever thread first needs the API, and waits
 20 s for it (`PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`); under load that fails with a

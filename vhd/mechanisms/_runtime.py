@@ -1,8 +1,14 @@
 """The standard-library half of every family: the rules of play (`Env`) and what every `World` shares.
 
-    >>> env = create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
-    >>> env.call("view_stock", {})
-    {'ok': True, 'on_hand': 4, ..., 'turns_left': 39}
+    >>> from vhd.tasks.oracle import reference_module   # this file + inventory_dp's World + a SKIN
+    >>> module, _ = reference_module(registry.get("inventory_dp"))
+    >>> env = module.create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
+    >>> env.call("view_shelf", {})       # view_stock, named by the skin's passage (a bakery)
+    {'on_hand': 1, ..., 'ok': True, 'turns_left': 39}
+    >>> env.call("view_stock", {})["error"]   # refused: no turn used
+    "unknown tool 'view_stock'; expected one of ['cancel_batch', 'end_shift', ...]"
+    >>> env.call("place_batch", {"quantity": 2})
+    {'ordered_today': 2, 'ok': True, 'turns_left': 38}
 
 The template setter pastes this file's source (without this docstring), then a family's `World`
 class (a `BaseWorld`), then a `SKIN` dict into one module, so the module runs with no part of this

@@ -1,8 +1,18 @@
 """The one helper every exact solve goes through: times it, checks status, maps errors.
 
-    >>> value, policy, cert = certified(lambda: bellman(...), method="backward Bellman recursion",
-    ...                                 solver="numpy", solver_version=np.__version__, state_space=n)
-    >>> certified(lambda: (value, plan, {"bound": dual_bound, "gap": mip_gap}), ...)  # a solver's own proof
+    >>> import numpy as np
+    >>> value, plan, cert = certified(lambda: (12.0, np.array([1, 0, 1])), method="enumeration",
+    ...                               solver="numpy", solver_version=np.__version__, state_space=8)
+    >>> value, plan.tolist(), cert.status, cert.bound, cert.gap
+    (12.0, [1, 0, 1], 'optimal', 12.0, 0.0)
+    >>> proof = {"bound": 12.5, "gap": 0.04}      # a solver's own proof: its dual bound and gap
+    >>> certified(lambda: (12.0, plan, proof), method="branch and bound", solver="highs", solver_version="1.8",
+    ...           state_space=8)[2].bound
+    12.5
+    >>> certified(lambda: (float("nan"), plan), method="enumeration", solver="numpy", solver_version=np.__version__,
+    ...           state_space=8)
+    Traceback (most recent call last):
+    vhd.schemas.errors.SolverError: enumeration returned a non-finite optimum nan; expected a finite utility
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The project's errors: one base class, small named leaves.
 
     >>> raise UnknownFamily("no family 'foo'; known: inventory_dp")
+    Traceback (most recent call last):
+    vhd.schemas.errors.UnknownFamily: no family 'foo'; known: inventory_dp
+    >>> issubclass(UnknownFamily, VhdError)       # one `except VhdError` catches every leaf
+    True
 """
 
 

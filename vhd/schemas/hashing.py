@@ -1,7 +1,9 @@
 """Content addressing: an artifact's id is the SHA-256 of its canonical JSON.
 
     >>> content_id("model", "inventory_dp@1", {"seed": 7})
-    '…64 hex digits…'
+    '5a63b7fd635227d1...'
+    >>> content_id("model", "inventory_dp@1", {"seed": 7}) == content_id("model", "inventory_dp@1", {"seed": 8})
+    False
 
 The definition (also in docs/ARCHITECTURE.md):
 

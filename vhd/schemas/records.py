@@ -1,8 +1,13 @@
 """The warehouse's record kinds, one pydantic model each.
 
-    >>> m = ModelRecord.build(family="inventory_dp", family_version="1", knobs={...}, seed=7, theta={...})
+    >>> m = ModelRecord.build(family="knapsack", family_version="1", knobs={"size": 2, "horizon": 1}, seed=7,
+    ...                       theta={"values": [3, 4]}, batch="2026-12-02")
     >>> m.model_id == m.expected_id()
     True
+    >>> m.model_copy(update={"run_id": "r1"}).expected_id() == m.model_id   # a run id is metadata
+    True
+    >>> m.model_copy(update={"seed": 8}).expected_id() == m.model_id        # the seed is content
+    False
 
 Every record names the fields its id is computed over (`content()`); timings and run ids are
 metadata and stay out of the hash, so re-running a stage reproduces the same ids.

@@ -1,7 +1,9 @@
 """The LLM setter: a module written by a Claude model through the official `anthropic` SDK.
 
-    >>> setter = AnthropicSetter(LLMSettings.from_env())
-    >>> outputs, assignment, attempts = setter.synthesize(family, models, solutions, passages, exemplars)
+For example (it calls the Anthropic API, so not a doctest):
+
+    setter = AnthropicSetter(LLMSettings.from_env())
+    outputs, assignment, attempts = setter.synthesize(family, models, solutions, passages, exemplars)
 
 Per (family, passage) in use: one prompt (θ's structure, the family's decision process and
 tool roles, the passage, two or three admitted exemplar modules), a reply parsed into a module
