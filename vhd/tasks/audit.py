@@ -2,10 +2,16 @@
 its lineage edges and its verdict checked against its check rows, θ re-derived from its seed, the
 environment's u*, u₀, u_idle and trajectories replayed from the stored solution, π* re-solved.
 
-    >>> report = verify(chain)                                  # one environment (`vhd audit`)
+    >>> verify(chain)["verified"]       # one environment's chain (`vhd audit`; warehouse.lineage.load_chain)
+    True
+    >>> import dataclasses
+    >>> edited = dataclasses.replace(chain, environment=env.model_copy(update={"u_star": env.u_star + 1}))
+    >>> report = verify(edited)
     >>> report["verified"], report["findings"][:1]
-    (False, [{'env_id': '3fa2…', 'table': 'environments', 'id': '3fa2…', 'field': 'u_star', 'problem': '…'}])
-    >>> findings = Auditor(resolve=False).chains(chains)        # many (tasks/gate.py: the publish gate, `vhd verify`)
+    (False, [{'env_id': '...', 'table': 'environments', 'id': '...', 'field': 'u_star',
+              'problem': 'stored ... differs from the value replayed from its solution and θ'}])
+    >>> Auditor(resolve=False).chains({env.env_id: chain})   # many (tasks/gate.py: the publish gate, `vhd verify`)
+    []
 
 A finding names the environment it concerns, the table, the row and the field. Rows shared by
 several environments (a module, a solution, a passage) are checked once per audit and reported

@@ -1,8 +1,16 @@
 """The audit over a whole corpus: the publish gate (`gate`, on every publish attempt) and `vhd
 verify` (`whole`, the whole warehouse), both built on `audit.Auditor`; their reports.
 
-    >>> report = gate(load_chains(wh, ids), load_versions(wh), run_ids)
-    >>> report["verified"], report["lines"][:1]
+    >>> report = gate({env.env_id: chain}, [], {"doctest"})   # chains, published versions, the runs' ids
+    >>> report["verified"], report["envs"], report["lines"]
+    (True, 1, [])
+    >>> import dataclasses
+    >>> edited = dataclasses.replace(chain, environment=env.model_copy(update={"u_star": env.u_star + 1}))
+    >>> gate({env.env_id: edited}, [], {"doctest"})["lines"]
+    ['environments ... u_star: stored ... differs from the value replayed from its solution and θ (env ...)']
+
+The warehouse side loads the inputs (`warehouse.lineage`: `load_chains`, `load_versions`,
+`audit_inputs` for `whole`).
 """
 
 from __future__ import annotations

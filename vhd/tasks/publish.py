@@ -1,8 +1,18 @@
 """Stage 6, publish: the manifest of a corpus version, and its verification before any use.
 
-    >>> manifest = build_manifest(envs)                 # admitted, current EnvironmentRecords
-    >>> manifest["digest"] == previous["digest"]        # nothing changed: publish nothing
-    >>> check_version(version, stored_row, envs)        # [] when every row still matches the manifest
+    >>> manifest = build_manifest([env])                # admitted, current EnvironmentRecords
+    >>> manifest["env_ids"] == [env.env_id], manifest["counts"]
+    (True, {'family': {'inventory_dp': 1}, 'split': {'train': 1}, 'presentation': {'I': 1}})
+    >>> rewritten = env.model_copy(update={"run_id": "later"})      # metadata only: the same digest
+    >>> build_manifest([rewritten])["digest"] == manifest["digest"]   # nothing changed: publish nothing
+    True
+    >>> version = CorpusVersionRecord(version="v1", created_at="2026-01-01T00:00:00+00:00", run_id="doctest",
+    ...                               admitted=1, manifest=manifest)
+    >>> check_version(version, {env.env_id: env})        # [] when every row still matches the manifest
+    []
+    >>> edited = env.model_copy(update={"u_star": env.u_star + 1})
+    >>> [f["problem"] for f in check_version(version, {env.env_id: edited})]
+    ["environment ...'s grading fields changed since it was published (its grading digest differs)"]
 
 The corpus digest covers every environment's grading digest, and a grading digest covers every
 field of the environment row but its run id and timings — its identity (model, solution and module

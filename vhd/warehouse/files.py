@@ -1,8 +1,15 @@
 """The warehouse file itself: which paths may be opened or created, how long to wait for a lock,
 and which DuckDB files are refused. Every refusal is one `WarehouseError` line naming the file.
 
-    >>> check_path(Path("data/vhd.duckdb"), read_only=False)       # None, or one WarehouseError line
-    >>> con = connect(Path("data/vhd.duckdb"), read_only=True)     # waits a bounded time for a writer
+    >>> check_path(scratch / "new.duckdb", read_only=False)       # None: a writer may create it
+    >>> check_path(scratch / "new.duckdb", read_only=True)        # or one WarehouseError line
+    Traceback (most recent call last):
+    vhd.schemas.errors.WarehouseMissing: no warehouse at .../new.duckdb; run `vhd refresh` first or pass --db PATH
+    >>> check_path(scratch, read_only=False)
+    Traceback (most recent call last):
+    vhd.schemas.errors.WarehouseError: ... is a directory; --db takes a warehouse file, e.g. .../vhd.duckdb
+    >>> con = connect(db, read_only=True)      # waits a bounded time for a writer
+    >>> con.close()
 
 - A new warehouse is created whole or not at all (`create`): it is built and migrated under a
   temporary name beside the target and linked into place, so a full disk leaves no 0-byte file

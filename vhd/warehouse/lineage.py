@@ -1,8 +1,13 @@
 """Lineage queries: the chain of records from an environment back to its θ and passage.
 
-    >>> chain = load_chain(Warehouse.open(path, read_only=True), env_id)
-    >>> chains = load_chains(wh, env_ids)          # many at once: one query per table
-    >>> report = whole(**audit_inputs(wh))          # `vhd verify`: everything, by name (tasks/gate.py)
+    >>> chain = load_chain(wh, env.env_id)          # wh: a Warehouse, open read-only
+    >>> chain.model.model_id == env.model_id, chain.passage.domain, len(chain.checks)
+    (True, 'bakery', 12)
+    >>> list(load_chains(wh, [env.env_id, "0" * 64]))   # many at once (one query per table): the stored ones
+    ['...']
+    >>> from vhd.tasks.gate import whole
+    >>> whole(**audit_inputs(wh))["verified"]       # `vhd verify`: everything, by name (tasks/gate.py)
+    True
 
 Rows are loaded as stored (`Chain.stored`: JSON as text, field digests included) and parsed
 leniently (`Chain.invalid`), so that an audit of an edited row names every bad field instead of

@@ -1,6 +1,12 @@
 """Numbered SQL migrations, applied in order inside one transaction each, and recorded.
 
-    >>> applied = migrate(connection)   # [] when the warehouse is already current
+    >>> import duckdb
+    >>> connection = duckdb.connect()          # an in-memory database
+    >>> applied = migrate(connection)          # every migration, in order
+    >>> applied[:3], applied == [version for version, _, _ in available()]
+    ([1, 2, 3], True)
+    >>> migrate(connection)                    # [] when the warehouse is already current
+    []
 """
 
 from __future__ import annotations

@@ -1,8 +1,17 @@
 """The warehouse: one DuckDB file, one writer, any number of read-only readers.
 
-    >>> with Warehouse.open("data/vhd.duckdb") as wh, wh.transaction():
-    ...     wh.insert(models)
-    >>> Warehouse.open("data/vhd.duckdb", read_only=True).get(ModelRecord, model_id)
+    >>> path = scratch / "store.duckdb"
+    >>> with Warehouse.open(path) as writer, writer.transaction():   # created and migrated on first open
+    ...     writer.insert([model])
+    ...     writer.insert([model])                 # already there: a no-op
+    >>> with Warehouse.open(path, read_only=True) as reader:
+    ...     reader.get(ModelRecord, model.model_id) == model
+    True
+    >>> changed = model.model_copy(update={"seed": model.seed + 1})   # the same id, other content
+    >>> with Warehouse.open(path) as writer, writer.transaction():
+    ...     writer.insert([changed])
+    Traceback (most recent call last):
+    vhd.schemas.errors.IntegrityError: models ...: the stored row's seed differs from the row being written with the same id; ...
 
 Records go in as batches (one Arrow table per kind and call: `executemany` is ~400× slower
 here) with `INSERT OR IGNORE`, so writing a row that is already there is a no-op: ids are
