@@ -2,10 +2,19 @@
 (`vhd.tasks.instances_formats`) become models, solutions checked against their published optima,
 gated environments and one run, stored in one transaction; and the audit's check of such a model.
 
-    >>> source = read_source(Path("tests/data/knapsack/mknap1.txt"))
-    >>> models = import_models(registry.get("knapsack"), source)   # the instances the family can take
-    >>> solved = solve_checked(family, models)     # InstanceError unless every u* is the published optimum
-    >>> summary = import_file("knapsack", path, "auto", ("I", "A"), lambda: Warehouse.open(db))  # `vhd import-instances`
+    >>> source = read_source(SHIPPED / "knapsack" / "mknap1.txt")       # SHIPPED: the repository's tests/data
+    >>> knapsack = registry.get("knapsack")
+    >>> imported = import_models(knapsack, source)      # the instances the family can take
+    >>> len(source.instances), len(imported), imported[0].model.batch
+    (7, 6, 'import:mknap1.txt:1e147ca351fb')
+    >>> solved = solve_checked(knapsack, imported)      # InstanceError unless every u* is the published optimum
+    >>> [s.u_star for s in solved.values()][:3]
+    [3800.0, 4015.0, 6120.0]
+    >>> from vhd.warehouse.store import Warehouse      # `vhd import-instances`: gates, then one transaction
+    >>> path = SHIPPED / "knapsack" / "low-dimensional" / "f3_l-d_kp_4_20"
+    >>> summary = import_file("knapsack", path, "auto", ("I",), lambda: Warehouse.open(scratch / "instances.duckdb"))
+    >>> summary["format"], summary["admitted"], summary["instances"][0]["u_star"]
+    ('pisinger', 1, 35.0)
 
 Only `knapsack` has an importer (`IMPORTERS`; its formats are described in `instances_formats`).
 A model made here has the file's batch key `import:<file name>:<first 12 hex of its sha256>`,

@@ -1,6 +1,7 @@
 """Instance files: public benchmark files parsed into θ of a family, with their published optima.
 
-    >>> source = read_source(Path("tests/data/knapsack/mknap1.txt"))          # --format auto → orlib
+    >>> from vhd.tasks.instances import SHIPPED      # the public instances in the repository's tests/data
+    >>> source = read_source(SHIPPED / "knapsack" / "mknap1.txt")          # --format auto → orlib
     >>> [(i.name, i.n, i.m, i.published) for i in source.instances][:2]
     [('mknap1.txt#1', 6, 10, 3800), ('mknap1.txt#2', 10, 10, 8706.1)]
 

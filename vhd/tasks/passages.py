@@ -3,9 +3,16 @@
     >>> passages = builtin_passages()
     >>> passages[0].domain
     'bakery'
-    >>> records, errors = load_passages("my_passages.jsonl")   # a user's corpus: JSONL or Parquet
-    >>> errors
-    ['row 3: vocabulary lacks currency']
+    >>> import json
+    >>> good = passages[0].model_dump(include={"domain", "source", "text", "vocabulary"})
+    >>> bad = {**good, "vocabulary": {k: v for k, v in good["vocabulary"].items() if k != "currency"}}
+    >>> path = scratch / "my_passages.jsonl"        # a user's corpus: JSONL or Parquet
+    >>> with path.open("w") as file:
+    ...     for line in (good, bad):
+    ...         print(json.dumps(line), file=file)
+    >>> records, errors = load_passages(path)
+    >>> len(records), errors
+    (1, ['row 2: vocabulary lacks currency'])
 
 The rules a row must meet are in docs/PASSAGES.md.
 """

@@ -1,6 +1,12 @@
 """Stage 1, sample: θ draws of a family from recorded seeds.
 
-    >>> models = sample_models(registry.get("inventory_dp"), count=3, seed=7, batch="2026-12-02")
+    >>> from vhd.mechanisms import registry
+    >>> inventory = registry.get("inventory_dp")
+    >>> models = sample_models(inventory, count=3, seed=7, batch="2026-12-02")
+    >>> [m.knobs for m in models]
+    [{'horizon': 69, 'size': 19}, {'horizon': 103, 'size': 22}, {'horizon': 44, 'size': 27}]
+    >>> draw(inventory, models[0].seed) == (models[0].knobs, models[0].theta)   # (knobs, θ) again
+    True
 
 Each model's seed is derived from (run seed, family, batch, index) through numpy's
 SeedSequence; the knobs and then θ are drawn from one Generator built from that seed, so

@@ -1,7 +1,13 @@
 """Stage 3, synthesize: a setter renders one module per (family, passage) in use.
 
-    >>> outputs, assignment = synthesize(family, models, passages)
-    >>> assignment[models[0].model_id]  # the setter_output_id that serves this model
+    >>> from vhd.tasks.passages import builtin_passages
+    >>> from vhd.tasks.sample import sample_models
+    >>> models = sample_models(family, count=3, seed=7, batch="2026-12-02")    # family: inventory_dp
+    >>> outputs, assignment = synthesize(family, models, builtin_passages())
+    >>> len(outputs)                    # one module per passage in use: here each model drew its own
+    3
+    >>> assignment[models[0].model_id] == outputs[0].setter_output_id   # the module that serves this model
+    True
 """
 
 from __future__ import annotations

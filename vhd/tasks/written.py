@@ -1,10 +1,15 @@
 """Presentation F, written out: the whole instance in the prompt, one plan submitted once.
 
-    >>> text = instruction(family, theta, narrative="A bakery sells sourdough.")
+    >>> text = instruction(family, theta, narrative="A bakery sells sourdough.")   # family: inventory_dp
+    >>> print(text[:122])
+    A bakery sells sourdough.
+    <BLANKLINE>
+    This is a finite-horizon stochastic MDP problem (inventory_dp), written out in full. The model:
+    >>> s = family.solve(theta)
     >>> score_plan(family, theta, s.u_star, s.u_default, s.policy.tolist())["reward"]
     1.0
-    >>> score_plan(family, theta, s.u_star, s.u_default, [[-1] * 8] * 60)["error"]
-    'invalid plan: entry [0, 0] is -1; expected an integer in 0 … 7 (a plan is an integer array of shape [60, 8])'
+    >>> score_plan(family, theta, s.u_star, s.u_default, (0 * s.policy - 1).tolist())["error"]
+    'invalid plan: entry [0, 0] is -1; expected an integer in 0 … 22 (a plan is an integer array of shape [44, 23])'
 
 DESIGN §5: F is rendered by the pipeline from θ, never by a generated module. The player
 reads the family's model, every parameter of θ as JSON and the family's plan format, and

@@ -1,6 +1,7 @@
 """The template setter: offline, deterministic, zero cost.
 
-    >>> out = render_module(registry.get("inventory_dp"), builtin_passages()[0])
+    >>> from vhd.tasks.passages import builtin_passages
+    >>> out = render_module(registry.get("inventory_dp"), builtin_passages()[0])    # the bakery
     >>> out.tool_name("place_order")
     'place_batch'
 
