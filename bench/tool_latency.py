@@ -22,7 +22,7 @@ from vhd.adapters.http import HttpEnvClient, make_server
 def timed_steps(env, calls: list[dict], n: int) -> list[float]:
     times: list[float] = []
     while len(times) < n:
-        env.reset(seed=0)
+        env.reset()
         for call in calls:
             start = time.perf_counter()
             env.step(call)

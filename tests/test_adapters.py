@@ -28,7 +28,7 @@ def exported(refreshed, tmp_path_factory):
 
 
 def _play(env, calls):
-    env.reset(seed=0)
+    env.reset()
     for call in calls:
         observation, r, terminated, truncated, info = env.step(json.dumps(call))
         if terminated:
@@ -51,7 +51,7 @@ def test_reference_gives_one_default_zero(exported):
         assert reward(grader, grader["reference_trajectory"], row["module"]) == 1.0
     row = rows[0]
     env = TextToolEnv(row)
-    env.reset(seed=0)
+    env.reset()
     r, info = env.finish()
     assert r == 0.0 == reward(row["grader"], [], row["module"])
 
@@ -62,7 +62,7 @@ def test_malformed_actions_count_toward_the_call_limit_like_refused_calls(export
     _, rows = exported
     row = rows[0]
     env = TextToolEnv(row)
-    env.reset(seed=0)
+    env.reset()
     for steps in range(1, 10_000):
         observation, r, terminated, truncated, info = env.step("{bad")
         if terminated:
@@ -86,7 +86,7 @@ def test_refused_calls_use_no_turn_on_the_wrapper(exported):
 def test_deeply_nested_actions_are_one_line_errors(exported):
     _, rows = exported
     env = TextToolEnv(rows[0])
-    env.reset(seed=0)
+    env.reset()
     for action in ("[" * 1500 + "]" * 1500, '{"tool": "x", "arguments": ' + "[" * 5000 + "]" * 5000 + "}",
                    "9" * 5000, "x" * 100_000):
         body = json.loads(env.step(action)[0])
@@ -99,7 +99,7 @@ def test_deeply_nested_actions_are_one_line_errors(exported):
 def test_bad_action_is_a_one_line_error_observation(exported):
     _, rows = exported
     env = TextToolEnv(rows[0])
-    env.reset(seed=0)
+    env.reset()
     observation, r, terminated, truncated, _ = env.step("{not json")
     body = json.loads(observation)
     assert body["ok"] is False and "not JSON" in body["error"] and "\n" not in body["error"]
@@ -113,13 +113,13 @@ def test_http_round_trip_equals_in_process(exported):
     row = rows[0]
     calls = row["grader"]["reference_trajectory"]
     local = TextToolEnv(row)
-    expected = [local.reset(seed=0)] + [local.step(c) for c in calls]
+    expected = [local.reset()] + [local.step(c) for c in calls]
     server = make_server(TextToolEnv(row))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         client = HttpEnvClient(f"http://127.0.0.1:{server.server_address[1]}")
-        observation, info = client.reset(seed=0)
+        observation, info = client.reset()
         got = [(observation, info)] + [client.step(c) for c in calls]
         assert [list(x) for x in got] == [json.loads(json.dumps(list(x))) for x in expected]
         state = client.state()

@@ -4,11 +4,13 @@ For every family, in presentations I and A, one admitted environment (made by th
 own stages: sample, solve, render, check, annotate, export) is played on the same trajectories
 through every surface a trainer touches — the scorer of `vhd score` and `vhd eval`
 (`tasks.score.score`), `vhd.adapters.reward`, the Gym wrapper, a `serve-env` client and
-`vhd play` — and every surface gives the same reward: on the empty trajectory (0), π* cut at
-every quarter and without its last call (stopping's last call
-is the decision to sell: it scored 1 when the surfaces finished the episode with π*'s last
-call), refusals only (until the call limit ends the episode), π* with a refusal after
-every call (1, refusals use no turn) and π* itself (1).
+`vhd play` — and every surface gives the same rewards: the decision reward, the outcome reward
+and the step rewards (the Gym wrapper's per-step rewards are the scorer's step rewards, the last
+step carrying the rest, and sum to the episode's reward), on the empty trajectory (0), π* cut at
+every quarter and without its last call (stopping's last call is the decision to sell: it scored
+1 when the surfaces finished the episode with π*'s last call), refusals only (until the call
+limit ends the episode), π* with a refusal after every call (1, refusals use no turn) and π*
+itself (1, every step reward 0).
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import threading
 
 import pytest
 
-from vhd.adapters import reward as adapter_reward
+from vhd.adapters import grade as adapter_grade
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
 from vhd.adapters.play import play
 from vhd.mechanisms import registry
 from vhd.schemas.errors import SetterError
 from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import check_batch, in_band
+from vhd.tasks.check import check_batch, in_band, to_calls
 from vhd.tasks.export import export_row
+from vhd.tasks.oracle import reference_module
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
 from vhd.tasks.score import score
@@ -59,8 +62,8 @@ def admitted_environments(family, models_wanted=8):
         verdicts = check_batch(family, output, pair)
         if all(v.admitted for v in verdicts):
             envs = [annotate(family, v)[0] for v in verdicts]
-            return [(env, export_row(env, c.model, output, family), output, c.model.theta)
-                    for env, c in zip(envs, pair)]
+            return [(env, export_row(env, c.model, output, family, solutions[c.model.model_id]), output, c.model.theta,
+                     solutions[c.model.model_id]) for env, c in zip(envs, pair)]
     raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A")
 
 
@@ -74,24 +77,28 @@ def trajectories(row):
             "optimal": optimal}
 
 
-def gym_reward(env, calls):
-    env.reset(seed=0)
+def _episode(env, calls):
+    """(the episode's reward, the rewards of its steps, its outcome reward) through a reset/step/finish API."""
+    env.reset()
+    paid = []
     for call in calls:
-        _, r, terminated, _, _ = env.step(json.dumps(call))
+        _, r, terminated, _, info = env.step(call)
+        paid.append(r)
         if terminated:
-            return r
-    return env.finish()[0]
+            assert abs(sum(paid) - info["reward"]) <= 1e-12, (paid, info)
+            return info["reward"], paid, info["outcome_reward"]
+    r, info = env.finish()
+    return r, paid, info["outcome_reward"]
 
 
-def http_reward(url, calls):
+def gym_rewards(env, calls):
+    return _episode(env, [json.dumps(call) for call in calls])
+
+
+def http_rewards(url, calls):
     client = HttpEnvClient(url)
     try:
-        client.reset()
-        for call in calls:
-            _, r, terminated, _, _ = client.step(call)
-            if terminated:
-                return r
-        return client.finish()[0]
+        return _episode(client, calls)
     finally:
         client.close()
 
@@ -102,22 +109,69 @@ def play_reward(row, calls):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_every_surface_gives_the_same_reward(name):
+def test_every_surface_gives_the_same_rewards(name):
     family = registry.get(name)
-    for env, row, output, theta in admitted_environments(family):
+    for env, row, output, theta, solution in admitted_environments(family):
         played = trajectories(row)
-        scored = dict(zip(played, (r["reward"] for r in score(env, output, theta, family, list(played.values())))))
+        scored = dict(zip(played, score(env, output, theta, family, solution, list(played.values()))))
         server = make_server(row)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}"
         try:
             for label, calls in played.items():
-                surfaces = {"score": scored[label], "adapters.reward": adapter_reward(row["grader"], calls, row["module"]),
-                            "gym": gym_reward(TextToolEnv(row), calls), "serve-env": http_reward(url, calls),
+                mine = scored[label]
+                graded = adapter_grade(row["grader"], calls, row["module"])
+                assert [graded[k] for k in ("reward", "outcome_reward", "step_rewards")] == \
+                    [mine[k] for k in ("reward", "outcome_reward", "step_rewards")], (name, label, graded, mine)
+                assert len(mine["step_rewards"]) == len(calls)
+                gym, http = gym_rewards(TextToolEnv(row), calls), http_rewards(url, calls)
+                surfaces = {"score": mine["reward"], "adapters": graded["reward"], "gym": gym[0], "serve-env": http[0],
                             "play": play_reward(row, calls)}
                 assert len(set(surfaces.values())) == 1, (name, env.presentation, label, surfaces)
+                assert gym[2] == http[2] == mine["outcome_reward"], (name, label, gym, http, mine)
+                for stepped in (gym[1], http[1]):  # the per-step rewards are the scorer's, but the last step's
+                    assert stepped[:-1] == mine["step_rewards"][:len(stepped) - 1], (name, label, stepped, mine)
         finally:
             server.shutdown()
             server.server_close()
-        assert scored["empty"] == 0.0 and scored["refusals_only"] == 0.0, (name, env.presentation, scored)
-        assert scored["optimal"] == 1.0 and scored["interleaved"] == 1.0, (name, env.presentation, scored)
+        rewards = {label: row["reward"] for label, row in scored.items()}
+        assert rewards["empty"] == 0.0 and rewards["refusals_only"] == 0.0, (name, env.presentation, rewards)
+        assert rewards["optimal"] == 1.0 and rewards["interleaved"] == 1.0, (name, env.presentation, rewards)
+        assert set(scored["optimal"]["step_rewards"]) == {0.0} and scored["optimal"]["outcome_reward"] == 1.0
+
+
+def span(family, theta, policy, seed):
+    """u* − max(u_default, u_idle) on one episode seed, u_idle what finishing at once realizes."""
+    module, _ = reference_module(family)
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": seed, "turn_budget": 1})
+    idle = env.finish()["utility"]
+    realized = [family.simulate(theta, p, seed).utility for p in (policy, family.default_policy(theta))]
+    return realized[0] - max(realized[1], idle)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_fresh_episode_is_graded_by_the_same_decision_reward(name):
+    """reset(seed) plays a new episode of the same θ: π*'s calls for that episode's draws score 1
+    (decision and outcome reward), through the Gym wrapper and a serve-env session alike."""
+    family = registry.get(name)
+    env, row, output, theta, solution = admitted_environments(family)[1]  # presentation A
+    policy = family.solve(theta).policy
+    server = make_server(row)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = HttpEnvClient(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        for seed in (env.episode_seed + 1, 7, 12345):
+            best = to_calls(output, family.simulate(theta, policy, seed).calls)
+            for surface in (TextToolEnv(row), client):
+                _, info = surface.reset(seed=seed)
+                assert info["episode_seed"] == seed
+                rewards = [surface.step(call)[1] for call in best]
+                r, info = surface.finish()
+                assert r == 1.0 and abs(sum(rewards) - 1.0) <= 1e-12, (name, seed, r, rewards)
+                # the outcome reward's references are this episode's: π* realizes its u* (1, or 0 if the
+                # default or idling does as well on these draws: the luck the decision reward leaves out)
+                assert info["outcome_reward"] == (1.0 if span(family, theta, policy, seed) > 0 else 0.0), (name, seed)
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()

@@ -445,11 +445,13 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
                                                        "against this published version (default: the latest that "
                                                        "holds it; its own rows only when none does)"),
           db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
-    """Replay trajectories through an environment in the sandbox and print their rewards; the
-    environment, its model and module are verified first (ids, field digests, corpus digest)."""
+    """Replay trajectories through an environment in the sandbox and print their rewards: the
+    decision reward (exact advantages of the decisions), the outcome reward (realised utility) and,
+    with --json, one step reward per call; the environment, its model, solution and module are
+    verified first (ids, field digests, corpus digest)."""
     from vhd.mechanisms import registry
     from vhd.schemas.errors import TrajectoryFormatError
-    from vhd.schemas.records import ModelRecord, SetterOutputRecord
+    from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
     from vhd.tasks.score import parse_trajectories, score as score_stage
 
     try:
@@ -465,12 +467,14 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
         env = _scored_environment(wh, full, corpus_version)
         model = wh.verified(ModelRecord, [env.model_id], complete=True)[env.model_id]
         output = wh.verified(SetterOutputRecord, [env.setter_output_id], complete=True)[env.setter_output_id]
-    rows = score_stage(env, output, model.theta, registry.get(env.family), parsed)
+        solution = wh.verified(SolutionRecord, [env.solution_id], complete=True)[env.solution_id]
+    rows = score_stage(env, output, model.theta, registry.get(env.family), solution, parsed)
     if as_json:
         return _emit(rows)
-    table = Table("#", "utility", "reward", "error")
+    table = Table("#", "utility", "reward", "outcome reward", "error")
     for k, row in enumerate(rows, start=1):
-        table.add_row(str(k), f"{row['utility']}", f"{row['reward']:.4f}", row["error"] or "")
+        table.add_row(str(k), f"{row['utility']}", f"{row['reward']:.4f}", f"{row['outcome_reward']:.4f}",
+                      row["error"] or "")
     console.print(table)
 
 
@@ -595,9 +599,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
            db: Optional[Path] = DbOption) -> None:
     """Export a published corpus version, verified against its digest first: module, player view,
     grader view, the environment's grading digest and the corpus digest, one row each."""
-    from vhd.mechanisms import registry
-    from vhd.schemas.records import ModelRecord, SetterOutputRecord
-    from vhd.tasks.export import export_row
+    from vhd.tasks.export import rows_of, write
     from vhd.tasks.publish import open_version, pinned
 
     if format not in ("jsonl", "parquet"):
@@ -605,31 +607,8 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
     _output_directory(out)
     with _reader(db) as wh:
         version, envs = open_version(wh, corpus_version)  # a row changed since publication: one line, exit 1
-        models = wh.verified(ModelRecord, [e.model_id for e in envs], complete=True)
-        modules = wh.verified(SetterOutputRecord, [e.setter_output_id for e in envs], complete=True)
-        rows = [{**export_row(e, models[e.model_id], modules[e.setter_output_id], registry.get(e.family)),
-                 **pinned(e, version)} for e in envs]
-    target = out / f"environments.{format}"
-    partial = target.with_suffix(target.suffix + ".partial")
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if format == "jsonl":
-            partial.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-        else:
-            import polars as pl
-
-            flat = [{**r, "player": json.dumps(r["player"], sort_keys=True),
-                     "grader": json.dumps(r["grader"], sort_keys=True)} for r in rows]
-            pl.DataFrame(flat, schema={k: pl.Utf8 for k in ("env_id", "family", "presentation", "split", "module",
-                                                              "player", "grader", "digest", "corpus_version",
-                                                              "corpus_digest")}).write_parquet(partial)
-        partial.replace(target)  # never a half-written export
-    except OSError as exc:  # a full disk, a read-only directory
-        partial.unlink(missing_ok=True)
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        _fail(f"cannot write {target}: {exc.strerror or exc}; nothing was exported")
+        rows = rows_of(wh, envs, lambda e: pinned(e, version))
+    target = write(rows, out, format)
     console.print(f"{len(rows)} environments → {target}")
 
 

@@ -6,8 +6,9 @@ environment (vhd.adapters.gym) and an HTTP server for many episodes (vhd.adapter
 
 Every surface gives one reward for one trajectory (docs/TRAINING.md, "One episode, one
 reward"): refused calls use no turn, an episode ends after the module's call limit, an
-unfinished episode is finished by the module's `Env.finish()`, and the reward is
-`vhd.tasks.score.reward` with the grader's u*, u_default and u_idle.
+unfinished episode is finished by the module's `Env.finish()`, and the rewards are those of
+`vhd score` (`vhd.tasks.score.Grading`): the decision reward from the exact advantages, the step
+rewards, and the outcome reward with the grader's u*, u_default and u_idle.
 """
 
 from __future__ import annotations
@@ -17,16 +18,10 @@ from typing import Any
 
 from vhd.schemas.errors import TrajectoryFormatError
 from vhd.tasks.sandbox import Limits
-from vhd.tasks.score import replay
-from vhd.tasks.score import reward as _reward
+from vhd.tasks.score import Grading, replay
 
 MAX_ACTION_CHARS = 65_536  # an action's JSON text; longer is refused before parsing
 INVALID_TOOL = ""  # what a malformed action is recorded as: a call the module refuses (and counts)
-
-
-def episode_reward(grader: dict[str, Any], utility: float | None) -> float:
-    """The reward of an episode that realized `utility`, by the grader record's references."""
-    return _reward(utility, grader["u_star"], grader["u_default"], grader.get("u_idle"))
 
 
 def parse_action(action: Any) -> dict[str, Any]:
@@ -59,25 +54,29 @@ def _calls(trajectory: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return calls
 
 
-def reward(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str, limits: Limits = Limits()) -> float:
-    """Reward in [0, 1] of a trajectory (a list of {"tool", "arguments"}; extra keys ignored).
+def grade(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str,
+          limits: Limits = Limits()) -> dict[str, Any]:
+    """The rewards of a trajectory (a list of {"tool", "arguments"}; extra keys ignored), as
+    `vhd score` gives them: `reward` (the decision reward), `outcome_reward`, `step_rewards` (one
+    per call) and `utility`. Replays it in the sandbox (`vhd.tasks.score.replay`), finishing it by
+    the module's `Env.finish()`."""
+    grading = Grading.of_grader(grader)
+    calls = _calls(trajectory)
+    played = replay(module, grading.config, [calls], limits)[0]
+    return {**grading.row(calls, played["utility"]), **played}
 
-    Replays it in the sandbox (the job `vhd score` runs: `vhd.tasks.score.replay`), finishing
-    it by the module's `Env.finish()`, and applies the grader's references."""
-    config = grader["config"]
-    if config.get("presentation") == "F":
-        raise TrajectoryFormatError("presentation F is scored from a written answer (vhd score), not from tool calls")
-    played = replay(module, config, [_calls(trajectory)], limits)[0]
-    return episode_reward(grader, played["utility"])
+
+def reward(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str, limits: Limits = Limits()) -> float:
+    """The decision reward in [0, 1] of a trajectory (`grade(...)["reward"]`)."""
+    return grade(grader, trajectory, module, limits)["reward"]
 
 
 def load_row(env_id: str, db: Any = None) -> dict[str, Any]:
     """The export row (as `vhd export` writes it) of one admitted environment in the warehouse,
     its rows verified first (ids and field digests; the latest version that holds it, if any)."""
-    from vhd.mechanisms import registry
     from vhd.schemas.errors import UnknownEnvironment
-    from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord
-    from vhd.tasks.export import export_row
+    from vhd.schemas.records import EnvironmentRecord
+    from vhd.tasks.export import rows_of
     from vhd.tasks.publish import holding_version, pinned
     from vhd.warehouse import Warehouse
 
@@ -86,7 +85,4 @@ def load_row(env_id: str, db: Any = None) -> dict[str, Any]:
         if env is None or not env.admitted:
             raise UnknownEnvironment(f"no admitted environment {env_id!r}; expected an env_id from `vhd envs`")
         held = holding_version(wh, env_id)
-        model = wh.verified(ModelRecord, [env.model_id], complete=True)[env.model_id]
-        output = wh.verified(SetterOutputRecord, [env.setter_output_id], complete=True)[env.setter_output_id]
-        return {**export_row(env, model, output, registry.get(env.family)),
-                **pinned(env, held[0] if held is not None else None)}
+        return rows_of(wh, [env], lambda e: pinned(e, held[0] if held is not None else None))[0]

@@ -1,17 +1,20 @@
 """A Gymnasium text environment over one exported environment's tools.
 
     >>> env = TextToolEnv(row)                      # a row of `vhd export` (player + grader + module)
-    >>> observation, info = env.reset(seed=0)       # JSON text: instruction and tools
+    >>> observation, info = env.reset()             # JSON text: instruction and tools (the stored episode)
     >>> observation, r, terminated, truncated, info = env.step('{"tool": "end_shift", "arguments": {}}')
 
 Action: a JSON text (or a dict) {"tool": NAME, "arguments": {...}}. Observation: the tool's
 result as ASCII JSON text; a malformed action gives {"ok": false, "error": "..."} and counts as
 a refused call. The turn rule is the module's (one rule on every surface): a refused call uses
 no turn, the episode ends when the turns run out, at the clock or done tool, or after the
-module's call limit (refused calls included). Reward: 0 on every step but the last; at the
-end, the episode reward of `vhd.adapters.episode_reward`. `finish()` stops an episode early by
-the module's `Env.finish()`, as `vhd score` does with a trajectory that stops early.
-Terminated when the episode is over; never truncated (the module's own limits end it).
+module's call limit (refused calls included). Reward: each step's is its decision's exact
+advantage over the span, A*_t / (E[u*] − E[u0]) (the `step_rewards` of `vhd score`), and the step
+that ends the episode also carries the rest, so that the rewards of an episode sum to its
+decision reward (`reward` of `vhd score`); `info` at the end has `reward`, `outcome_reward` and
+`utility`. `finish()` stops an episode early by the module's `Env.finish()`, as `vhd score` does
+with a trajectory that stops early, and returns the episode's reward. Terminated when the episode
+is over; never truncated (the module's own limits end it).
 
 The generated module runs in this process (see docs/TRAINING.md, "Trust model"). One episode
 is driven one step at a time, from any thread.
@@ -28,8 +31,11 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
-from vhd.adapters import INVALID_TOOL, MAX_ACTION_CHARS, episode_reward, parse_action
+from vhd.adapters import INVALID_TOOL, MAX_ACTION_CHARS, parse_action
 from vhd.schemas.errors import TrajectoryFormatError
+from vhd.tasks.advantage import Advantages
+from vhd.tasks.reward import decision_reward, reward, step_rewards
+from vhd.tasks.score import Grading
 
 CHARSET = string.printable
 MAX_TEXT = 1_000_000
@@ -57,6 +63,9 @@ class TextToolEnv(gymnasium.Env):
                                         "expected an I or A environment")
         self.row = row
         self.grader = row["grader"]
+        self.grading = Grading.of_grader(self.grader)
+        self._decisions: Advantages | None = None
+        self._paid = 0.0  # the step rewards given so far this episode
         self.turn_budget = int(self.grader["config"]["turn_budget"])
         self._module = module if module is not None else load_module(row["module"])
         self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=1, charset=CHARSET)
@@ -82,14 +91,23 @@ class TextToolEnv(gymnasium.Env):
         return self.result is not None  # set once, when the episode ends
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        # The episode seed is fixed by the environment (its grader config); `seed` only seeds
-        # self.np_random, so the same environment always replays the same episode.
+        """A new episode: the environment's own (its stored episode seed, for reproducible
+        evaluation) without a seed, else a fresh episode of the same θ on episode seed `seed` (or
+        `options["episode_seed"]`), graded by the same exact decision reward."""
         with self._lock:
             super().reset(seed=seed)
-            self._env = self._module.create(self.grader["config"])
-            self.steps, self.trajectory, self.result = 0, [], None
+            chosen = (options or {}).get("episode_seed", seed)
+            if chosen is not None and (not isinstance(chosen, int) or isinstance(chosen, bool) or chosen < 0):
+                raise TrajectoryFormatError(f"an episode seed is a non-negative integer, got {chosen!r}")
+            base = Grading.of_grader(self.grader)
+            self.grading = base if chosen is None else base.for_seed(chosen)
+            self._env = self._module.create(self.grading.config)
+            g = self.grading
+            self._decisions = Advantages(g.family, g.config, g.names)
+            self.steps, self.trajectory, self.result, self._paid = 0, [], None, 0.0
             observation = _text({"instruction": self.row["player"]["instruction"], "tools": self.tools})
-            return observation, {"env_id": self.row["env_id"], "turn_budget": self.turn_budget}
+            return observation, {"env_id": self.row["env_id"], "turn_budget": self.turn_budget,
+                                 "episode_seed": self.grading.config["episode_seed"]}
 
     def step(self, action: Any):
         with self._lock:
@@ -108,12 +126,14 @@ class TextToolEnv(gymnasium.Env):
             else:
                 observation = self._env.call(call["tool"], call["arguments"])
             self.trajectory.append(call)
+            r = self._step_reward(self._decisions.call(call))
             terminated = bool(self._env.done)
             info: dict[str, Any] = {"steps": self.steps}
-            r = 0.0
             if terminated:
-                r, result = self._end()
+                episode, result = self._end()
+                r = episode - self._paid  # the last step carries the rest: the episode's rewards sum to it
                 info.update(result)
+            self._paid += r
             return _text(observation), float(r), terminated, False, info
 
     def finish(self) -> tuple[float, dict[str, Any]]:
@@ -126,9 +146,16 @@ class TextToolEnv(gymnasium.Env):
                 return self.result["reward"], dict(self.result)
             return self._end()
 
+    def _step_reward(self, advantage: float) -> float:
+        g = self.grading
+        return step_rewards([advantage], g.expected["u_star"], g.expected["u_default"], g.expected.get("u_idle"))[0]
+
     def _end(self) -> tuple[float, dict[str, Any]]:
         outcome = self._env.finish()
-        r = episode_reward(self.grader, outcome["utility"])
-        self.result = {"utility": outcome["utility"], "reward": r, "turns_used": outcome["turns_used"],
-                       "calls_used": outcome.get("calls_used")}
+        self._decisions.finish()
+        g = self.grading
+        r = decision_reward(self._decisions.total, g.expected["u_star"], g.expected["u_default"], g.expected.get("u_idle"))
+        self.result = {"utility": outcome["utility"], "reward": r,
+                       "outcome_reward": reward(outcome["utility"], *g.references),
+                       "turns_used": outcome["turns_used"], "calls_used": outcome.get("calls_used")}
         return r, dict(self.result)

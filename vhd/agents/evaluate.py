@@ -101,7 +101,7 @@ def play(tables: list[Table], agent: str, episodes: int = 1, corpus_version: str
     out = []
     for t in tables:
         calls = [trajectory(agent, t, k) for k in range(episodes)]
-        rows = score(t.env, t.setter_output, t.model.theta, t.family, calls)
+        rows = score(t.env, t.setter_output, t.model.theta, t.family, t.solution, calls)
         for k, (played, row) in enumerate(zip(calls, rows)):
             observations = {key: row.get(key) for key in ("error", "terminal", "rejected_calls", "first_error",
                                                          "obs_digest", "turns_used") if key in row}

@@ -189,7 +189,7 @@ def play_llm(t: Table, agent: str, episode: int = 0, corpus_version: str = "",
             _openai_loop(t, base_url, model, session, prompt, messages, calls, tokens, token_budget)
     finally:
         session.close()
-    row = score(t.env, t.setter_output, t.model.theta, t.family, [calls])[0]
+    row = score(t.env, t.setter_output, t.model.theta, t.family, t.solution, [calls])[0]
     observations = {k: row.get(k) for k in ("error", "terminal", "rejected_calls", "first_error", "obs_digest",
                                            "turns_used") if k in row}
     return EpisodeRecord.build(

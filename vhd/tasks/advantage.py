@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vhd.mechanisms import Family
-from vhd.tasks.check.reference import reference_module
+from vhd.tasks.oracle import reference_module
+from vhd.tasks.reward import decision_reward, step_rewards
 
 TOLERANCE = 1e-9  # |A*| below this, relative to the model's scale, is 0: π* ties are exact
 _VALUES: OrderedDict[tuple[str, str], Any] = OrderedDict()
-_VALUES_KEPT = 64
+_VALUES_KEPT = 8  # a θ's tables can take tens of MB (ecommerce at its limits); scoring keeps to a few θ
 _VALUES_LOCK = threading.Lock()
 
 
@@ -75,51 +76,108 @@ def decision_values(family: Family, theta: dict[str, Any]) -> Any:
     return values
 
 
+class Advantages:
+    """One episode replayed on the family's own World, call by call, with the advantage of each.
+
+    `names` maps a module's tool names to the canonical ones (calls then come in the module's
+    names; a name outside it is a call every World refuses)."""
+
+    def __init__(self, family: Family, config: dict[str, Any], names: dict[str, str] | None = None):
+        if not declares_advantages(family):
+            raise NotImplementedError(f"{family.name} declares no advantages (decision_values, decision_state, "
+                                      "advantage)")
+        self.family, self.theta, self.names = family, config["params"], names
+        module, self._output = reference_module(family)
+        self._env = module.create(config)
+        self._world = self._env._world
+        self._values = decision_values(family, self.theta)
+        self._scale = max(1.0, abs(family_scale(family, self.theta, self._values)))
+        self._roles = {spec.name: spec.role for spec in family.tools}
+        self._ran_out: list[tuple[Any, float]] = []  # (the state just before run_out, run_out's advantage)
+        self._original_run_out = self._world.run_out
+        self._world.run_out = self._run_out  # the World's own rule, with its advantage recorded
+        self.total = 0.0
+
+    def _state(self) -> Any:
+        return self.family.decision_state(self.theta, self._world)
+
+    def _run_out(self) -> None:
+        before = self._state()
+        self._original_run_out()
+        self._ran_out.append((before, self.family.advantage(self.theta, self._values, before, None, self._state())))
+
+    @property
+    def done(self) -> bool:
+        return bool(self._env.done)
+
+    @property
+    def utility(self) -> float:
+        return float(self._env.outcome()["utility"])
+
+    def call(self, call: dict[str, Any]) -> float:
+        """A* of one call (0 for a refused, probe or observe call, or one after the end)."""
+        tool, arguments = call.get("tool"), call.get("arguments")
+        if self.names is not None:
+            tool = self.names.get(tool, UNKNOWN) if isinstance(tool, str) else UNKNOWN
+        role = self._roles.get(tool) if isinstance(tool, str) else None
+        if self._env.done:
+            return 0.0
+        if role is None:
+            self._env.call(UNKNOWN, arguments)  # refused, and counted toward the call limit
+            return self._account(0.0)
+        before = self._state() if role in ("decision", "clock") else None
+        answer = self._env.call(self._output.tool_name(tool), arguments)
+        value = 0.0
+        if answer.get("ok") and before is not None:
+            after = self._ran_out[-1][0] if self._ran_out else self._state()
+            value = self.family.advantage(self.theta, self._values, before, {"tool": tool, "arguments": arguments},
+                                          after)
+        return self._account(value)
+
+    def finish(self) -> float:
+        """End an unfinished episode by the World's `run_out`; the advantage of doing so."""
+        if self._env.done:
+            return 0.0
+        self._env.finish()
+        return self._account(0.0)
+
+    def _account(self, value: float) -> float:
+        while self._ran_out:  # this call spent the last turn or the call limit, or finished the episode
+            value += self._ran_out.pop()[1]
+        value = _exact(value, self._scale)
+        self.total = math.fsum((self.total, value))
+        return value
+
+
 def step_advantages(family: Family, config: dict[str, Any], calls: list[dict[str, Any]],
                     finish: bool = True) -> Steps:
     """A* of every canonical call `{"tool", "arguments"}` of a trajectory played from `config`
     (the module's create() config); `finish`: finish an unfinished episode (as every surface does)."""
-    if not declares_advantages(family):
-        raise NotImplementedError(f"{family.name} declares no advantages (decision_values, decision_state, advantage)")
-    theta = config["params"]
-    module, output = reference_module(family)
-    env = module.create(config)
-    world = env._world
-    values = decision_values(family, theta)
-    scale = max(1.0, abs(family_scale(family, theta, values)))
-    roles = {spec.name: spec.role for spec in family.tools}
-    ran_out: list[tuple[Any, float]] = []  # (the state just before run_out, run_out's advantage)
-    original = world.run_out
-
-    def run_out() -> None:  # the World's own rule, with its advantage recorded
-        before = family.decision_state(theta, world)
-        original()
-        ran_out.append((before, family.advantage(theta, values, before, None, family.decision_state(theta, world))))
-
-    world.run_out = run_out
-    steps = Steps()
-    for call in calls:
-        tool, arguments = call.get("tool"), call.get("arguments")
-        role = roles.get(tool) if isinstance(tool, str) else None
-        if env.done or role is None:
-            if not env.done:
-                env.call(tool if isinstance(tool, str) else "", arguments)  # refused: it counts toward the call limit
-            steps.per_call.append(0.0)
-            continue
-        before = family.decision_state(theta, world) if role in ("decision", "clock") else None
-        answer = env.call(output.tool_name(tool), arguments)
-        value = 0.0
-        if answer.get("ok") and before is not None:
-            after = ran_out[-1][0] if ran_out else family.decision_state(theta, world)
-            value = family.advantage(theta, values, before, {"tool": tool, "arguments": arguments}, after)
-        if ran_out:  # this call spent the last turn or the call limit: the rest of the episode ran out with it
-            value += ran_out.pop()[1]
-        steps.per_call.append(_exact(value, scale))
-    if finish and not env.done:
-        env.finish()
-        steps.finish = _exact(sum(a for _, a in ran_out), scale)
-    steps.utility = float(env.outcome()["utility"])
+    replay = Advantages(family, config)
+    steps = Steps(per_call=[replay.call(call) for call in calls])
+    if finish:
+        steps.finish = replay.finish()
+    steps.utility = replay.utility
     return steps
+
+
+UNKNOWN = "\x00unknown:"  # a module name outside the interface, kept unknown on the reference World
+
+
+def decision_grade(family: Family, config: dict[str, Any], calls: list[dict[str, Any]],
+                   expected: dict[str, float], names: dict[str, str] | None = None) -> dict[str, Any]:
+    """The decision reward of a trajectory (in the module's names when `names` maps them to the
+    canonical ones) with `expected` = the model's E[u*], E[u_default], E[u_idle]: `reward`,
+    `step_rewards` (one per call; the advantage of finishing an unfinished episode is the last
+    call's) and `advantage` (Σ A*)."""
+    replay = Advantages(family, config, names)
+    per_call = [replay.call(call) for call in calls]
+    finish = replay.finish()
+    if per_call:
+        per_call[-1] = math.fsum((per_call[-1], finish))
+    refs = (expected["u_star"], expected["u_default"], expected.get("u_idle"))
+    return {"reward": decision_reward(replay.total, *refs), "step_rewards": step_rewards(per_call, *refs),
+            "advantage": replay.total, "reference_utility": replay.utility}
 
 
 def family_scale(family: Family, theta: dict[str, Any], values: Any) -> float:

@@ -20,10 +20,7 @@ from vhd.tasks.sample import episode_seed
 from vhd.tasks.setters.template import narrative
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "6"  # 6: idle_floor, modules with finish(); 2: reference_agreement, JSON Schema 2020-12 in interface, F gates; 3: boundary, look and edge
-# sequences, answers compared with the reference World by their numbers; 4: sequences played to the end of the
-# episode and two calls past it (not a turn budget of clock calls), the reference World in a sandbox child; 5: the
-# information-hiding twin replays every call sequence, its refusals (and untouched observations) compared
+CHECKER_VERSION = "7"  # what the gates prove (CHANGELOG.md lists each version's change)
 ANNOTATOR_VERSION = "1"  # how annotate.py builds an environment record from a verdict
 # an environment's id covers the code that judged it: new gates (a CHECKER_VERSION bump) give new ids
 CODE_VERSION = f"{ANNOTATOR_VERSION}+checker{CHECKER_VERSION}"

@@ -19,9 +19,12 @@ from typing import Any, Callable
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from vhd.tasks.advantage import step_advantages
 from vhd.tasks.check.evidence import FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name
 from vhd.tasks.check.planning import default_band
+from vhd.tasks.solve import unpack_policy
 
+DECISION_SEEDS = 12  # episode seeds, beside the candidate's, on which the decision reward is checked
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES_REQUIRED = ("probe", "decision", "clock")
 
@@ -205,6 +208,34 @@ def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
     return True, f"doing nothing realizes {idle:g}; the reward's zero is {zero:g}, π* {optimal:g}"
 
 
+def gate_decision_reward(ev: Evidence) -> tuple[bool, str]:
+    """The decision reward is exact on this θ: replayed on the family's own World, π*'s decisions
+    have advantage 0 (reward 1) on the candidate's episode seed and DECISION_SEEDS others, and the
+    default's advantages sum, on average over those seeds, to E[u_default] − u* within 4 standard
+    errors (the performance-difference lemma; every seed gives exactly that sum in a deterministic
+    family). Fails on a nonzero advantage of π*, on a biased default, or when the family declares
+    no advantages."""
+    family, candidate = ev.family, ev.candidate
+    if None in (family.decision_values, family.decision_state, family.advantage):
+        return False, f"{family.name} declares no advantages (decision_values, decision_state, advantage)"
+    theta, s = candidate.model.theta, candidate.solution
+    seeds = [candidate.episode_seed] + [candidate.episode_seed + 1 + k for k in range(DECISION_SEEDS)]
+    optimal, default = unpack_policy(s.policy), family.default_policy(theta)
+    sums = []
+    for seed in seeds if family.stochastic else seeds[:1]:
+        config = dict(candidate.config(), episode_seed=seed)
+        best = step_advantages(family, config, family.simulate(theta, optimal, seed).calls)
+        if best.total != 0.0:
+            return False, f"π*'s decisions have advantage {best.total:.6g} on episode seed {seed}, not 0"
+        sums.append(step_advantages(family, config, family.simulate(theta, default, seed).calls).total)
+    mean, want = math.fsum(sums) / len(sums), s.u_default - s.u_star
+    spread = 4 * math.sqrt(math.fsum((x - mean) ** 2 for x in sums) / max(1, len(sums) - 1) / len(sums))
+    if abs(mean - want) > spread + 1e-6 * max(1.0, abs(s.u_star)):
+        return False, (f"the default's advantages sum to {mean:.6g} on average over {len(sums)} seeds, its expected "
+                       f"value says {want:.6g} (± {spread:.3g})")
+    return True, f"π*'s advantages 0 on {len(sums)} seeds; the default's sum to {mean:.4g} (expected {want:.4g})"
+
+
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
     """The module is a function of its config: every trajectory gives the same utility, end,
     turns and observations, and the instruction and tools are the same, in two fresh processes
@@ -334,6 +365,7 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("dynamics_agreement", gate_dynamics_agreement),
     ("reference_agreement", gate_reference_agreement),
     ("idle_floor", gate_idle_floor),
+    ("decision_reward", gate_decision_reward),
     ("determinism", gate_determinism),
     ("robustness", gate_robustness),
     ("information_hiding", gate_information_hiding),

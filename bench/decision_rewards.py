@@ -1,0 +1,109 @@
+"""Decision reward vs outcome reward, per stochastic family, over many episode seeds of one θ.
+
+    python bench/decision_rewards.py [--seeds 200] [--families a,b] [--json OUT]
+
+For each stochastic family, the first sampled θ with a positive span (`draw(family, k)`,
+k = 0, 1, …) is played on `--seeds` fresh episode seeds by the default, the random (a new random
+plan per seed), the greedy agent (where the family has a heuristic) and a hindsight player (the
+best of 20 random plans on that seed's own draws, chosen after seeing them: memorised draws).
+Each episode is graded as every surface grades it (`vhd.tasks.advantage.decision_grade`: the reference World
+replays the calls; the outcome reward's references are that seed's own π*, default and finishing
+at once). Printed per family and agent: mean and standard deviation of the decision reward, of
+the unclipped 1 + ΣA*/span (whose mean is the policy's expected value on the reward's scale: 0
+for the default when it beats idling) and of the outcome reward, and the milliseconds per graded episode (decision values cached, as when
+one environment is scored many times), plus the seconds of `decision_values`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from vhd.agents.greedy import HEURISTICS
+from vhd.mechanisms import registry
+from vhd.tasks.advantage import Advantages, decision_grade, decision_values
+from vhd.tasks.reward import reward
+from vhd.tasks.sample import draw
+
+HINDSIGHT_TRIES = 20
+
+
+def positive_span(family):
+    for k in range(50):
+        _, theta = draw(family, k)
+        s = family.solve(theta)
+        if s.u_star - max(s.u_default, s.u_idle) > 1e-6 * max(1.0, abs(s.u_star)):
+            return theta, s
+    raise SystemExit(f"{family.name}: no θ with a positive span in 50 draws")
+
+
+def plans(family, theta, seed):
+    rng = np.random.default_rng([seed, 0xDEC])
+    out = {"default": family.default_policy(theta), "random": family.random_policy(theta, rng)}
+    if family.name in HEURISTICS:
+        out["greedy"] = HEURISTICS[family.name](theta)
+    tries = [family.random_policy(theta, rng) for _ in range(HINDSIGHT_TRIES)]
+    out["hindsight"] = max(tries, key=lambda p: family.simulate(theta, p, seed).utility)
+    return out
+
+
+def measure(family, seeds):
+    theta, s = positive_span(family)
+    expected = {"u_star": s.u_star, "u_default": s.u_default, "u_idle": s.u_idle}
+    span = s.u_star - max(s.u_default, s.u_idle)
+    started = time.perf_counter()
+    decision_values(family, theta)
+    values_seconds = time.perf_counter() - started
+    base = {"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": family.turn_budget(theta)}
+    rows: dict[str, dict[str, list[float]]] = {}
+    grading_seconds = []
+    for seed in range(seeds):
+        config = dict(base, episode_seed=seed)
+        idle = Advantages(family, config)
+        idle.finish()
+        refs = (family.simulate(theta, s.policy, seed).utility,
+                family.simulate(theta, family.default_policy(theta), seed).utility, idle.utility)
+        for agent, plan in plans(family, theta, seed).items():
+            calls = family.simulate(theta, plan, seed).calls
+            started = time.perf_counter()
+            graded = decision_grade(family, config, calls, expected)
+            grading_seconds.append(time.perf_counter() - started)
+            row = rows.setdefault(agent, {"decision": [], "unclipped": [], "outcome": []})
+            row["decision"].append(graded["reward"])
+            row["unclipped"].append(1 + graded["advantage"] / span)
+            row["outcome"].append(reward(graded["reference_utility"], *refs))
+    summary = {agent: {kind: {"mean": statistics.fmean(v), "sd": statistics.stdev(v)} for kind, v in r.items()}
+               for agent, r in rows.items()}
+    return {"family": family.name, "theta_knobs": {k: theta.get(k) for k in ("horizon",)}, "seeds": seeds,
+            "values_seconds": values_seconds, "ms_per_episode": 1000 * statistics.median(grading_seconds),
+            "agents": summary}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--families", default="", help="comma-separated (default: every stochastic family)")
+    parser.add_argument("--json", default="", help="also write the figures to this file")
+    args = parser.parse_args()
+    wanted = [n for n in args.families.split(",") if n] or [f.name for f in registry.all() if f.stochastic]
+    results = [measure(registry.get(name), args.seeds) for name in wanted]
+    print("| family | agent | decision reward | unclipped 1 + ΣA*/span | outcome reward | ms/episode | values s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        for agent, k in r["agents"].items():
+            d, u, o = k["decision"], k["unclipped"], k["outcome"]
+            print(f"| {r['family']} | {agent} | {d['mean']:.3f} ± {d['sd']:.3f} | {u['mean']:.3f} ± {u['sd']:.3f} | "
+                  f"{o['mean']:.3f} ± {o['sd']:.3f} | {r['ms_per_episode']:.1f} | {r['values_seconds']:.2f} |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(results, out, indent=1)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

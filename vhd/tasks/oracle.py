@@ -1,0 +1,50 @@
+"""The family's own World, rendered by the template setter and executed in this process: trusted
+code, the oracle that the gates compare candidate modules with and that decision rewards replay
+trajectories on.
+
+    >>> from vhd.mechanisms import registry
+    >>> module, output = reference_module(registry.get("stopping"))
+    >>> callable(module.create) and output.family
+    'stopping'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import SetterOutputRecord
+from vhd.tasks import AST_LOCK
+
+_REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
+_REFERENCE_LOCK = AST_LOCK  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
+
+
+def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
+    """The family's own World rendered by the template setter and executed here: trusted code,
+    the oracle the reference_agreement gate compares a candidate module with."""
+    with _REFERENCE_LOCK:
+        return _reference_module(family)
+
+
+def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
+    if family.code_version not in _REFERENCE:
+        import types
+
+        from vhd.schemas.errors import SetterError
+        from vhd.tasks.passages import builtin_passages
+        from vhd.tasks.setters.template import render_module
+
+        output = None
+        for passage in builtin_passages():  # the first passage that has the family's vocabulary
+            try:
+                output = render_module(family, passage)
+                break
+            except SetterError:
+                continue
+        if output is None:
+            raise SetterError(f"no built-in passage can skin {family.name}'s reference World")
+        module = types.ModuleType(f"vhd_reference_{family.name}")
+        exec(compile(output.module, f"<reference {family.code_version}>", "exec"), module.__dict__)
+        _REFERENCE[family.code_version] = (module, output)
+    return _REFERENCE[family.code_version]
