@@ -2,7 +2,7 @@
 
     >>> calls = trajectory("greedy", Table(env, model, solution, setter_output, family), episode=0)
     >>> calls[0]                  # the passage's name for inventory_dp's order tool
-    {'tool': 'place_batch', 'arguments': {'quantity': 7}}
+    {'tool': 'place_batch', 'arguments': {'quantity': 9}}
 
 | agent | what it plays |
 |---|---|

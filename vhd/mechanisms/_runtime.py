@@ -4,7 +4,7 @@
     >>> module, _ = reference_module(registry.get("inventory_dp"))
     >>> env = module.create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
     >>> env.call("view_shelf", {})       # view_stock, named by the skin's passage (a bakery)
-    {'on_hand': 1, ..., 'ok': True, 'turns_left': 39}
+    {'on_hand': 5, 'in_transit': 0, 'ordered_today': 0, 'capacity': 14, 'ok': True, 'turns_left': 39}
     >>> env.call("view_stock", {})["error"]   # refused: no turn used
     "unknown tool 'view_stock'; expected one of ['cancel_batch', 'end_shift', ...]"
     >>> env.call("place_batch", {"quantity": 2})

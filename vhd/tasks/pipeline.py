@@ -1,8 +1,8 @@
 """The stages wired in process, without Prefect or a warehouse: for tests, benchmarks, notebooks.
 
-    >>> run = check_models(registry.get("knapsack"), count=6, seed=4)
-    >>> sum(v.admitted for v in run.verdicts), len(run.verdicts)
-    (12, 12)
+    >>> run = check_models(registry.get("knapsack"), count=2, seed=4)    # 2 θ, each in I and A
+    >>> sum(v.admitted for v in run.verdicts), len(run.verdicts), len(run.outputs)
+    (4, 4, 2)
 """
 
 from __future__ import annotations

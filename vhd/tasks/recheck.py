@@ -1,7 +1,11 @@
 """Re-run every gate on a stored environment, optionally with a replacement module.
 
-    >>> report = recheck(env, model, solution, setter_output, family, module=open("fixed.py").read())
-    >>> report["admitted"], [g["name"] for g in report["gates"] if not g["passed"]]
+    >>> recheck(env, model, solution, setter_output, family)["admitted"]     # the stored module
+    True
+    >>> doubled = setter_output.module.replace('-p["holding_cost"] * closing', '-2 * p["holding_cost"] * closing')
+    >>> report = recheck(env, model, solution, setter_output, family, module=doubled)   # a replacement
+    >>> report["module"], report["admitted"], [g["name"] for g in report["gates"] if not g["passed"]]
+    ('replacement', False, ['replay_agreement', 'dynamics_agreement', 'reference_agreement', 'idle_floor'])
 """
 
 from __future__ import annotations

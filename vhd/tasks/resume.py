@@ -1,7 +1,17 @@
 """Is a slot already done? Answered from the warehouse's counts, so that a rerun of a finished
 batch starts no task at all.
 
-    >>> row = stored_slot(family, wh.slot_state(...), per_family=20, presentations=("I", "A"), ...)
+    >>> from vhd.tasks.check import CODE_VERSION
+    >>> from vhd.tasks.passages import builtin_passages
+    >>> passages = builtin_passages()
+    >>> state = wh.slot_state("inventory_dp", family.version, "doctest", [p.passage_id for p in passages])
+    >>> slot = dict(target=None, presentations=("I",), split="train", env_version=CODE_VERSION, passages=passages,
+    ...             stages=("sample", "solve", "synthesize", "check", "annotate"), timed=())
+    >>> row = stored_slot(family, state, per_family=1, **slot)   # the batch holds its one model's every row
+    >>> row["computed"]["check"], row["found"]["check"], row["reused"]
+    (0, 1, 1)
+    >>> stored_slot(family, state, per_family=2, **slot) is None   # a second model wanted: the full pass runs
+    True
 
 `refresh_family` computes a slot round by round: sample, solve, synthesize, check, annotate,
 then one transaction writes the kept rows. Every id is a content hash of its inputs and the

@@ -1,8 +1,16 @@
 """Checker self-test: mutate admitted modules, run every gate on each mutant, count survivors.
 
-    >>> report = selftest({"inventory_dp": [(output, candidates)]}, seed=0)
-    >>> report["total"]["rejected"] / report["total"]["mutants"]
-    1.0
+    >>> made = mutants(family, setter_output, theta, 0.0, np.random.default_rng(0))   # an admitted module's
+    >>> [(m.operator, m.where) for m in made][4:9]
+    [('drop_check', 'tool_place_order'), ('drop_check', 'tool_cancel_order'), ('shift_horizon', '6 reads of horizon'),
+     ('free_probe', 'get_cost_sheet'), ('leak_hidden', 'tool_view_stock returns unit_cost')]
+
+Every mutant is then checked in the sandbox (about a second each, so not a doctest): for one
+admitted inventory_dp module and its one I environment,
+
+    report = selftest(selftest_groups(wh, ["inventory_dp"], modules=1, envs=1), {"inventory_dp": family})
+    report["rejected"], report["mutants"], report["rejection_rate"]   # (9, 9, 1.0): no A candidate judges
+                                                                      # free_probe and leak_hidden
 
 A mutant is the module with one deliberate bug in its `World` class or in the `BaseWorld` it
 extends (found with `ast`, so a mutation never lands in a comment or the rest of the runtime):

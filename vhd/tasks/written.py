@@ -9,7 +9,7 @@
     >>> score_plan(family, theta, s.u_star, s.u_default, s.policy.tolist())["reward"]
     1.0
     >>> score_plan(family, theta, s.u_star, s.u_default, (0 * s.policy - 1).tolist())["error"]
-    'invalid plan: entry [0, 0] is -1; expected an integer in 0 … 22 (a plan is an integer array of shape [44, 23])'
+    'invalid plan: entry [0, 0] is -1; expected an integer in 0 … 14 (a plan is an integer array of shape [27, 120])'
 
 DESIGN §5: F is rendered by the pipeline from θ, never by a generated module. The player
 reads the family's model, every parameter of θ as JSON and the family's plan format, and

@@ -1,8 +1,13 @@
 """Run generated modules out of process, under limits set from outside the child.
 
-    >>> result = run_job({"module": source, "episodes": [...]}, Limits(cpu_seconds=30))
-    >>> result.status, len(result.episodes)
-    ('ok', 1)
+    >>> close_at_once = [{"tool": "end_shift", "arguments": {}}]     # inventory_dp's end_day, in the bakery
+    >>> job = {"module": setter_output.module, "episodes": [{"key": "score", "config": row["grader"]["config"],
+    ...                                                      "finish": True, "trajectories": [close_at_once]}]}
+    >>> result = run_job(job, Limits(cpu_seconds=30))
+    >>> result.status, list(result.episodes)
+    ('ok', ['score'])
+    >>> result.episodes["score"]["trajectories"][0]
+    {'utility': -318.0, 'terminal': True, 'turns_used': 1, 'errors': 0, 'first_error': None, ...}
 
 The child is a fresh interpreter (`python -s -B runner.py`) with a scrubbed environment, stdin
 and stdout on /dev/null, stderr on a size-capped pipe, cwd in a fresh scratch dir owned by the

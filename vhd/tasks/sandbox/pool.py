@@ -1,7 +1,12 @@
 """A pool of warm sandbox zygotes: the same boundary as a spawned runner, without the spawn.
 
+    >>> from vhd.tasks.sandbox.launch import Limits
+    >>> job = {"module": setter_output.module, "episodes": [{"key": "score", "config": row["grader"]["config"],
+    ...                                                      "finish": True, "trajectories": [[]]}]}
     >>> with SandboxPool() as pool:
     ...     result = pool.run(job, Limits(), hash_seed=1)
+    >>> result.status, result.episodes["score"]["trajectories"][0]["turns_used"]
+    ('ok', 0)
 
 A zygote (`zygote.py`) is a long-lived interpreter started under the outside boundary
 (`unshare -n` + bwrap, or `unshare -n -p`; scrubbed environment; stdin and stdout on /dev/null;
