@@ -1,6 +1,7 @@
 """Decision reward vs outcome reward, per stochastic family, over many episode seeds of one θ.
 
     python bench/decision_rewards.py [--seeds 200] [--families a,b] [--json OUT]
+    python bench/decision_rewards.py --optimal 100      # π* on fresh seeds: how often exactly 1
 
 For each stochastic family, the first sampled θ with a positive span (`draw(family, k)`,
 k = 0, 1, …) is played on `--seeds` fresh episode seeds by the default, the random (a new random
@@ -84,13 +85,32 @@ def measure(family, seeds):
             "agents": summary}
 
 
+def optimal(family, seeds):
+    """On `seeds` fresh episode seeds (1000, 1001, …), how often π* scores exactly 1 with every step 0."""
+    theta, s = positive_span(family)
+    expected = {"u_star": s.u_star, "u_default": s.u_default, "u_idle": s.u_idle}
+    base = {"params": theta, "presentation": "A", "episode_seed": 0, "turn_budget": family.turn_budget(theta)}
+    ones = 0
+    for seed in range(1000, 1000 + seeds):
+        graded = decision_grade(family, dict(base, episode_seed=seed), family.simulate(theta, s.policy, seed).calls,
+                                expected)
+        ones += graded["reward"] == 1.0 and set(graded["step_rewards"]) <= {0.0}
+    return ones
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--families", default="", help="comma-separated (default: every stochastic family)")
     parser.add_argument("--json", default="", help="also write the figures to this file")
+    parser.add_argument("--optimal", type=int, default=0, help="only count π*'s exact 1s on this many fresh seeds")
     args = parser.parse_args()
     wanted = [n for n in args.families.split(",") if n] or [f.name for f in registry.all() if f.stochastic]
+    if args.optimal:
+        for name in wanted:
+            print(f"{name}: π* scores exactly 1 (every step 0) on {optimal(registry.get(name), args.optimal)}/"
+                  f"{args.optimal} fresh seeds", flush=True)
+        return
     results = [measure(registry.get(name), args.seeds) for name in wanted]
     print("| family | agent | decision reward | unclipped 1 + ΣA*/span | outcome reward | ms/episode | values s |")
     print("|---|---|---|---|---|---|---|")

@@ -1,8 +1,9 @@
 """Play an agent on admitted environments, score each episode, summarise per family × presentation.
 
-    >>> episodes = play(tables, "random", episodes=3, corpus_version="v1")
-    >>> summary(episodes)["families"]["knapsack"]["I"]["mean"]
-    0.41...
+    >>> from vhd.agents import Table
+    >>> episodes = play([Table(env, model, solution, setter_output, family)], "greedy", episodes=3, corpus_version="v1")
+    >>> summary(episodes)["families"]["inventory_dp"]["I"]["mean"]
+    0.51...
 
 Where the generated module runs: every trajectory is scored by `tasks/score.score`, which
 replays it in a fresh sandboxed child process (`tasks/sandbox`: rlimits, no network, scratch

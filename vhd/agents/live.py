@@ -1,8 +1,9 @@
 """LLM agents through real SDK clients, played turn by turn against a sandboxed session.
 
-    >>> episode = play_llm(table, "anthropic:claude-sonnet-4-5", episode=0)
-    >>> episode.reward, episode.tokens
-    (1.0, {'input': 1840, 'output': 212})
+For example (it calls an LLM API, so it is not a doctest):
+
+        episode = play_llm(table, "anthropic:claude-sonnet-4-5", episode=0)
+        episode.reward, episode.tokens      # (1.0, {'input': 1840, 'output': 212})
 
 `anthropic:MODEL` uses the `anthropic` SDK's Messages tool use (base URL from
 $ANTHROPIC_BASE_URL, key from $ANTHROPIC_API_KEY, as the SDK reads them). The environment's

@@ -1,7 +1,10 @@
 """Score trajectories on an admitted environment: replay in the sandbox, the rewards of every surface.
 
-    >>> score(env, setter_output, theta, family, solution, [[{"tool": "end_shift", "arguments": {}}]])
-    [{'reward': 0.0, 'outcome_reward': 0.0, 'step_rewards': [0.0], 'utility': -31.0, 'error': None, ...}]
+    >>> rows = score(env, setter_output, theta, family, solution, [[{"tool": "end_day", "arguments": {}}]])
+    >>> rows[0]["reward"], rows[0]["outcome_reward"], rows[0]["utility"], rows[0]["error"]
+    (0.0, 0.0, -318.0, None)
+    >>> rows[0]["step_rewards"]   # closing the day at once, then finishing: far below π*'s decisions
+    [-8.51...]
 
 One grading for every surface (`vhd score`, `vhd.adapters.reward`, the Gym wrapper, `serve-env`,
 `play`, `eval`): a trajectory that stops before the episode ends is finished by the module's
