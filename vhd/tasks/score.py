@@ -13,7 +13,7 @@ One grading for every surface (`vhd score`, `vhd.adapters.reward`, the Gym wrapp
 - `reward`, the decision reward: clip01(1 + Σ_t A*_t / (E[u*] − E[u0])), the exact advantages of
   the trajectory's decisions from the solved model (`vhd/tasks/advantage.py`): π* scores 1 on every
   seed, the default and doing nothing 0 in expectation, and luck earns nothing;
-- `step_rewards`, one per call, A*_t / (E[u*] − E[u0]);
+- `step_rewards`, one per call, A*_t / (E[u*] − E[u0]), and `advantage`, Σ_t A*_t;
 - `outcome_reward`, the paper's realised-utility ratio on the episode's own draws:
   clip01((u − u0) / (u* − u0)), u0 = max(u_default, u_idle), u_idle what doing nothing realizes;
 - `utility`, what the module realised.
@@ -97,7 +97,7 @@ class Grading:
         return {"reward": 0.0 if failed else decision["reward"],
                 "outcome_reward": reward(utility, *self.references),
                 "step_rewards": [0.0] * len(calls) if failed else decision["step_rewards"],
-                "utility": utility}
+                "advantage": None if failed else decision["advantage"], "utility": utility}
 
 
 _POLICIES: dict[tuple[str, str], Any] = {}
@@ -185,7 +185,9 @@ def score(env: EnvironmentRecord, setter_output: SetterOutputRecord, theta: dict
     """The rewards of each trajectory on a stored environment (F: the written plan's grader)."""
     if env.presentation == "F":  # one decision, graded by expected values: decision and outcome reward agree
         rows = [written.score_trajectory(family, theta, env.u_star, env.u_default, t, env.u_idle) for t in trajectories]
-        return [{**row, "outcome_reward": row["reward"], "step_rewards": [0.0] * len(t) if row["utility"] is None else
+        return [{**row, "outcome_reward": row["reward"],
+                 "advantage": None if row["utility"] is None else row["utility"] - env.u_star,
+                 "step_rewards": [0.0] * len(t) if row["utility"] is None else
                  step_rewards([0.0] * (len(t) - 1) + [row["utility"] - env.u_star], env.u_star, env.u_default,
                               env.u_idle)} for t, row in zip(trajectories, rows)]
     grading = Grading.of(env, theta, setter_output, solution, family)
