@@ -14,7 +14,15 @@ that ends the episode also carries the rest, so that the rewards of an episode s
 decision reward (`reward` of `vhd score`); `info` at the end has `reward`, `outcome_reward` and
 `utility`. `finish()` stops an episode early by the module's `Env.finish()`, as `vhd score` does
 with a trajectory that stops early, and returns the episode's reward. Terminated when the episode
-is over; never truncated (the module's own limits end it).
+is over; truncated only under a step limit (`gymnasium.make(..., max_episode_steps=N)`, or
+`env.step_limit = N`): the N-th step finishes the episode by the module's rule and carries its
+reward, so `TimeLimit` never cuts an episode off unpaid.
+
+Registered on import as `vhd/TextTool-v0` (`gymnasium.make("vhd/TextTool-v0", row=row)` or
+`env_id=..., db=...`). Picklable: the state is the row, the episode seed and the calls so far;
+unpickling rebuilds the module from the row and replays the calls. The observation space
+(`JsonText`) declares its own shared memory, so `AsyncVectorEnv`'s default `shared_memory=True`
+returns the true observations (Gymnasium's Text shared memory is read once, at construction).
 
 The generated module runs in this process (see docs/TRAINING.md, "Trust model"). One episode
 is driven one step at a time, from any thread.
@@ -26,10 +34,13 @@ import json
 import string
 import threading
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
+import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 from vhd.adapters import INVALID_TOOL, MAX_ACTION_CHARS, parse_action
 from vhd.schemas.errors import TrajectoryFormatError
@@ -39,6 +50,72 @@ from vhd.tasks.score import Grading
 
 CHARSET = string.printable
 MAX_TEXT = 1_000_000
+ENV_ID = "vhd/TextTool-v0"
+_LENGTH = 4  # bytes of the length prefix of a text in shared memory
+
+
+class JsonText(spaces.Text):
+    """`spaces.Text` of ASCII JSON whose shared memory `AsyncVectorEnv` reads live.
+
+    Gymnasium's own Text shared memory is read into a tuple of strings once, when the vector env
+    is built, so every later observation would be that first, empty one. Here each env's slot is
+    a length prefix and the ASCII bytes; `read_from_shared_memory` gives a live view
+    (`SharedTexts`) whose `deepcopy` (what `AsyncVectorEnv(copy=True)`, the default, returns) is a
+    tuple of the current texts."""
+
+
+class SharedTexts(Sequence):
+    """The texts in an `AsyncVectorEnv`'s shared memory, read when indexed (like a Box's array view)."""
+
+    def __init__(self, space: JsonText, memory: Any, n: int):
+        self.space, self.memory, self.n = space, memory, n
+
+    def _slot(self, index: int) -> np.ndarray:
+        size = self.space.max_length + _LENGTH
+        return np.frombuffer(self.memory.get_obj(), dtype=np.uint8)[index * size:(index + 1) * size]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(self.n)))
+        if not -self.n <= index < self.n:
+            raise IndexError(index)
+        slot = self._slot(index % self.n)
+        length = int(slot[:_LENGTH].view("<u4")[0])
+        return slot[_LENGTH:_LENGTH + length].tobytes().decode("ascii")
+
+    def __deepcopy__(self, memo: dict) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __repr__(self) -> str:
+        return f"SharedTexts({tuple(self)!r})"
+
+
+@create_shared_memory.register(JsonText)
+def _create_json_text_memory(space: JsonText, n: int = 1, ctx: Any = None):
+    import multiprocessing
+
+    return (ctx or multiprocessing).Array("B", n * (space.max_length + _LENGTH))
+
+
+@read_from_shared_memory.register(JsonText)
+def _read_json_text_memory(space: JsonText, shared_memory: Any, n: int = 1) -> SharedTexts:
+    return SharedTexts(space, shared_memory, n)
+
+
+@write_to_shared_memory.register(JsonText)
+def _write_json_text_memory(space: JsonText, index: int, value: str, shared_memory: Any) -> None:
+    data = value.encode("ascii")
+    if len(data) > space.max_length:
+        raise ValueError(f"an observation of {len(data)} characters; expected at most {space.max_length}")
+    slot = SharedTexts(space, shared_memory, index + 1)._slot(index)
+    slot[:_LENGTH] = np.frombuffer(np.array([len(data)], dtype="<u4").tobytes(), dtype=np.uint8)
+    slot[_LENGTH:_LENGTH + len(data)] = np.frombuffer(data, dtype=np.uint8)
 
 
 def _text(value: Any) -> str:
@@ -57,7 +134,15 @@ def load_module(source: str) -> types.ModuleType:
 class TextToolEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, row: dict[str, Any], module: types.ModuleType | None = None):
+    def __init__(self, row: dict[str, Any] | None = None, module: types.ModuleType | None = None, *,
+                 env_id: str | None = None, db: Any = None):
+        if (row is None) == (env_id is None):
+            raise TrajectoryFormatError("give an export row (row=...) or an environment id (env_id=..., db=...), "
+                                        "exactly one of them")
+        if row is None:
+            from vhd.adapters import load_row
+
+            row = load_row(env_id, db)
         if row["grader"]["config"].get("presentation") == "F":
             raise TrajectoryFormatError("presentation F is scored from a written answer, not tool calls; "
                                         "expected an I or A environment")
@@ -68,13 +153,33 @@ class TextToolEnv(gymnasium.Env):
         self._paid = 0.0  # the step rewards given so far this episode
         self.turn_budget = int(self.grader["config"]["turn_budget"])
         self._module = module if module is not None else load_module(row["module"])
-        self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=1, charset=CHARSET)
+        self.observation_space = JsonText(max_length=MAX_TEXT, min_length=1, charset=CHARSET)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=1, charset=CHARSET)
         self._env = None
         self._lock = threading.RLock()
         self.steps = 0
         self.trajectory: list[dict[str, Any]] = []
         self.result: dict[str, Any] | None = None
+        self._episode_seed: int | None = None  # what reset() was given (None: the stored episode)
+        self.step_limit: int | None = None  # a TimeLimit's max_episode_steps (set by FinishAtStepLimit)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The row, the spec and the episode so far (its seed and calls): the module is rebuilt
+        from the row and the calls replayed, so a restored env continues the same episode."""
+        with self._lock:
+            episode = None if self._env is None else {"seed": self._episode_seed, "calls": list(self.trajectory)}
+            return {"row": self.row, "spec": self.spec, "step_limit": self.step_limit, "episode": episode}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["row"])
+        self.spec, self.step_limit = state["spec"], state["step_limit"]
+        if state["episode"] is not None:
+            seed = state["episode"]["seed"]
+            self.reset(options=None if seed is None else {"episode_seed": seed})
+            for call in state["episode"]["calls"]:
+                if self.finished:
+                    break
+                self.step(call)
 
     @classmethod
     def from_warehouse(cls, env_id: str, db: Any = None) -> "TextToolEnv":
@@ -99,6 +204,7 @@ class TextToolEnv(gymnasium.Env):
             chosen = (options or {}).get("episode_seed", seed)
             if chosen is not None and (not isinstance(chosen, int) or isinstance(chosen, bool) or chosen < 0):
                 raise TrajectoryFormatError(f"an episode seed is a non-negative integer, got {chosen!r}")
+            self._episode_seed = chosen
             base = Grading.of_grader(self.grader)
             self.grading = base if chosen is None else base.for_seed(chosen)
             self._env = self._module.create(self.grading.config)
@@ -128,13 +234,14 @@ class TextToolEnv(gymnasium.Env):
             self.trajectory.append(call)
             r = self._step_reward(self._decisions.call(call))
             terminated = bool(self._env.done)
+            truncated = not terminated and self.step_limit is not None and self.steps >= self.step_limit
             info: dict[str, Any] = {"steps": self.steps}
-            if terminated:
+            if terminated or truncated:  # a step limit's last step finishes the episode by the module's rule
                 episode, result = self._end()
                 r = episode - self._paid  # the last step carries the rest: the episode's rewards sum to it
                 info.update(result)
             self._paid += r
-            return _text(observation), float(r), terminated, False, info
+            return _text(observation), float(r), terminated, truncated, info
 
     def finish(self) -> tuple[float, dict[str, Any]]:
         """Stop the episode now (the player quits): the module's `Env.finish()` plays the rest
@@ -159,3 +266,24 @@ class TextToolEnv(gymnasium.Env):
                        "outcome_reward": reward(outcome["utility"], *g.references),
                        "turns_used": outcome["turns_used"], "calls_used": outcome.get("calls_used")}
         return r, dict(self.result)
+
+
+class FinishAtStepLimit(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
+    """Tells the `TextToolEnv` inside the step limit of the `TimeLimit` it is wrapped in (the
+    unwrapped env's own spec has none), so that the limit's last step finishes the episode by
+    the module's rule and carries its reward. `gymnasium.make("vhd/TextTool-v0", ...)` adds it."""
+
+    def __init__(self, env: gymnasium.Env):
+        gymnasium.utils.RecordConstructorArgs.__init__(self)
+        gymnasium.Wrapper.__init__(self, env)
+        layer = env
+        while isinstance(layer, gymnasium.Wrapper):
+            if isinstance(layer, gymnasium.wrappers.TimeLimit):
+                env.unwrapped.step_limit = layer._max_episode_steps
+                break
+            layer = layer.env
+
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(ENV_ID, entry_point="vhd.adapters.gym:TextToolEnv", additional_wrappers=(
+        gymnasium.envs.registration.WrapperSpec("FinishAtStepLimit", "vhd.adapters.gym:FinishAtStepLimit", {}),))
