@@ -201,3 +201,20 @@ def test_app_without_vhd_env_id_is_a_one_line_error(monkeypatch):
     monkeypatch.delenv("VHD_ENV_ID", raising=False)
     with pytest.raises(UnknownEnvironment, match="VHD_ENV_ID is not set"):
         module.app
+
+
+def test_metadata_mcp_route_and_a_step_before_reset(served):
+    import httpx
+
+    row, url = served[0]
+    assert httpx.get(url + "/metadata").json()["description"] == row["player"]["instruction"]
+    answer = httpx.post(url + "/mcp", json={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1}).json()
+    assert answer["error"]["message"] == "Environment does not support MCP"
+
+    async def unreset():
+        async with MCPToolClient(base_url=url) as env:
+            await env.list_tools()  # needs no reset
+            await env.call_tool("view_log")
+
+    with pytest.raises(RuntimeError, match="call reset"):
+        asyncio.run(unreset())
