@@ -141,3 +141,23 @@ def test_a_row_the_schema_cannot_hold_is_one_line_and_nothing_is_written(rows, t
     with pytest.raises(VhdError, match=r"a player tool has the keys .*'role'.*; expected"):
         write([rows[1], bad], out, "parquet")
     assert not out.exists()
+
+
+def test_training_md_export_example_runs(rows, exported):
+    """The "Parquet and `datasets`" example of docs/TRAINING.md, run as written on the export."""
+    from importlib.metadata import version
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "TRAINING.md").read_text(encoding="utf-8")
+    section = text[text.index("### Parquet and `datasets`"):]
+    section = section[:section.index("\n## ")]
+    assert f"datasets {version('datasets')}" in section and f"pyarrow {version('pyarrow')}" in section
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    namespace: dict = {}
+    exec(compile(code, "TRAINING.md", "exec"), namespace)
+    ds, loaded = namespace["load_export"](str(exported))
+    assert sorted(loaded, key=lambda r: r["env_id"]) == sorted(rows, key=lambda r: r["env_id"])
+    for split in {r["split"] for r in rows}:
+        chosen = namespace["corpus_split"](ds, split)
+        assert chosen.num_rows == sum(r["split"] == split for r in rows) and set(chosen["split"]) == {split}
