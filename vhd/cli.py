@@ -23,15 +23,49 @@ from typing import Any, Callable, Iterator, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from vhd.schemas.errors import VhdError
 
-app = typer.Typer(help="VHD-Play corpus factory: solved mechanisms rendered as stateful tool environments.",
-                  no_args_is_help=True, add_completion=False)
+
+class _Flags:
+    """A flag takes no value, so its help shows none: typer 0.29 labels every flag (and --help)
+    `<bool>` unless it has a metavar, so a flag gets the empty one."""
+
+    def get_params(self, ctx: Any) -> list:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Command(_Flags, TyperCommand):
+    """A `vhd` command (see `_Flags`)."""
+
+
+class _Group(_Flags, TyperGroup):
+    """`vhd` and its command groups (see `_Flags`)."""
+
+
+class _App(typer.Typer):
+    """typer.Typer whose commands and groups are `_Command` and `_Group`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=_Group, **kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable:
+        return super().command(*args, cls=kwargs.pop("cls", None) or _Command, **kwargs)
+
+
+app = _App(help="VHD-Play corpus factory: solved mechanisms rendered as stateful tool environments.",
+           no_args_is_help=True, add_completion=False)
 console = Console()
 DB_HELP = "warehouse file (default: $VHD_DB or data/vhd.duckdb)"
 DbOption = typer.Option(None, "--db", help=DB_HELP, envvar="VHD_DB")
 JsonOption = typer.Option(False, "--json", help="print machine-readable JSON instead of tables")
+VerboseOption = typer.Option(False, "--verbose", help="show Prefect's log lines (one per task run) on stderr instead "
+                             "of writing them to $PREFECT_HOME/logs/vhd.log; the progress display is then plain lines")
 WorkersOption = typer.Option(None, "--workers", min=1, help="run the check stage on a local Dask cluster of N worker "
                              "processes (default: threads in this process); this process stays the only writer")
 
@@ -113,18 +147,43 @@ def _output_directory(out: Path, option: str = "--out") -> Path:
 
 
 @contextmanager
-def _prefect(api: bool = True) -> Iterator[None]:
+def _prefect(api: bool = True, quiet: bool = False) -> Iterator[None]:
     """The Prefect preamble of every command that runs a flow, entered after its fail-fast checks;
-    import the flow inside the block. Prefect's analytics off, then (with `api`) Prefect's API for
-    the block: the server PREFECT_API_URL names, or a temporary one (vhd/flows/server.py). The
+    import the flow inside the block. Prefect's analytics off, with `quiet` Prefect's log lines in
+    `vhd.flows.progress.log_file()` instead of on stderr, then (with `api`) Prefect's API for the
+    block: the server PREFECT_API_URL names, or a temporary one (vhd/flows/server.py). The
     commands that run no flow never enter it, so never load Prefect."""
+    from contextlib import ExitStack
+
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if not api:
+    os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's analytics too (and its first-run notice on a terminal)
+    with ExitStack() as stack:
+        if quiet:
+            from vhd.flows.progress import log_file, prefect_logs_to
+
+            stack.enter_context(prefect_logs_to(log_file()))
+        if api:
+            from vhd.flows.progress import flush_api_logs
+            from vhd.flows.server import prefect_api
+
+            stack.enter_context(prefect_api())
+            stack.callback(flush_api_logs)  # before the server stops
+        yield
+
+
+@contextmanager
+def _progress(what: str, as_json: bool, verbose: bool) -> Iterator[None]:
+    """Inside `_prefect()`: the progress display of a refresh or backfill on stdout, live on a
+    terminal and a few plain lines elsewhere (CI, a pipe) or with --verbose; none with --json."""
+    from vhd.flows.progress import RefreshDisplay, listening, log_file
+
+    if as_json:
         yield
         return
-    from vhd.flows.server import prefect_api
-
-    with prefect_api():
+    live = console.is_terminal and not verbose
+    logs = "on stderr" if verbose else f"in {log_file()}"
+    console.print(f"{what}; Prefect's log lines {logs}", highlight=False, soft_wrap=True)
+    with RefreshDisplay(console, live) as display, listening(display):
         yield
 
 
@@ -190,8 +249,12 @@ def refresh(
     workers: Optional[int] = WorkersOption,
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
 ) -> None:
-    """Sample, solve, synthesize, check and annotate environments (runs the Prefect flow)."""
+    """Sample, solve, synthesize, check and annotate environments (runs the Prefect flow).
+
+    Shows one progress row per family (admitted, rejected, elapsed, ETA) while it runs, then the
+    summary table; Prefect's own log lines go to $PREFECT_HOME/logs/vhd.log (--verbose: stderr)."""
     from vhd.mechanisms import registry
     from vhd.tasks.presets import preset as find_preset
     from vhd.warehouse import Warehouse, default_path
@@ -207,13 +270,15 @@ def refresh(
     _per_family(per_family)
     path = db or default_path()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
-    with _prefect():
+    what = f"refresh of preset {preset}" if preset else f"refresh of {len(names)} famil{'y' if len(names) == 1 else 'ies'}"
+    with _prefect(quiet=not verbose):
         from vhd.flows.refresh import refresh as refresh_flow
         from vhd.flows.refresh import with_workers
 
-        summary = with_workers(refresh_flow, workers)(
-            families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path), presentations=chosen,
-            preset=preset, scale=scale, setter=setter)
+        flow_ = with_workers(refresh_flow, workers)
+        with _progress(f"{what} → {path}", as_json, verbose):
+            summary = flow_(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+                            presentations=chosen, preset=preset, scale=scale, setter=setter)
     _report(summary, path, as_json)
 
 
@@ -234,6 +299,7 @@ def _report(summary: dict, path: Path, as_json: bool) -> None:
         return
     table = Table("family", "split", "admitted", "rejected", "rate", "rejected by", "already there",
                   title=f"refresh {summary['run_id']}")
+    table.columns[0].no_wrap = True  # family names whole, on a narrow screen too
     for name, row in summary["families"].items():
         seen = row["admitted"] + row["rejected"]
         table.add_row(name, row["split"], str(row["admitted"]), str(row["rejected"]),
@@ -272,7 +338,8 @@ def _reader(db: Optional[Path]):
 @handles_errors
 def envs(family: Optional[str] = typer.Option(None, help="only this family"), db: Optional[Path] = DbOption,
          as_json: bool = JsonOption) -> None:
-    """List admitted environments."""
+    """List admitted environments: on a terminal a table whose id prefixes `vhd audit` resolves,
+    elsewhere (a pipe, a file) whole ids, one tab-separated row a line."""
     if family is not None:
         from vhd.mechanisms import registry
 
@@ -281,14 +348,39 @@ def envs(family: Optional[str] = typer.Option(None, help="only this family"), db
         rows = [{"env_id": e.env_id, "family": e.family, "presentation": e.presentation, "split": e.split,
                  "knobs": e.knobs, "u_star": e.u_star, "u_default": e.u_default, "turn_budget": e.turn_budget}
                 for e in wh.environments(family)]
+        shown = {r["env_id"]: _shown_id(wh, r["env_id"]) for r in rows} if console.is_terminal and not as_json else {}
     if as_json:
         return _emit(rows)
+    if not console.is_terminal:  # a pipe, a file: whole ids, one tab-separated row a line
+        sys.stdout.write("\t".join(("env_id", "family", "presentation", "split", "knobs", "u_star", "u_default")) + "\n")
+        for r in rows:
+            sys.stdout.write("\t".join((r["env_id"], r["family"], r["presentation"], r["split"],
+                                        " ".join(f"{k}={v}" for k, v in r["knobs"].items()), f"{r['u_star']:g}",
+                                        f"{r['u_default']:g}")) + "\n")
+        return
     table = Table("env_id", "family", "pres.", "split", "knobs", "u*", "u0")
+    table.columns[0].no_wrap = True
+    table.columns[0].min_width = max((len(v) for v in shown.values()), default=16)
     for r in rows:
-        table.add_row(r["env_id"][:16], r["family"], r["presentation"], r["split"],
+        table.add_row(shown[r["env_id"]], r["family"], r["presentation"], r["split"],
                       " ".join(f"{k}={v}" for k, v in r["knobs"].items()), f"{r['u_star']:g}", f"{r['u_default']:g}")
     console.print(table)
     console.print(f"{len(rows)} admitted environments")
+
+
+def _shown_id(wh, env_id: str, length: int = 16) -> str:
+    """The shortest prefix of `env_id`, 16 hex digits or more, that `vhd audit` (resolve_env_id)
+    resolves to it among every stored environment."""
+    from vhd.schemas.errors import UnknownEnvironment
+
+    while length < len(env_id):
+        try:
+            if wh.resolve_env_id(env_id[:length]) == env_id:
+                return env_id[:length]
+        except UnknownEnvironment:
+            pass
+        length += 4
+    return env_id
 
 
 @app.command()
@@ -509,7 +601,7 @@ def import_instances(
                   f" → {path}")
 
 
-passages_app = typer.Typer(help="The passage corpus: the built-in passages and those added with `vhd passages add` "
+passages_app = _App(help="The passage corpus: the built-in passages and those added with `vhd passages add` "
                            "(added passages are stored but not yet used by `vhd refresh`).",
                            add_completion=False)
 app.add_typer(passages_app, name="passages")
@@ -831,6 +923,7 @@ def backfill(
     workers: Optional[int] = WorkersOption,
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
 ) -> None:
     """Give one family its environments without touching any other family (runs the backfill flow)."""
     from vhd.mechanisms import registry
@@ -842,12 +935,14 @@ def backfill(
     _per_family(per_family)
     path = db or default_path()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
-    with _prefect():
+    with _prefect(quiet=not verbose):
         from vhd.flows.backfill import backfill as backfill_flow
         from vhd.flows.refresh import with_workers
 
-        summary = with_workers(backfill_flow, workers)(family=family, per_family=per_family, seed=seed, batch=batch,
-                                                       db_path=str(path), presentations=chosen)
+        flow_ = with_workers(backfill_flow, workers)
+        with _progress(f"backfill of {family} → {path}", as_json, verbose):
+            summary = flow_(family=family, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
+                            presentations=chosen)
     _report(summary, path, as_json)
 
 

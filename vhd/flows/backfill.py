@@ -16,13 +16,13 @@ from typing import Any
 
 from prefect import flow
 
-from vhd.flows.refresh import bounded_runner, run_batch
+from vhd.flows.refresh import DEFAULT_BACKFILL_BATCH, bounded_runner, refresh_run_name, run_batch
 from vhd.mechanisms import registry
 
-DEFAULT_BATCH = "backfill"
+DEFAULT_BATCH = DEFAULT_BACKFILL_BATCH
 
 
-@flow(name="backfill", log_prints=True, task_runner=bounded_runner())
+@flow(name="backfill", log_prints=True, task_runner=bounded_runner(), flow_run_name=refresh_run_name)
 def backfill(
     family: str,
     per_family: int = 20,

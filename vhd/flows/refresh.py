@@ -26,6 +26,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from vhd import __version__
+from vhd.flows.progress import report
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams, SandboxError, SetterUnavailable
 from vhd.schemas.records import (
@@ -51,22 +52,22 @@ def transient(task_, task_run, state) -> bool:
     return isinstance(state.result(raise_on_failure=False), (SandboxError, OSError))
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="sample {family}")
 def sample_task(family: str, count: int, seed: int, batch: str, start: int = 0) -> list[ModelRecord]:
     return sample_stage.sample_models(registry.get(family), count, seed, batch, start)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="solve {family}")
 def solve_task(family: str, models: list[ModelRecord]) -> list[SolutionRecord]:
     return solve_stage.solve_models(registry.get(family), models)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="synthesize {family}")
 def synthesize_task(family: str, models: list[ModelRecord], passages) -> tuple[list[SetterOutputRecord], dict]:
     return synthesize_stage.synthesize(registry.get(family), models, passages)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="write modules {family}")
 def llm_synthesize_task(family: str, models: list[ModelRecord], solutions: dict, passages, exemplars: list,
                         presentations: tuple[str, ...], run_id: str) -> tuple[list, dict, list]:
     # settings are read here, not passed: the API key stays out of Prefect's task parameters
@@ -76,12 +77,38 @@ def llm_synthesize_task(family: str, models: list[ModelRecord], solutions: dict,
                                                 presentations, run_id)
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
+def check_run_name(parameters: dict[str, Any]) -> str:
+    """A check task run's name: its family and the module it plays (the setter output's id).
+
+    >>> check_run_name({"family": "knapsack", "output": {"setter_output_id": "4f1c2a9b7e3d5f60aa"}})
+    'check knapsack module 4f1c2a9b7e3d'
+    """
+    output = parameters.get("output")
+    module = output.get("setter_output_id") if isinstance(output, dict) else getattr(output, "setter_output_id", "")
+    return f"check {parameters.get('family', '?')} module {(module or '?')[:12]}"
+
+
+def refresh_run_name() -> str:
+    """A refresh or backfill flow run's name: its batch and its families (or preset), e.g.
+    `refresh 2026-06-01: inventory_dp, knapsack` or `refresh 2026-06-01: 16 families (dynamic_pricing, …)`."""
+    params = flow_run.parameters
+    batch = params.get("batch") or (DEFAULT_BACKFILL_BATCH if flow_run.flow_name == "backfill"
+                                    else date.today().isoformat())
+    if params.get("preset"):
+        what = f"preset {params['preset']} ×{params.get('scale', 1.0):g}"
+    else:
+        names = list(params.get("families") or [params.get("family", "?")])
+        what = ", ".join(names) if len(names) <= 3 else f"{len(names)} families ({', '.join(names[:2])}, …)"
+    return f"{flow_run.flow_name} {batch}: {what}"
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient,
+      task_run_name=check_run_name)
 def check_task(family: str, output: SetterOutputRecord, candidates: list) -> list:
     return check_stage.check_batch(registry.get(family), output, candidates)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="annotate {family}")
 def annotate_task(family: str, verdicts: list) -> list[tuple]:
     return [annotate_stage.annotate(registry.get(family), verdict) for verdict in verdicts]
 
@@ -115,17 +142,20 @@ def bounded_runner() -> ThreadPoolTaskRunner:
 
 
 STAGES = ("sample", "solve", "synthesize", "check", "annotate")
+DEFAULT_BACKFILL_BATCH = "backfill"  # vhd.flows.backfill's default batch key
 TIMED = STAGES + ("write",)    # wall seconds per stage in the flow process (check: until every future resolved)
 FIRST_GUESS = 0.85     # admission rate assumed before a slot has any verdict
 MAX_ROUNDS = 40
 
 
 def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, presentations: tuple[str, ...],
-           split: str | None, wanted: int | None, llm: Any = None, run_id: str = "") -> dict[str, Any]:
+           split: str | None, wanted: int | None, llm: Any = None, run_id: str = "",
+           tick: Any = None) -> dict[str, Any]:
     """sample → solve → synthesize → check → annotate for `models`, nothing written yet.
 
     With `wanted`, only the candidates up to the `wanted`-th admitted one (in model order) are
     kept, and only the pending candidates that can get there are checked (`needed_checks`).
+    `tick(admitted, rejected)` is told the verdicts so far as each check task resolves.
     """
     family = registry.get(name)
     clock = time.perf_counter
@@ -155,7 +185,14 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     wrap = _unwalked if isinstance(FlowRunContext.get().task_runner, ThreadPoolTaskRunner) else (lambda v: v)
     futures = [check_task.submit(name, wrap(output), wrap(group))
                for output, group in annotate_stage.by_module(outputs, pending)]
-    checked = [v for f in futures for v in f.result()]
+    checked, ticked = [], [0, 0]
+    for f in futures:
+        verdicts = f.result()
+        checked += verdicts
+        ticked[0] += sum(v.admitted for v in verdicts)
+        ticked[1] += sum(not v.admitted for v in verdicts)
+        if tick is not None:
+            tick(*ticked)
     t4 = clock()
     annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, _unwalked(checked))}
     del futures, checked  # the verdicts (reference episodes, gate evidence) are not needed past annotate
@@ -220,13 +257,16 @@ def _write(wh: Warehouse, run_id: str, out: dict[str, Any]) -> None:
 
 def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None, seed: int, batch: str,
                    passages: list, presentations: tuple[str, ...], split: str | None = None,
-                   target: int | None = None, llm: Any = None) -> dict[str, Any]:
+                   target: int | None = None, llm: Any = None, key: str | None = None) -> dict[str, Any]:
     """One family (one split of it) through every stage; only what the warehouse lacks is computed.
 
     Either `per_family` models (every candidate is stored), or models in seed order until
     `target` candidates are admitted (a preset's slot; the stored prefix is reused as is).
+    Progress is reported (`vhd.flows.progress.report`) under `key` (default: `name`).
     """
     family = registry.get(name)
+    key = key or name
+    report("started", key)
     if llm is None:  # a finished batch: its summary row from the warehouse's counts, no task started
         state = wh.slot_state(name, family.version, batch, [p.passage_id for p in passages])
         row = resume_stage.stored_slot(family, state, per_family=per_family, target=target,
@@ -234,6 +274,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
                                        env_version=annotate_stage.CODE_VERSION, passages=passages,
                                        stages=STAGES, timed=TIMED)
         if row is not None:
+            _finished(key, row, per_family, presentations)
             return row
     totals = {"computed": dict.fromkeys(STAGES, 0), "found": dict.fromkeys(STAGES, 0)}
     seconds = dict.fromkeys(TIMED, 0.0)
@@ -254,9 +295,13 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         started = time.perf_counter()
         models = sample_task(name, count, seed, batch, cursor)
         seconds["sample"] += time.perf_counter() - started
+        def tick(admitted: int, rejected: int, filled: int = filled, seen: int = seen) -> None:
+            done = seen + admitted + rejected if target is None else min(target, filled + admitted)
+            report("advanced", key, admitted=filled + admitted, rejected=seen - filled + rejected, done=done)
+
         try:
             out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled,
-                         llm, run_id)
+                         llm, run_id, tick)
         except SetterUnavailable as exc:  # nothing of this round is written
             failed = str(exc)
             break
@@ -288,15 +333,24 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         row["failed"] = failed
     if target is not None:
         row.update(target=target, filled=filled, short=max(0, target - filled))
+    _finished(key, row, per_family, presentations)
     return row
 
 
-@task(cache_policy=NO_CACHE)
+def _finished(key: str, row: dict[str, Any], per_family: int | None, presentations: tuple[str, ...]) -> None:
+    """Report a slot's end: its environments admitted (a preset's slot: all it holds; else this
+    run's), rejected by this run, and how much of its total is done."""
+    admitted = row.get("filled", row["admitted"])
+    done = row["target"] - row["short"] if "target" in row else (per_family or 0) * len(presentations)
+    report("finished", key, admitted=admitted, rejected=row["rejected"], done=done)
+
+
+@task(cache_policy=NO_CACHE, task_run_name="quality suite")
 def quality_task(frame: Any, expected_splits: dict[str, int] | None) -> dict[str, Any]:
     return quality_stage.validate(frame, registry, expected_splits)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="audit")
 def audit_task(chains: dict, versions: list, runs: set[str]) -> dict[str, Any]:
     return gate_stage.gate(chains, versions, runs)
 
@@ -331,7 +385,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
     return version, True, quality, audit
 
 
-@flow(name="refresh", log_prints=True, task_runner=bounded_runner())
+@flow(name="refresh", log_prints=True, task_runner=bounded_runner(), flow_run_name=refresh_run_name)
 def refresh(
     families: list[str],
     per_family: int = 20,
@@ -395,15 +449,20 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             stored = wh.present(PassageRecord, [p.passage_id for p in passages])
             wh.insert([p for p in passages if p.passage_id not in stored])
         if plan is None:
+            for name in families:
+                report("planned", name, total=per_family * len(presentations))
             per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations,
                                         llm=llm)
                    for name in families}
         else:
+            keys = {slot: slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
+                    for slot in plan.slots}
+            for slot in plan.slots:
+                report("planned", keys[slot], total=slot.target)
             per = {}
             for slot in plan.slots:
-                key = slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
-                per[key] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
-                                          plan.presentations, slot.split, slot.target, llm=llm)
+                per[keys[slot]] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
+                                                 plan.presentations, slot.split, slot.target, llm=llm, key=keys[slot])
         current = {f.name: f.version for f in registry.all() if only is None or f.name in only}
         with wh.transaction():
             marked = wh.mark_superseded(current, annotate_stage.CODE_VERSION, run.run_id, _now())
@@ -425,7 +484,8 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
         summary["worlds"] = wh.worlds()
         with wh.transaction():
             wh.upsert_run(run.model_copy(update={"finished_at": _now(), "status": "completed", "summary": summary}))
-    create_markdown_artifact(key=f"{flow_name}-summary", markdown=_markdown(summary), description=f"{flow_name} summary")
+    create_markdown_artifact(key=f"{flow_name}-summary", markdown=_markdown(summary, db_path),
+                             description=f"{flow_name} summary")
     return summary
 
 
@@ -452,9 +512,25 @@ def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None,
     }
 
 
-def _markdown(summary: dict[str, Any]) -> str:
-    lines = [f"# {summary.get('flow', 'refresh').capitalize()} summary", "", f"run `{summary['run_id']}`, batch `{summary['batch']}`, {summary['seconds']} s;"
-             f" corpus version `{summary['corpus_version']}`{' (new)' if summary['published'] else ''}", "",
+def _markdown(summary: dict[str, Any], db_path: str = "") -> str:
+    """The summary artifact: run, batch, warehouse, seconds per stage, one row per family.
+
+    >>> print(_markdown({"run_id": "r1", "batch": "b", "seconds": 2.5, "corpus_version": "v1", "published": True,
+    ...                  "stage_seconds": {"sample": 0.1, "check": 2.0}, "families": {}}, "data/vhd.duckdb"))
+    # Refresh summary
+    <BLANKLINE>
+    run `r1`, batch `b`, warehouse `data/vhd.duckdb`, 2.5 s; corpus version `v1` (new)
+    <BLANKLINE>
+    seconds per stage: sample 0.1, check 2
+    <BLANKLINE>
+    | family | split | admitted | rejected | admission rate | rejected by | already there |
+    |---|---|---|---|---|---|---|
+    """
+    stages = ", ".join(f"{stage} {spent:g}" for stage, spent in summary.get("stage_seconds", {}).items())
+    lines = [f"# {summary.get('flow', 'refresh').capitalize()} summary", "",
+             f"run `{summary['run_id']}`, batch `{summary['batch']}`" + (f", warehouse `{db_path}`" if db_path else "")
+             + f", {summary['seconds']} s; corpus version `{summary['corpus_version']}`"
+             + (" (new)" if summary["published"] else ""), "", f"seconds per stage: {stages or '–'}", "",
              "| family | split | admitted | rejected | admission rate | rejected by | already there |",
              "|---|---|---|---|---|---|---|"]
     audit = summary.get("audit")
