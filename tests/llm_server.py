@@ -105,6 +105,70 @@ def demo_responder(family_name: str):
     return respond
 
 
+class ChatCompletionsServer:
+    """A loopback OpenAI-compatible server (POST /v1/chat/completions, GET /v1/models) for the
+    trainer adapter tests: `reply(body)` gives each response's assistant message (a dict with
+    `content` and/or `tool_calls`). Requests are recorded for assertions."""
+
+    def __init__(self, reply):
+        self.reply, self.requests, self._lock = reply, [], threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    return self._send(200, {"object": "list", "data": [{"id": "replay", "object": "model",
+                                                                          "created": 0, "owned_by": "vhd"}]})
+                return self._send(404, {"error": {"message": self.path, "type": "not_found"}})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    return self._send(404, {"error": {"message": self.path, "type": "not_found"}})
+                with outer._lock:
+                    outer.requests.append(body)
+                    number = len(outer.requests)
+                message = {"role": "assistant", "content": None, **outer.reply(body)}
+                finish = "tool_calls" if message.get("tool_calls") else "stop"
+                self._send(200, {"id": f"chatcmpl-{number}", "object": "chat.completion", "created": 0,
+                                 "model": body.get("model", "replay"),
+                                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+            def _send(self, code, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def replay_tool_calls(calls):
+    """A `ChatCompletionsServer` reply that plays `calls` ({"tool", "arguments"}) one per
+    response, as native `tool_calls`, the next one chosen by how many tool results the request
+    carries; then a plain text answer."""
+    def reply(body):
+        done = sum(1 for m in body["messages"] if m.get("role") == "tool")
+        if done >= len(calls):
+            return {"content": "Done."}
+        call = calls[done]
+        return {"tool_calls": [{"id": f"call_{done}", "type": "function",
+                                "function": {"name": call["tool"], "arguments": json.dumps(call["arguments"])}}]}
+    return reply
+
+
 if __name__ == "__main__":  # python tests/llm_server.py knapsack  → prints its URL
     import sys
     import time

@@ -83,7 +83,7 @@ def test_one_class_per_tool_set_and_a_dict_factory_otherwise(rows):
     factory = environment_factory([rows[0], other])
     assert isinstance(factory, dict) and len(factory) == 2
     keyed = dataset_rows([rows[0], other])
-    assert [factory[r["environment"]] for r in keyed] == [environment_class(r["player"]["tools"]) for r in keyed]
+    assert [factory[r["environment"]] for r in keyed] == [environment_class(json.loads(r["player"])["tools"]) for r in keyed]
     assert keyed[0]["prompt"] == [{"role": "user", "content": rows[0]["player"]["instruction"]}]
     with pytest.raises(TrajectoryFormatError, match="serves tools"):
         factory[environment_key(other["player"]["tools"])]().reset(**rows[0])
@@ -103,3 +103,29 @@ def test_parquet_rows_with_json_text_columns_play_alike(rows):
 def test_tool_names_that_cannot_be_methods_are_refused(name):
     with pytest.raises(TrajectoryFormatError, match=repr(name)):
         environment_class([{"name": name, "description": "x", "input_schema": {"type": "object", "properties": {}}}])
+
+
+def test_training_md_trl_example_runs(rows):
+    """The TRL example in docs/TRAINING.md, run as written: π* 1.0 and nothing 0.0 on every record
+    of a `datasets.Dataset` made from the rows (one tool set: a class; two: a dict factory)."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "TRAINING.md").read_text(encoding="utf-8")
+    section = text[text.index("## TRL"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    namespace: dict = {}
+    exec(compile(code, "TRAINING.md", "exec"), namespace)
+    renamed = json.loads(json.dumps(rows[0]))
+    for tool in renamed["player"]["tools"]:
+        tool["name"] = f"the_{tool['name']}"  # as another passage of the family might name them
+    for call in renamed["grader"]["reference_trajectory"]:
+        call["tool"] = f"the_{call['tool']}"
+    renamed["module"] = renamed["module"].replace('"name": "', '"name": "the_')
+    renamed["grader"]["interface"] = {f"the_{name}": canonical for name, canonical in renamed["grader"]["interface"].items()}
+    for mixed in (rows, rows + [renamed]):
+        dataset, factory, reward = namespace["trl_inputs"](mixed)
+        assert isinstance(factory, dict) == (mixed is not rows) and reward is reward_function
+        best = namespace["play"](dataset, factory, lambda record: json.loads(record["grader"])["reference_trajectory"])
+        assert best == [1.0] * len(mixed)
+        assert namespace["play"](dataset, factory, lambda record: []) == [0.0] * len(mixed)

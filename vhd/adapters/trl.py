@@ -209,14 +209,18 @@ def environment_factory(rows: list[dict[str, Any]]) -> type | dict[str, type]:
 
 
 def dataset_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with a chat `prompt` (the instruction as the user's message) and the
-    `environment` column naming their class in `environment_factory(rows)`; F rows left out."""
+    """The rows as a trainer's dataset takes them: a chat `prompt` (the instruction as the
+    user's message), the `environment` column naming their class in `environment_factory(rows)`,
+    and `player` and `grader` as JSON texts (as in the Parquet export), so that rows of different
+    families share one Arrow schema; `reset(**row)` decodes them. F rows are left out."""
     out = []
     for row in rows:
         player = _decoded(row["player"])
         if player["config"].get("presentation") == "F":
             continue
-        out.append({**row, "prompt": [{"role": "user", "content": player["instruction"]}],
+        out.append({**row, "player": json.dumps(player, sort_keys=True),
+                    "grader": json.dumps(_decoded(row["grader"]), sort_keys=True),
+                    "prompt": [{"role": "user", "content": player["instruction"]}],
                     "environment": environment_key(player["tools"])})
     return out
 
