@@ -168,3 +168,18 @@ def test_training_md_gymnasium_example_runs(rows):
         calls = iter(row["grader"]["reference_trajectory"])
         assert namespace["episode"](row, lambda observation: json.dumps(next(calls))) == pytest.approx(1.0, abs=1e-12)
         assert namespace["first_observations"](row, "async") == namespace["first_observations"](row, "sync")
+
+
+def test_make_by_env_id_loads_the_row_from_the_warehouse(refreshed):
+    from typer.testing import CliRunner
+
+    from vhd.adapters import load_row
+    from vhd.cli import app
+
+    db, _ = refreshed
+    listed = json.loads(CliRunner().invoke(app, ["envs", "--db", str(db), "--json"]).stdout)
+    env_id = next(e["env_id"] for e in listed if e["presentation"] in ("I", "A"))
+    env = gymnasium.make(ENV_ID, env_id=env_id, db=db)
+    assert env.unwrapped.row == load_row(env_id, db)
+    total, terminated, truncated, info = _play(env, env.unwrapped.row["grader"]["reference_trajectory"])
+    assert (info["reward"], terminated) == (1.0, True) and abs(total - 1.0) <= 1e-12
