@@ -61,6 +61,8 @@ class _App(typer.Typer):
 app = _App(help="VHD-Play corpus factory: solved mechanisms rendered as stateful tool environments.",
            no_args_is_help=True, add_completion=False)
 console = Console()
+if not console.is_terminal and "COLUMNS" not in os.environ:
+    console.width = 160  # a pipe, a file, CI: no screen to fit, so names and paths are not cut at 80 columns
 DB_HELP = "warehouse file (default: $VHD_DB or data/vhd.duckdb)"
 DbOption = typer.Option(None, "--db", help=DB_HELP, envvar="VHD_DB")
 JsonOption = typer.Option(False, "--json", help="print machine-readable JSON instead of tables")
@@ -312,7 +314,8 @@ def _report(summary: dict, path: Path, as_json: bool) -> None:
     console.print(f"setter: {summary.get('setter', 'template')}")
     for name, why in (summary.get("failed") or {}).items():
         console.print(f"[red]{name}: the LLM setter failed, nothing of its last round was stored: {why}[/red]")
-    console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}")
+    console.print(f"{summary['admitted']} admitted, {summary['rejected']} rejected in {summary['seconds']} s → {path}",
+                  soft_wrap=True)
     if summary["nothing_to_do"]:
         console.print(f"nothing to do: batch {summary['batch']!r} was already complete")
     worlds = summary.get("worlds")

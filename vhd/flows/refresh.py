@@ -185,17 +185,17 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     wrap = _unwalked if isinstance(FlowRunContext.get().task_runner, ThreadPoolTaskRunner) else (lambda v: v)
     futures = [check_task.submit(name, wrap(output), wrap(group))
                for output, group in annotate_stage.by_module(outputs, pending)]
-    checked, ticked = [], [0, 0]
+    checked, ticked, got = [], [0, 0], []
     for f in futures:
-        verdicts = f.result()
-        checked += verdicts
-        ticked[0] += sum(v.admitted for v in verdicts)
-        ticked[1] += sum(not v.admitted for v in verdicts)
+        got = f.result()
+        checked += got
+        ticked[0] += sum(v.admitted for v in got)
+        ticked[1] += sum(not v.admitted for v in got)
         if tick is not None:
             tick(*ticked)
     t4 = clock()
     annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, _unwalked(checked))}
-    del futures, checked  # the verdicts (reference episodes, gate evidence) are not needed past annotate
+    del futures, checked, got  # the verdicts (reference episodes, gate evidence) are not needed past annotate
     t5 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
     kept, _ = _walk(candidates, verdicts, wanted)
@@ -295,6 +295,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         started = time.perf_counter()
         models = sample_task(name, count, seed, batch, cursor)
         seconds["sample"] += time.perf_counter() - started
+
         def tick(admitted: int, rejected: int, filled: int = filled, seen: int = seen) -> None:
             done = seen + admitted + rejected if target is None else min(target, filled + admitted)
             report("advanced", key, admitted=filled + admitted, rejected=seen - filled + rejected, done=done)
