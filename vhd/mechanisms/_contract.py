@@ -5,7 +5,7 @@
     >>> theta = fam.sample(fam.Params(size=8, horizon=14), np.random.default_rng(7))
     >>> sol = fam.solve(theta)
 
-A family is one module in `vhd/mechanisms/` ending in one `register(Family(...))` call.
+A family is one module in `vhd/mechanisms/` ending in one `register(Family.of(globals(), ...))` call.
 Generic code (tasks, gates, setters) only ever talks to a family through this dataclass.
 Policies are numpy integer arrays whose meaning is the family's own business; an `Episode`
 is the family simulator's account of one policy on one episode seed, with the canonical
@@ -195,6 +195,26 @@ class Family:
     decision_state: Callable[[dict[str, Any], Any], Any] | None = None
     advantage: Callable[[dict[str, Any], Any, Any, dict[str, Any] | None, Any], float] | None = None
 
+    @classmethod
+    def of(cls, namespace: dict[str, Any], **data: Any) -> Family:
+        """The Family of a family module: its functions and classes found by their conventional
+        names in `namespace` (the module's `globals()`), its data given as keywords.
+
+            >>> Family.of({"__doc__": "A toy family."}, name="toy")
+            Traceback (most recent call last):
+            TypeError: family 'toy' defines no Params, sample, solve, ..., World (Family.of takes them from its module)
+
+        The names are `CONVENTION`'s: `World` becomes `world` and the module docstring `doc`;
+        plan_spec, boundary_calls and the three decision-reward functions are optional. A keyword
+        wins over a name found in `namespace`."""
+        found = {key: namespace[name] for key, name in CONVENTION.items() if namespace.get(name) is not None}
+        found.update(data)
+        missing = [name for key, name in CONVENTION.items() if key in REQUIRED and key not in found]
+        if missing:
+            raise TypeError(f"family {data.get('name', '?')!r} defines no {', '.join(missing)} (Family.of takes them "
+                            "from its module)")
+        return cls(**found)
+
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
         """The family's canonical tool table: its World's `@tool` declarations, in method order."""
@@ -232,6 +252,16 @@ class Family:
         if span <= 0:
             return math.inf
         return (u_default - u_idle) / span
+
+
+# Family.of: the Family field each conventional module-level name fills, and which must be there
+CONVENTION = {"Params": "Params", "sample": "sample", "solve": "solve", "default_policy": "default_policy",
+              "idle_policy": "idle_policy", "random_policy": "random_policy", "evaluate": "evaluate",
+              "simulate": "simulate", "plan_spec": "plan_spec", "boundary_calls": "boundary_calls",
+              "decision_values": "decision_values", "decision_state": "decision_state", "advantage": "advantage",
+              "world": "World", "doc": "__doc__"}
+REQUIRED = ("Params", "sample", "solve", "default_policy", "idle_policy", "random_policy", "evaluate", "simulate",
+            "world", "doc")
 
 
 class Registry:

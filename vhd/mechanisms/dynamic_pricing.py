@@ -568,26 +568,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="dynamic_pricing",
     version="2",
     group="beyond",
     model_class="finite-horizon revenue-management MDP (perishable stock, price menu, time-varying demand)",
     solver="backward Bellman recursion (exact integer-scaled rationals, python int)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = salvage of the whole stock: below −1 never selling
     # would score over 0.5; above 0.95 the myopic fixed price already nearly solves the instance

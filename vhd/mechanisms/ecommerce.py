@@ -959,27 +959,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="ecommerce",
     version="3",
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
     # default (middle price, no ads, order-up-to) already nearly solves the instance

@@ -679,27 +679,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="energy_storage",
     version="2",
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = buy-back of the initial charge: below −1 never
     # trading would score over 0.5; above 0.95 the mean-price threshold already nearly solves it

@@ -60,6 +60,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
@@ -236,29 +237,13 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # revised), then the final network's utility.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> float:
     """u*, the MILP's optimum (an integer)."""
     check_theta(theta)
-    return {"u_star": _milp(theta)[0]}
+    return _milp(theta)[0]
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
-    """(whether the network is final, the open depots in order of number)."""
-    return bool(world._get("final")), tuple(world._open())
-
-
-def _potential(theta: dict, values: dict, state: tuple) -> float:
-    final, sites = state
-    if not final:
-        return values["u_star"]
-    y = np.zeros(theta["n_sites"], dtype=np.int64)
-    y[list(sites or (0,))] = 1
-    return evaluate(theta, y)
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for an opening or a closing, −C(S) − u* for finalizing (or running out)."""
-    return _potential(theta, values, after) - _potential(theta, values, before)
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -489,26 +474,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="facility",
     version="3",
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u_default − u_idle) / (u* − u_idle): below −3 the null plan (depot 0 alone) would beat the
     # default by three times the room above it (a default that bad teaches nothing); above 0.97 the

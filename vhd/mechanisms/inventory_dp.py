@@ -561,26 +561,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="inventory_dp",
     version="4",
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=("lead_time",) + COST_FIELDS + ("demand_weights",),
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
     # above 0.95 the default is already near-optimal (no room to learn)

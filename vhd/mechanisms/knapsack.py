@@ -55,6 +55,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
@@ -270,28 +271,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # the selection is open (every decision can be undone), the selection's value once submitted.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> int:
     """u* by the family's own MILP: the potential of every open state."""
     check_theta(theta)
     value, _ = _milp(theta)
-    return {"u_star": int(value)}
+    return int(value)
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
-    """(whether the selection is submitted, the selected lots in index order)."""
-    chosen = world.db.execute("SELECT item_id FROM %s ORDER BY item_id" % world.t["selection"]).fetchall()
-    return bool(world._get("submitted")), tuple(int(row[0]) for row in chosen)
-
-
-def _potential(theta: dict, values: dict, state: tuple[bool, tuple[int, ...]]) -> int:
-    submitted, chosen = state
-    return sum(theta["values"][i] for i in chosen) if submitted else values["u_star"]
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for an addition, removal or clear; value − u* for the submission
-    (by `submit_selection` or, with `call` None, by running out of turns)."""
-    return float(_potential(theta, values, after) - _potential(theta, values, before))
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -525,27 +512,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="knapsack",
     version="4",
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0 (the empty selection): z ≥ 0 always, since

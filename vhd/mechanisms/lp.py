@@ -63,6 +63,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, quiet_native_stdout
@@ -342,28 +343,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # the plan is open (every quantity can be changed again), the plan's profit once it is closed.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> float:
     """u* by the family's own solve (HiGHS + the exact vertex): the potential of every open state."""
     check_theta(theta)
     u_star, _, _ = _highs(theta)
-    return {"u_star": u_star}
+    return u_star
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[float, ...]]:
-    """(whether the plan is closed, the planned quantity of every product in product order)."""
-    rows = world.db.execute("SELECT quantity FROM %s ORDER BY product" % world.t["plan"]).fetchall()
-    return bool(world._get("closed")), tuple(float(row[0]) for row in rows)
-
-
-def _potential(theta: dict, values: dict, state: tuple[bool, tuple[float, ...]]) -> float:
-    closed, plan = state
-    return _profit(theta, plan) if closed else values["u_star"]
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for setting, clearing or resetting quantities; profit − u* for the
-    close (by `close_plan` or, with `call` None, by running out of turns)."""
-    return float(_potential(theta, values, after) - _potential(theta, values, before))
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -573,26 +560,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="lp",
     version="3",
     group="near_ood",
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=("profit", "usage", "capacity"),
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: the greedy fill is never worse than idling
     # (z ≥ 0 always); above 0.95 the index-order fill already nearly solves the LP (nothing to learn)

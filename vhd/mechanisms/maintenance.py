@@ -645,26 +645,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="maintenance",
     version="2",
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
     # 0.5; above 0.95 running to failure already nearly solves the instance

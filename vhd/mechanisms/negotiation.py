@@ -523,27 +523,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="negotiation",
     version="3",
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
     # above 0.95 the default is already near-optimal (no room to learn)

@@ -621,27 +621,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="pandora",
     version="3",
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
     # above 0.95 the fee-blind exhaustive search in index order already nearly solves it

@@ -57,6 +57,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
@@ -353,28 +354,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # while the allocation is open (every amount can be changed again), f(x) once it is committed.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> float:
     """u* by the family's own solve (Clarabel + the exact KKT polish): the potential of every open state."""
     check_theta(theta)
     u_star, _, _, _ = _solve_qp(theta)
-    return {"u_star": u_star}
+    return u_star
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[float, ...]]:
-    """(whether the allocation is committed, the amount on every project in project order)."""
-    rows = world.db.execute("SELECT amount FROM %s ORDER BY asset_id" % world.t["positions"]).fetchall()
-    return bool(world._get("committed")), tuple(float(row[0]) for row in rows)
-
-
-def _potential(theta: dict, values: dict, state: tuple[bool, tuple[float, ...]]) -> float:
-    committed, amounts = state
-    return float(World.objective(theta, list(amounts))) if committed else values["u_star"]
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for allocating, releasing or resetting; f(x) − u* for the commit
-    (by `commit_allocation` or, with `call` None, by running out of turns)."""
-    return float(_potential(theta, values, after) - _potential(theta, values, before))
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -612,27 +599,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="qp",
     version="3",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=("returns", "caps", "exposures", "ridge", "risk_aversion"),
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
     # the default (trivial); above 0.95 the equal split is already near-optimal (nothing to learn)

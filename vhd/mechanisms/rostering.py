@@ -81,6 +81,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
@@ -409,33 +410,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # the roster is open (every shift can be taken off again), −C(roster) once it is published.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> int:
     """u* by the family's own MILP (exact integers): the potential of every open state."""
     check_theta(theta)
     value, _ = _milp(theta)
-    return {"u_star": int(value)}
+    return int(value)
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[tuple[int, int, int], ...]]:
-    """(whether the roster is published, its (staff, day, shift) rows in staff and day order)."""
-    rows = world.db.execute("SELECT staff_id, day, shift_id FROM %s ORDER BY staff_id, day" % world.t["roster"])
-    return bool(world._get("published")), tuple((int(s), int(d), int(j)) for s, d, j in rows.fetchall())
-
-
-def _potential(theta: dict, values: dict, state: tuple) -> int:
-    published, rows = state
-    if not published:
-        return values["u_star"]
-    plan = [[-1] * theta["horizon"] for _ in range(theta["n_staff"])]
-    for s, d, j in rows:
-        plan[s][d] = j
-    return -_cost(theta, plan)
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for an assignment, an unassignment or a cleared day; −C − u* for the
-    publication (by `publish_roster` or, with `call` None, by running out of turns)."""
-    return float(_potential(theta, values, after) - _potential(theta, values, before))
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -851,27 +833,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="rostering",
     version="4",
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    boundary_calls=boundary_calls,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     stochastic=False,
     # z = (u_default − u_idle) / (u* − u_idle), u_idle = −penalty × total demand (empty roster). The greedy

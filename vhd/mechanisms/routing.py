@@ -575,26 +575,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="routing",
     version="3",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
     # 0.5 (trivial); above 0.95 nearest-neighbour already nearly solves it (no room to learn)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified
@@ -227,30 +228,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # while the plan is open (every assignment can be undone), −makespan once dispatched.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> int:
     """u* by the family's own branch and bound: the potential of every open state."""
     check_theta(theta)
     value, _ = _branch_and_bound(theta)
-    return {"u_star": int(value)}
+    return int(value)
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
-    """(whether the plan is dispatched, the machine of every job, −1 when unassigned)."""
-    plan = [-1] * theta["n_jobs"]
-    for job, machine in world.db.execute("SELECT job_id, machine_id FROM %s" % world.t["assignments"]):
-        plan[job] = int(machine)
-    return bool(world._get("dispatched")), tuple(plan)
-
-
-def _potential(theta: dict, values: dict, state: tuple[bool, tuple[int, ...]]) -> int:
-    dispatched, plan = state
-    return -_makespan(theta, list(plan)) if dispatched else values["u_star"]
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for an assignment, unassignment or clear; −makespan − u* for the
-    dispatch (by `dispatch` or, with `call` None, by running out of turns)."""
-    return float(_potential(theta, values, after) - _potential(theta, values, before))
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -474,26 +459,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="scheduling",
     version="3",
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle), idle = everything on machine 0 (makespan Σp). List

@@ -435,26 +435,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="stopping",
     version="2",
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = E[offer] (accept the first one): below −1 taking
     # the first offer would score over 0.5 (waiting for the mean is a trap, nothing to learn

@@ -57,6 +57,7 @@ from fractions import Fraction
 import numpy as np
 from pydantic import BaseModel, Field
 
+from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified
@@ -221,28 +222,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # while the sequence is open (every job can be taken back), −ΣwT once released.
 
 
-def decision_values(theta: dict) -> dict:
+def _optimum(theta: dict) -> int:
     """u* by the family's own subset DP: the potential of every open state."""
     check_theta(theta)
     value, _ = _subset_dp(theta)
-    return {"u_star": int(value)}
+    return int(value)
 
 
-def decision_state(theta: dict, world) -> tuple[bool, tuple[int, ...]]:
-    """(whether the schedule is released, the jobs of the sequence by position)."""
-    rows = world.db.execute("SELECT job_id FROM %s ORDER BY position" % world.t["sequence"]).fetchall()
-    return bool(world._get("released")), tuple(int(row[0]) for row in rows)
-
-
-def _potential(theta: dict, values: dict, state: tuple[bool, tuple[int, ...]]) -> int:
-    released, seq = state
-    return -_tardiness(theta, _completed(theta, list(seq))) if released else values["u_star"]
-
-
-def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
-    """Φ(after) − Φ(before): 0 for scheduling, unscheduling or clearing; −ΣwT − u* for the release
-    (by `release_schedule` or, with `call` None, by running out of turns)."""
-    return float(_potential(theta, values, after) - _potential(theta, values, before))
+decision_values, decision_state, advantage = until_committed(_optimum)
 
 
 def turn_budget(theta: dict) -> int:
@@ -466,26 +453,13 @@ class World(BaseWorld):
         return "\n".join(lines)
 
 
-register(Family(
+register(Family.of(
+    globals(),
     name="tardiness",
     version="3",
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
-    doc=__doc__,
-    Params=Params,
-    sample=sample,
-    solve=solve,
-    default_policy=default_policy,
-    idle_policy=idle_policy,
-    random_policy=random_policy,
-    evaluate=evaluate,
-    plan_spec=plan_spec,
-    simulate=simulate,
-    decision_values=decision_values,
-    decision_state=decision_state,
-    advantage=advantage,
-    world=World,
     hidden=HIDDEN,
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle), idle = index order. WSPT is optimal when every job is late
