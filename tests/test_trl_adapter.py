@@ -99,6 +99,22 @@ def test_parquet_rows_with_json_text_columns_play_alike(rows):
     assert env.get_reward() == 1.0
 
 
+def test_records_of_the_parquet_export_play_alike(rows, tmp_path):
+    """The Parquet export's struct records (θ, schemas and arguments as JSON texts inside) go
+    straight into the factory and reset(**record): π* 1.0."""
+    import pyarrow.parquet as pq
+
+    from vhd.tasks.export import write
+
+    record = pq.read_table(write([rows[0]], tmp_path / "export", "parquet")).to_pylist()[0]
+    assert isinstance(record["player"], dict) and isinstance(record["player"]["config"]["params"], str)
+    env = environment_factory([record])()
+    env.reset(**record)
+    for call in rows[0]["grader"]["reference_trajectory"]:
+        getattr(env, call["tool"])(**call["arguments"])
+    assert env.get_reward() == 1.0
+
+
 @pytest.mark.parametrize("name", ["reset", "get_reward", "not-a-name", "class", "_private"])
 def test_tool_names_that_cannot_be_methods_are_refused(name):
     with pytest.raises(TrajectoryFormatError, match=repr(name)):

@@ -38,6 +38,7 @@ import types
 from typing import Any
 
 from vhd.schemas.errors import TrajectoryFormatError
+from vhd.tasks.export import row_of_record
 
 RESERVED = frozenset({"reset", "get_reward"})  # the methods that are not tools
 PYTHON_TYPES = {"integer": int, "number": float, "string": str, "boolean": bool, "array": list, "object": dict}
@@ -151,7 +152,8 @@ class _Environment:
         and return the instruction the agent reads."""
         from vhd.adapters.gym import TextToolEnv
 
-        player, grader = _decoded(row["player"]), _decoded(row["grader"])
+        whole = row_of_record(row)  # any form of an export row: JSONL, Parquet structs, JSON texts
+        player, grader = whole["player"], whole["grader"]
         if [t["name"] for t in player["tools"]] != [t["name"] for t in self.tools]:
             raise TrajectoryFormatError(f"{type(self).__name__} serves tools {[t['name'] for t in self.tools]}, the row "
                                         f"{row.get('env_id')!r} has {[t['name'] for t in player['tools']]}; expected a "
@@ -201,8 +203,8 @@ def environment_class(tools: list[dict[str, Any]]) -> type:
 def environment_factory(rows: list[dict[str, Any]]) -> type | dict[str, type]:
     """The `environment_factory` of an export: one class when every row has the same tool set,
     else a dict of classes keyed by the `environment` column of `dataset_rows(rows)`."""
-    classes = {environment_key(_decoded(r["player"])["tools"]): environment_class(_decoded(r["player"])["tools"])
-               for r in rows}
+    tool_sets = [row_of_record(r)["player"]["tools"] for r in rows]
+    classes = {environment_key(tools): environment_class(tools) for tools in tool_sets}
     if not classes:
         raise TrajectoryFormatError("no rows; expected the rows of an export")
     return next(iter(classes.values())) if len(classes) == 1 else classes
@@ -214,12 +216,12 @@ def dataset_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     and `player` and `grader` as JSON texts (as in the Parquet export), so that rows of different
     families share one Arrow schema; `reset(**row)` decodes them. F rows are left out."""
     out = []
-    for row in rows:
-        player = _decoded(row["player"])
+    for row in map(row_of_record, rows):
+        player = row["player"]
         if player["config"].get("presentation") == "F":
             continue
         out.append({**row, "player": json.dumps(player, sort_keys=True),
-                    "grader": json.dumps(_decoded(row["grader"]), sort_keys=True),
+                    "grader": json.dumps(row["grader"], sort_keys=True),
                     "prompt": [{"role": "user", "content": player["instruction"]}],
                     "environment": environment_key(player["tools"])})
     return out

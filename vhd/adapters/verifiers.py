@@ -35,6 +35,7 @@ from pydantic import Field
 
 from vhd.adapters import grade
 from vhd.schemas.errors import TrajectoryFormatError
+from vhd.tasks.export import row_of_record
 
 ID = "vhd_verifiers"
 sys.modules.setdefault(ID, sys.modules[__name__])  # verifiers imports plugins by a top-level name
@@ -42,13 +43,9 @@ sys.modules.setdefault(ID, sys.modules[__name__])  # verifiers imports plugins b
 __all__ = ["ID", "VhdHarness", "VhdTaskset", "load_environment", "tool_calls", "openai_tools"]
 
 
-def _decoded(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value  # the Parquet export keeps JSON texts
-
-
 def export_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL export (`DIR/environments.jsonl`); for the Parquet export, pass
-    `rows=` rebuilt by `vhd.tasks.export.row_of_record` (docs/TRAINING.md)."""
+    """The rows of a JSONL export (`DIR/environments.jsonl`); for the Parquet export, pass its
+    records as `rows=` (any form of an export row is read, as `vhd.tasks.export.row_of_record`)."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]
 
@@ -110,11 +107,11 @@ class VhdTasksetConfig(vf.TasksetConfig):
 class VhdTaskset(vf.Taskset[VhdTask, VhdTasksetConfig]):
     def load(self):
         rows = self.config.rows or (export_rows(self.config.path) if self.config.path else [])
-        for row in rows:
-            player = _decoded(row["player"])
+        for row in map(row_of_record, rows):  # any form of an export row: JSONL, Parquet structs, JSON texts
+            player = row["player"]
             if player["config"].get("presentation") == "F":
                 continue  # scored from a written answer, not tool calls
-            full = {"env_id": row["env_id"], "player": player, "grader": _decoded(row["grader"]), "module": row["module"]}
+            full = {"env_id": row["env_id"], "player": player, "grader": row["grader"], "module": row["module"]}
             yield VhdTask(VhdData(id=row["env_id"], name=row["env_id"], prompt=player["instruction"], row=full),
                           self.config.task)
 

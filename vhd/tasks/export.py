@@ -127,7 +127,8 @@ def _nested(row: dict[str, Any]) -> dict[str, Any]:
 
 def row_of_record(record: dict[str, Any]) -> dict[str, Any]:
     """The export row (as `export_row` and the JSONL export give it) of a Parquet record: a row of
-    `pyarrow.parquet.read_table(...).to_pylist()` or of `datasets.load_dataset("parquet", ...)`.
+    `pyarrow.parquet.read_table(...).to_pylist()` or of `datasets.load_dataset("parquet", ...)`
+    (a row that is already one, from the JSONL export, is returned as it is).
 
         >>> import pyarrow.parquet as pq
         >>> record = pq.read_table(write([row], scratch / "export", "parquet")).to_pylist()[0]
@@ -139,6 +140,8 @@ def row_of_record(record: dict[str, Any]) -> dict[str, Any]:
     player, grader = record["player"], record["grader"]
     if isinstance(player, str):  # an export written before the struct columns: JSON texts
         return {**record, "player": json.loads(player), "grader": json.loads(grader)}
+    if isinstance(player["config"]["params"], dict):  # already a row (the JSONL export, export_row)
+        return record
     return {**record,
             "player": {"instruction": player["instruction"],
                        "tools": [{**t, "input_schema": json.loads(t["input_schema"])} for t in player["tools"]],
