@@ -13,6 +13,15 @@
     ...           state_space=8)
     Traceback (most recent call last):
     vhd.schemas.errors.SolverError: enumeration returned a non-finite optimum nan; expected a finite utility
+
+A family's `solve` ends with `solved`: the certified optimum with the reference policies' values.
+
+    >>> found = certified(lambda: (12.0, np.array([1, 0, 1])), method="enumeration", solver="numpy",
+    ...                   solver_version=np.__version__, state_space=8)
+    >>> sol = solved({"n": 3}, found, lambda theta, plan: float(plan.sum()), lambda theta: np.ones(theta["n"]),
+    ...              lambda theta: np.zeros(theta["n"]))
+    >>> sol.u_star, sol.u_default, sol.u_idle
+    (12.0, 3.0, 0.0)
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from vhd.mechanisms._contract import Certificate
+from vhd.mechanisms._contract import Certificate, Solution
 from vhd.schemas.errors import SolverError
 
 _STDOUT_LOCK = threading.Lock()
@@ -65,6 +74,21 @@ def certified(
         seconds=seconds,
     )
     return float(value), plan, cert
+
+
+def solved(theta: dict[str, Any], found: tuple[float, Any, Certificate],
+           evaluate: Callable[[dict[str, Any], Any], float], default_policy: Callable[[dict[str, Any]], Any],
+           idle_policy: Callable[[dict[str, Any]], Any]) -> Solution:
+    """The Solution of θ from `found`, `certified(...)`'s (u*, π*, certificate), with the exact values
+    `evaluate` gives the default plan and then the idle plan."""
+    u_star, policy, cert = found
+    return Solution(
+        u_star=u_star,
+        policy=policy,
+        u_default=evaluate(theta, default_policy(theta)),
+        u_idle=evaluate(theta, idle_policy(theta)),
+        certificate=cert,
+    )
 
 
 @contextlib.contextmanager

@@ -71,7 +71,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 PER_MILLE = 1000
@@ -229,20 +229,14 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* ([period, units left] → action, int16) by exact backward recursion; default and idle values."""
     check_theta(theta)
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion (exact integer-scaled rationals)",
         solver="python int arithmetic",
         solver_version="stdlib",
         state_space=theta["horizon"] * (theta["capacity"] + 1),
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def evaluate(theta: dict, policy: np.ndarray) -> float:

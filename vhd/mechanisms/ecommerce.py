@@ -93,7 +93,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
@@ -365,20 +365,14 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* by backward recursion over (day, stock, cash); exact values of the default and idle policies."""
     check_theta(theta)
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion over (day, stock, cash)",
         solver="numpy",
         solver_version=np.__version__,
         state_space=state_space(theta),
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def plan_spec(theta: dict) -> PlanSpec:

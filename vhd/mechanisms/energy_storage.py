@@ -63,7 +63,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
@@ -207,20 +207,14 @@ def solve(theta: dict) -> Solution:
     """u* and π* (signed trade per hour, charge, regime; int16) by backward recursion; default and idle values."""
     check_theta(theta)
     state_space = theta["horizon"] * (theta["capacity"] + 1) * len(theta["regime_prices"])
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion over (hour, state of charge, regime)",
         solver="numpy",
         solver_version=np.__version__,
         state_space=state_space,
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def plan_spec(theta: dict) -> PlanSpec:

@@ -63,7 +63,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
+from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 MAX_SITES = 8  # Params, tool schema and solve() bound
@@ -186,17 +186,11 @@ def solve(theta: dict) -> Solution:
         value, (plan, gap, bound) = _milp(theta)
         return value, plan, {"gap": gap, "bound": bound}
 
-    u_star, policy, cert = certified(run, method="uncapacitated facility location MILP, branch and bound "
-                                                  "(zero MIP gap)",
-                                     solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
-                                     state_space=2 ** theta["n_sites"] - 1)
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    found = certified(run, method="uncapacitated facility location MILP, branch and bound "
+                                   "(zero MIP gap)",
+                      solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
+                      state_space=2 ** theta["n_sites"] - 1)
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def default_policy(theta: dict) -> np.ndarray:

@@ -53,7 +53,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
@@ -208,20 +208,14 @@ def solve(theta: dict) -> Solution:
     """u* and π* by backward recursion; expected values of the default and idle policies."""
     check_theta(theta)
     proc_size = len(_Process(theta).states) * theta["horizon"]
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion",
         solver="numpy",
         solver_version=np.__version__,
         state_space=proc_size,
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def plan_spec(theta: dict) -> PlanSpec:

@@ -62,7 +62,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 100
@@ -167,20 +167,14 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* (table [round, b] → WALK / PASS / price) by backward recursion over (round, b)."""
     check_theta(theta)
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _bellman(theta),
         method="backward recursion over (round, highest acceptable price), integer arithmetic",
         solver="numpy",
         solver_version=np.__version__,
         state_space=theta["horizon"] * (theta["max_price"] + 1),
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def plan_spec(theta: dict) -> PlanSpec:

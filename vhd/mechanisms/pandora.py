@@ -64,7 +64,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 MAX_BOXES = 7
@@ -304,12 +304,11 @@ def solve(theta: dict) -> Solution:
                 raise ValueError(f"Weitzman's index rule gives {index_value}, backward induction {value}")
         return value, policy
 
-    u_star, policy, cert = certified(run, method="backward induction over (opened set, best prize); "
-                                                 "Weitzman index cross-check when the cap is slack",
-                                     solver="python", solver_version=f"numpy {np.__version__}",
-                                     state_space=proc.shape[0] * proc.shape[1])
-    return Solution(u_star=u_star, policy=policy, u_default=evaluate(theta, default_policy(theta)),
-                    u_idle=evaluate(theta, idle_policy(theta)), certificate=cert)
+    found = certified(run, method="backward induction over (opened set, best prize); "
+                                  "Weitzman index cross-check when the cap is slack",
+                      solver="python", solver_version=f"numpy {np.__version__}",
+                      state_space=proc.shape[0] * proc.shape[1])
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def default_policy(theta: dict) -> np.ndarray:

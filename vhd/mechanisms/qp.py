@@ -60,7 +60,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 FEASIBILITY_TOL = 1e-9  # the World accepts a plan exceeding a cap or the budget by at most this
@@ -243,16 +243,10 @@ def solve(theta: dict) -> Solution:
         return u, x, {"bound": bound, "gap": gap}
 
     # the search space: the 3^n bound patterns × 2 budget states an active-set method ranges over
-    u_star, policy, cert = certified(run, method="interior point (Clarabel) + exact KKT active-set polish",
-                                     solver="cvxpy/Clarabel", solver_version=cp.__version__,
-                                     state_space=2 * 3 ** theta["assets"])
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    found = certified(run, method="interior point (Clarabel) + exact KKT active-set polish",
+                      solver="cvxpy/Clarabel", solver_version=cp.__version__,
+                      state_space=2 * 3 ** theta["assets"])
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def plan_spec(theta: dict) -> PlanSpec:

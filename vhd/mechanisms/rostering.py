@@ -84,7 +84,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout
+from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 # ruff: noqa: UP031  (printf-style formatting: the house style of every family's World, copied into modules)
@@ -287,16 +287,10 @@ def solve(theta: dict) -> Solution:
         value, (plan, gap, bound) = _milp(theta)
         return value, plan, {"gap": gap, "bound": bound}
 
-    u_star, policy, cert = certified(run, method="staff rostering integer program, branch and bound (zero MIP gap)",
-                                     solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
-                                     state_space=theta["n_staff"] * theta["horizon"] * theta["n_shifts"])
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    found = certified(run, method="staff rostering integer program, branch and bound (zero MIP gap)",
+                      solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
+                      state_space=theta["n_staff"] * theta["horizon"] * theta["n_shifts"])
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def _eligible(theta: dict, plan: np.ndarray, s: int, d: int, j: int) -> bool:

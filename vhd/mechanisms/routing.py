@@ -63,7 +63,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 GRID = 30  # coordinates are integers in 0..GRID
@@ -195,20 +195,14 @@ def solve(theta: dict) -> Solution:
     """u* and the optimal visiting order by Held–Karp; exact values of the default and idle plans."""
     check_theta(theta)
     n = theta["n_stops"]
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _held_karp(theta),
         method="Held–Karp dynamic programming over (visited set, last stop)",
         solver="numpy",
         solver_version=np.__version__,
         state_space=(1 << n) * n,
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 MIN_JOBS, MAX_JOBS = 4, 10
@@ -179,17 +179,11 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* (machine per job, int8) by branch and bound; values of the default and idle plans."""
     check_theta(theta)
-    u_star, policy, cert = certified(lambda: _branch_and_bound(theta),
-                                     method="branch and bound over job-machine assignments",
-                                     solver="python (integer branch and bound)", solver_version=np.__version__,
-                                     state_space=theta["n_machines"] ** theta["n_jobs"])
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    found = certified(lambda: _branch_and_bound(theta),
+                      method="branch and bound over job-machine assignments",
+                      solver="python (integer branch and bound)", solver_version=np.__version__,
+                      state_space=theta["n_machines"] ** theta["n_jobs"])
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def default_policy(theta: dict) -> np.ndarray:

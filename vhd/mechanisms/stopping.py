@@ -53,7 +53,7 @@ from pydantic import BaseModel, Field
 
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, text, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 1000
@@ -151,20 +151,14 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* (thresholds per day, int64) by exact backward recursion; default and idle values."""
     check_theta(theta)
-    u_star, policy, cert = certified(
+    found = certified(
         lambda: _bellman(theta),
         method="backward Bellman recursion (exact rational arithmetic)",
         solver="python fractions",
         solver_version="stdlib",
         state_space=theta["horizon"] * len(theta["values"]),
     )
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def evaluate(theta: dict, policy: np.ndarray) -> float:

@@ -60,7 +60,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
-from vhd.mechanisms._solve import certified
+from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 MAX_JOBS = 10  # Params, tool schema and solve() bound: the subset DP takes 2^n · n steps and 2^n memory
@@ -179,16 +179,10 @@ def solve(theta: dict) -> Solution:
     """u* and π* (the optimal sequence, int8) by the subset DP; values of the default and idle plans.
     InvalidParams first if θ is not of the declared form (`check_theta`)."""
     check_theta(theta)
-    u_star, policy, cert = certified(lambda: _subset_dp(theta), method="dynamic programming over job subsets",
-                                     solver="python (integer DP)", solver_version=np.__version__,
-                                     state_space=2 ** theta["n_jobs"])
-    return Solution(
-        u_star=u_star,
-        policy=policy,
-        u_default=evaluate(theta, default_policy(theta)),
-        u_idle=evaluate(theta, idle_policy(theta)),
-        certificate=cert,
-    )
+    found = certified(lambda: _subset_dp(theta), method="dynamic programming over job subsets",
+                      solver="python (integer DP)", solver_version=np.__version__,
+                      state_space=2 ** theta["n_jobs"])
+    return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
 def default_policy(theta: dict) -> np.ndarray:
