@@ -781,6 +781,29 @@ def serve_env(env_id: str = typer.Argument(..., help="environment id (or a uniqu
         server.server_close()
 
 
+@app.command("serve-openenv")
+@handles_errors
+def serve_openenv(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
+                  port: int = typer.Option(8000, "--port", help="TCP port (1–65535)"),
+                  host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback by default)"),
+                  db: Optional[Path] = DbOption) -> None:
+    """Serve one environment with OpenEnv's own server (openenv-core's create_app) to OpenEnv's
+    clients (MCPToolClient, GenericEnvClient): one episode per WebSocket /ws session; list_tools =
+    the player's tools, call_tool = one step, {"type": "finish"} stops early; reward 0.0 until
+    done, then the decision reward (docs/TRAINING.md, "OpenEnv").
+
+    The generated module runs inside this server process (see docs/TRAINING.md, trust model)."""
+    from vhd.adapters import load_row
+    from vhd.adapters.openenv import serve
+
+    if not 1 <= port <= 65535:
+        _fail(f"--port {port}: a TCP port is 1–65535")
+    with _reader(db) as wh:
+        full = wh.resolve_env_id(env_id)
+    console.print(f"serving {full[:16]} with OpenEnv on http://{host}:{port} (WebSocket /ws)", highlight=False)
+    serve(load_row(full, db), host, port)
+
+
 @app.command()
 @handles_errors
 def play(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
