@@ -175,3 +175,24 @@ def test_a_fresh_episode_is_graded_by_the_same_decision_reward(name):
         client.close()
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_canonical_tool_names_give_one_tool_set_and_the_same_rewards(name):
+    """`vhd export --tool-names canonical`: the family's canonical names in place of the passage's,
+    the same tool set for every environment of the family, and the same rewards for the same
+    decisions (π* 1, nothing 0) through the grader and the Gym wrapper."""
+    from vhd.tasks.export import with_canonical_tool_names
+
+    family = registry.get(name)
+    canonical = [tool.name for tool in family.tools]
+    for env, row, output, theta, solution in admitted_environments(family):
+        renamed = with_canonical_tool_names(row)
+        assert [t["name"] for t in renamed["player"]["tools"]] == canonical
+        assert [t["description"] for t in renamed["player"]["tools"]] == [t["description"] for t in row["player"]["tools"]]
+        for skinned, canon in row["grader"]["interface"].items():  # the instruction names the canonical tools
+            if skinned != canon and skinned in row["player"]["instruction"]:
+                assert skinned not in renamed["player"]["instruction"] and canon in renamed["player"]["instruction"]
+        optimal = renamed["grader"]["reference_trajectory"]
+        assert adapter_grade(renamed["grader"], optimal, renamed["module"])["reward"] == 1.0
+        assert gym_rewards(TextToolEnv(renamed), optimal)[0] == 1.0 and gym_rewards(TextToolEnv(renamed), [])[0] == 0.0

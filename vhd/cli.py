@@ -691,18 +691,25 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
            format: str = typer.Option("jsonl", "--format", help="jsonl or parquet"),
            corpus_version: Optional[str] = typer.Option(None, "--corpus-version",
                                                         help="export exactly this version (default: the latest)"),
+           tool_names: str = typer.Option("skinned", "--tool-names", help="skinned: the passage's tool names "
+                                          "(place_batch…); canonical: the family's (place_order…), one tool set "
+                                          "per family for training, the passage's words kept elsewhere"),
            db: Optional[Path] = DbOption) -> None:
     """Export a published corpus version, verified against its digest first: module, player view,
     grader view, the environment's grading digest and the corpus digest, one row each."""
-    from vhd.tasks.export import rows_of, write
+    from vhd.tasks.export import TOOL_NAMES, rows_of, with_canonical_tool_names, write
     from vhd.tasks.publish import open_version, pinned
 
     if format not in ("jsonl", "parquet"):
         _fail(f"--format must be jsonl or parquet, got {format!r}")
+    if tool_names not in TOOL_NAMES:
+        _fail(f"--tool-names must be one of {', '.join(TOOL_NAMES)}, got {tool_names!r}")
     _output_directory(out)
     with _reader(db) as wh:
         version, envs = open_version(wh, corpus_version)  # a row changed since publication: one line, exit 1
         rows = rows_of(wh, envs, lambda e: pinned(e, version))
+    if tool_names == "canonical":
+        rows = [with_canonical_tool_names(row) for row in rows]
     target = write(rows, out, format)
     console.print(f"{len(rows)} environments → {target}")
 

@@ -19,6 +19,7 @@ Parquet record back into the row. Either way a dataset card, README.md, is writt
 
 from __future__ import annotations
 
+import ast
 import json
 from collections import Counter
 from pathlib import Path
@@ -59,6 +60,40 @@ def export_row(env: EnvironmentRecord, model: ModelRecord, output: SetterOutputR
                    "reference_trajectory": env.reference_trajectory,
                    "config": env.config(model.theta)},
     }
+
+
+TOOL_NAMES = ("skinned", "canonical")
+_SKIN_LINE = "\nSKIN = json.loads("
+
+
+def with_canonical_tool_names(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the family's canonical tool names (`place_order`, `end_day`…) in place of the
+    passage's (`place_batch`…), so one family has one tool set for training; descriptions and the
+    rest of the instruction keep the passage's words. The module is the admitted one with only the
+    names in its SKIN changed (its World, which the gates judged, is the same code; a name is
+    only what `Env.call` dispatches on), and the instruction is the one it writes with them; the
+    row's `digest` still pins the admitted environment. F rows (no tools to call) come back as they are.
+
+        >>> canonical = with_canonical_tool_names(row)
+        >>> sorted(t["name"] for t in canonical["player"]["tools"]) == sorted(row["grader"]["interface"].values())
+        True
+    """
+    if row["presentation"] == "F":
+        return row
+    names = row["grader"]["interface"]
+    head, _, tail = row["module"].rpartition(_SKIN_LINE)
+    skin = json.loads(ast.literal_eval(tail.strip()[:-1]))  # SKIN = json.loads('<repr of the JSON>')
+    skin["tools"] = [dict(tool, name=tool["canonical"]) for tool in skin["tools"]]
+    module = head + _SKIN_LINE + repr(json.dumps(skin, sort_keys=True)) + ")\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(module, "<canonical module>", "exec"), namespace)  # the admitted module's own code
+    instruction = namespace["create"](row["grader"]["config"]).instruction
+    player = {**row["player"], "instruction": instruction,
+              "tools": [dict(tool, name=names[tool["name"]]) for tool in row["player"]["tools"]]}
+    grader = {**row["grader"], "interface": {c: c for c in names.values()},
+              "reference_trajectory": [dict(call, tool=names.get(call["tool"], call["tool"]))
+                                       for call in row["grader"]["reference_trajectory"]]}
+    return {**row, "module": module, "player": player, "grader": grader}
 
 
 def rows_of(wh: Any, envs: list[EnvironmentRecord], extra: Any = None) -> list[dict[str, Any]]:
