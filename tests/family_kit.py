@@ -14,11 +14,16 @@ import types
 from typing import Any
 
 from vhd.mechanisms import Family
+from vhd.schemas.errors import SetterError
 from vhd.schemas.records import SetterOutputRecord
-from vhd.tasks.check import Verdict, check_batch
+from vhd.tasks.annotate import annotate, make_candidates
+from vhd.tasks.check import Verdict, check_batch, in_band
+from vhd.tasks.export import export_row
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import CheckedBatch, check_models
+from vhd.tasks.sample import sample_models
 from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
 
 PASSAGES = builtin_passages()
 
@@ -76,3 +81,40 @@ def mutant_verdicts(family: Family, run: CheckedBatch, old: str, new: str, which
     wrong = output.model_copy(update={"module": output.module.replace(old, new)})
     mine = [c for c in run.candidates if c.setter_output.setter_output_id == output.setter_output_id]
     return check_batch(family, wrong, mine, every_candidate=True)
+
+
+def config(family: Family, theta: dict[str, Any], seed: int = 0, budget: int | None = None,
+           presentation: str = "I") -> dict[str, Any]:
+    """A module's create() config of θ (the family's own turn budget unless given)."""
+    return {"params": theta, "presentation": presentation, "episode_seed": seed,
+            "turn_budget": family.turn_budget(theta) if budget is None else budget}
+
+
+def first_module(family: Family) -> SetterOutputRecord:
+    """The template setter's module in the first built-in passage whose words can skin the family."""
+    for passage in PASSAGES:
+        try:
+            return render_module(family, passage)
+        except SetterError:
+            continue
+    raise AssertionError(f"no built-in passage can skin {family.name}")
+
+
+def admitted_environments(family: Family, models_wanted: int = 8, batch: str = "surfaces") -> list[tuple]:
+    """(env, export row, setter output, θ, solution) in I and A of the first sampled model admitted
+    in both, made by the pipeline's own stages (sample, solve, render, check, annotate, export)."""
+    output = first_module(family)
+    models = sample_models(family, models_wanted, seed=5, batch=batch)
+    solutions = {s.model_id: s for s in solve_models(family, models)}
+    candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},
+                                 {m.model_id: output.setter_output_id for m in models}, ("I", "A"))
+    for k in range(0, len(candidates), 2):
+        pair = candidates[k:k + 2]
+        if not all(in_band(family, c) for c in pair):
+            continue
+        verdicts = check_batch(family, output, pair)
+        if all(v.admitted for v in verdicts):
+            envs = [annotate(family, v)[0] for v in verdicts]
+            return [(env, export_row(env, c.model, output, family, solutions[c.model.model_id]), output, c.model.theta,
+                     solutions[c.model.model_id]) for env, c in zip(envs, pair)]
+    raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A")

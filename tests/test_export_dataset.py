@@ -15,16 +15,14 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from test_surfaces import admitted_environments
+from family_kit import admitted_environments, first_module
 from vhd.adapters import grade
 from vhd.mechanisms import registry
-from vhd.schemas.errors import SetterError, VhdError
+from vhd.schemas.errors import VhdError
 from vhd.tasks.annotate import annotate, make_candidates
 from vhd.tasks.check import check_batch, in_band
 from vhd.tasks.export import JSON_TEXT_FIELDS, row_of_record, write
-from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
-from vhd.tasks.setters.template import render_module
 from vhd.tasks.solve import solve_models
 
 PINNED = {"digest": "d" * 64, "corpus_version": "v-test", "corpus_digest": "c" * 64}
@@ -33,12 +31,7 @@ PINNED = {"digest": "d" * 64, "corpus_version": "v-test", "corpus_digest": "c" *
 def admitted_rows(name, models_wanted=3):
     """Export rows of every admitted candidate of a few models of `name`, in F, I and A."""
     family = registry.get(name)
-    for passage in builtin_passages():
-        try:
-            output = render_module(family, passage)
-            break
-        except SetterError:
-            continue
+    output = first_module(family)
     models = sample_models(family, models_wanted, seed=5, batch="export-dataset")
     solutions = {s.model_id: s for s in solve_models(family, models)}
     candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},

@@ -16,7 +16,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import vhd.adapters.gym as gym_adapter
-from test_surfaces import admitted_environments
+from family_kit import admitted_environments
 from vhd.adapters import reward
 from vhd.mechanisms import registry
 

@@ -15,7 +15,7 @@ from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservatio
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from test_surfaces import admitted_environments
+from family_kit import admitted_environments
 from vhd.adapters import reward
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.openenv import VhdAction, app_for

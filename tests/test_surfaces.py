@@ -21,50 +21,19 @@ import threading
 
 import pytest
 
+from family_kit import admitted_environments
 from vhd.adapters import grade as adapter_grade
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
 from vhd.adapters.play import play
 from vhd.mechanisms import registry
-from vhd.schemas.errors import SetterError
-from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import check_batch, in_band, to_calls
-from vhd.tasks.export import export_row
+from vhd.tasks.check import to_calls
 from vhd.tasks.oracle import reference_module
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
 from vhd.tasks.score import score
 from vhd.mechanisms._runtime import call_limit
-from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
 
 FAMILIES = registry.names()
 REFUSED = {"tool": "no_such_tool", "arguments": {}}
-
-
-def admitted_environments(family, models_wanted=8):
-    """(env, row, setter output, θ) of the first model admitted in both I and A."""
-    output = None
-    for passage in builtin_passages():
-        try:
-            output = render_module(family, passage)
-            break
-        except SetterError:
-            continue
-    models = sample_models(family, models_wanted, seed=5, batch="surfaces")
-    solutions = {s.model_id: s for s in solve_models(family, models)}
-    candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},
-                                 {m.model_id: output.setter_output_id for m in models}, ("I", "A"))
-    for k in range(0, len(candidates), 2):
-        pair = candidates[k:k + 2]
-        if not all(in_band(family, c) for c in pair):
-            continue
-        verdicts = check_batch(family, output, pair)
-        if all(v.admitted for v in verdicts):
-            envs = [annotate(family, v)[0] for v in verdicts]
-            return [(env, export_row(env, c.model, output, family, solutions[c.model.model_id]), output, c.model.theta,
-                     solutions[c.model.model_id]) for env, c in zip(envs, pair)]
-    raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A")
 
 
 def trajectories(row):

@@ -16,7 +16,7 @@ import sys
 import pytest
 from transformers.utils import get_json_schema
 
-from test_surfaces import admitted_environments
+from family_kit import admitted_environments
 from vhd.adapters import grade
 from vhd.adapters.trl import dataset_rows, environment_class, environment_factory, environment_key, reward_function
 from vhd.mechanisms import registry

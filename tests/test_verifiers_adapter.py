@@ -19,7 +19,7 @@ import verifiers
 import verifiers.v1 as vf
 
 from llm_server import ChatCompletionsServer, replay_tool_calls
-from test_surfaces import admitted_environments
+from family_kit import admitted_environments
 from vhd.adapters.verifiers import load_environment, openai_tools
 from vhd.mechanisms import registry
 

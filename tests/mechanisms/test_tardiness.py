@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -552,8 +552,7 @@ def _random_calls(theta, rng, length):
 
 
 def _config(theta, budget=None):
-    return {"params": theta, "presentation": "I", "episode_seed": 0,
-            "turn_budget": FAM.turn_budget(theta) if budget is None else budget}
+    return config(FAM, theta, budget=budget)
 
 
 def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
