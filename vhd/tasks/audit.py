@@ -4,19 +4,16 @@ environment's u*, u₀, u_idle and trajectories replayed from the stored solutio
 
     >>> verify(chain)["verified"]       # one environment's chain (`vhd audit`; warehouse.lineage.load_chain)
     True
-    >>> import dataclasses
-    >>> edited = dataclasses.replace(chain, environment=env.model_copy(update={"u_star": env.u_star + 1}))
-    >>> report = verify(edited)
-    >>> report["verified"], report["findings"][:1]
-    (False, [{'env_id': '...', 'table': 'environments', 'id': '...', 'field': 'u_star',
-              'problem': 'stored ... differs from the value replayed from its solution and θ'}])
-    >>> Auditor(resolve=False).chains({env.env_id: chain})   # many (tasks/gate.py: the publish gate, `vhd verify`)
+    >>> from dataclasses import replace
+    >>> report = verify(replace(chain, environment=env.model_copy(update={"u_star": env.u_star + 1})))
+    >>> report["verified"], [(f["table"], f["field"]) for f in report["findings"]][:1]
+    (False, [('environments', 'u_star')])
+    >>> Auditor(resolve=False).chains({env.env_id: chain})   # many: the publish gate, `vhd verify` (tasks/gate.py)
     []
 
-A finding names the environment it concerns, the table, the row and the field. Rows shared by
-several environments (a module, a solution, a passage) are checked once per audit and reported
-for every environment that depends on them. What each layer proves is in docs/RELIABILITY.md,
-"What is verified where".
+A finding names the environment, the table, the row and the field. Rows shared by several
+environments (a module, a solution, a passage) are checked once per audit and reported for each
+environment that depends on them (docs/RELIABILITY.md, "What is verified where").
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ from vhd.tasks.sample import draw, episode_seed
 DIGESTS = "field_digests"
 TABLE = {"environment": "environments", "model": "models", "solution": "solutions", "setter_output": "setter_outputs",
          "passage": "passages", "check": "checks"}
-# the gates presentation F runs in process (tasks/written.gates), in their order
-F_GATES = ("interface", "default_band", "plan_grader", "plan_validation")
+F_GATES = ("interface", "default_band", "plan_grader", "plan_validation")  # tasks/written.gates, in their order
 REL = 1e-9  # u*, u₀ replayed by the same simulator: equal but for the last bits
 
 
@@ -151,7 +147,6 @@ class Auditor:
                 out.append(finding(env_id or env.env_id, table, row_id, field, problem))
         return out
 
-    # -- rows ----------------------------------------------------------------------------------
     def _row(self, table: str, record: Any, row: dict[str, Any] | None,
              invalid: dict[str, str]) -> list[tuple[str, str, str, str]]:
         """(table, id, field, problem) of one stored row: invalid values, fields whose digest no

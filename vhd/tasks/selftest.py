@@ -5,12 +5,10 @@
     [('drop_check', 'tool_place_order'), ('drop_check', 'tool_cancel_order'), ('shift_horizon', '6 reads of horizon'),
      ('free_probe', 'get_cost_sheet'), ('leak_hidden', 'tool_view_stock returns unit_cost')]
 
-Every mutant is then checked in the sandbox (about a second each, so not a doctest): for one
-admitted inventory_dp module and its one I environment,
+Every mutant is then checked in the sandbox (a second each: not a doctest), e.g. one inventory_dp module:
 
     report = selftest(selftest_groups(wh, ["inventory_dp"], modules=1, envs=1), {"inventory_dp": family})
-    report["rejected"], report["mutants"], report["rejection_rate"]   # (9, 9, 1.0): no A candidate judges
-                                                                      # free_probe and leak_hidden
+    report["rejected"], report["mutants"], report["rejection_rate"]   # (9, 9, 1.0): no A candidate here
 
 A mutant is the module with one deliberate bug in its `World` class or in the `BaseWorld` it
 extends (found with `ast`, so a mutation never lands in a comment or the rest of the runtime):
@@ -32,12 +30,11 @@ its operator, the method it changed and a unified diff. Every unmutated module i
 too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
 change cannot alter any outcome) count as survivors all the same. Three exceptions are made
 before mutating, each a site whose mutant is provably the module itself on a judged candidate:
-a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0); a `scale_cost` site that only
-bounds an id argument and whose field, in a judged θ, is past the largest id the tool schemas
-accept (`0 <= id < n` and `0 <= id < 2n` then accept the same calls); a `drop_check` site
-whose `if` is directly followed by another `raise AgentError` (the call is refused anyway; only
-the message, which no gate compares, changes). They are reported as `equivalent_skipped` (and
-listed under `equivalent`), and are neither mutants nor survivors.
+a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0); a `scale_cost` site that only bounds
+an id argument whose field, in a judged θ, is past the largest id the tool schemas accept
+(`0 <= id < n` and `0 <= id < 2n` accept the same calls); a `drop_check` site whose `if` is
+directly followed by another `raise AgentError` (refused anyway; only the message changes). They
+are reported as `equivalent_skipped` (listed under `equivalent`), neither mutants nor survivors.
 """
 
 from __future__ import annotations
@@ -51,8 +48,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from vhd.mechanisms import Family
-from vhd.schemas.records import SetterOutputRecord
-from vhd.tasks.check import Candidate, check_batch
+from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.tasks.check import Candidate, candidate_from, check_batch
 
 SITES_PER_OPERATOR = 2
 HORIZON_FIELDS = ("horizon", "n_periods", "n_days", "days", "rounds")
@@ -322,8 +319,7 @@ def _stale_state(module: str) -> str | None:
     setter = next((m for m in base.body if isinstance(m, ast.FunctionDef) and m.name == "_set"), None) if base else None
     if setter is None:
         return None
-    setter.body = [ast.Pass()]
-    lines = module.splitlines(keepends=True)
+    setter.body, lines = [ast.Pass()], module.splitlines(keepends=True)
     return "".join(lines[:base.lineno - 1]) + ast.unparse(ast.fix_missing_locations(base)) + "\n" + "".join(lines[base.end_lineno:])
 
 
@@ -389,9 +385,6 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
 def selftest_groups(wh: Any, families: list[str], modules: int, envs: int) -> dict[str, list[tuple]]:
     """`selftest`'s `groups` from an open warehouse `wh`: per family (`families`, or all with admitted environments)
     up to `modules` admitted modules by id, each with up to `envs` admitted I/A environments it serves (A first)."""
-    from vhd.schemas.records import ModelRecord, SolutionRecord
-    from vhd.tasks.check import candidate_from
-
     by_module: dict[tuple[str, str], list[Any]] = {}
     for env in wh.environments(admitted=True):
         if env.presentation != "F" and (not families or env.family in families):

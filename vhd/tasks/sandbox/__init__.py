@@ -34,9 +34,10 @@ from typing import Any
 
 from vhd.tasks.sandbox import pool as pools
 from vhd.tasks.sandbox.launch import (
-    MARKER, RUNNER, SANDBOX_UID, TRANSIENT, Limits, Plan, SandboxResult, Usage, _run, descendants,
-    marked_processes, network_isolation, plan, usage,
+    MARKER, RUNNER, SANDBOX_UID, Limits, Plan, _run, marked_processes, network_isolation, plan,
 )
+from vhd.tasks.sandbox.report import TRANSIENT, SandboxResult
+from vhd.tasks.sandbox.usage import Usage, descendants, usage
 
 __all__ = ["MARKER", "RUNNER", "SANDBOX_UID", "TRANSIENT", "Limits", "Plan", "SandboxResult", "Usage", "descendants",
            "marked_processes", "network_isolation", "plan", "run_job", "usage"]

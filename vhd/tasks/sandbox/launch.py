@@ -6,10 +6,7 @@
 
 from __future__ import annotations
 
-import hmac
-import hashlib
 import json
-import math
 import os
 import resource
 import secrets
@@ -21,12 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from vhd.schemas.errors import SandboxError
+from vhd.tasks.sandbox.report import SandboxResult, _parse
+from vhd.tasks.sandbox.usage import Usage, descendants, usage  # noqa: F401  (re-exported)
 
 RUNNER = Path(__file__).with_name("runner.py")
 SANDBOX_UID = 65534  # nobody / nogroup
@@ -56,33 +54,6 @@ class Limits:
     def wall(self) -> float:
         """Seconds of wall clock after which the parent stops the job (the backstop)."""
         return max(self.wall_seconds, self.wall_factor * (self.cpu_seconds + 1))
-
-
-TRANSIENT = ("wall_timeout",)  # statuses that are not a verdict on the module: retry the job
-
-
-@dataclass
-class SandboxResult:
-    # ok | import_error | timeout | memory | oversize | crashed | violation | forged | invalid; wall_timeout (transient)
-    status: str
-    episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    message: str = ""
-    seconds: float = 0.0
-    violations: list[str] = field(default_factory=list)
-    isolation: str = ""
-    scratch: str = ""
-
-    @property
-    def transient(self) -> bool:
-        """The machine, not the module, ended the job: no verdict may be drawn from it."""
-        return self.status in TRANSIENT
-
-    def settled(self) -> "SandboxResult":
-        """This result when it is a verdict on the module; SandboxError (a transient fault, which
-        the flows retry) when it is not."""
-        if self.transient:
-            raise SandboxError(self.message or f"sandbox {self.status}")
-        return self
 
 
 @dataclass(frozen=True)
@@ -349,67 +320,6 @@ class _Channel:
 
 # --- the wall-clock backstop: a verdict or the machine? -----------------------------------
 
-@dataclass(frozen=True)
-class Usage:
-    """What a job's processes did with their lives, measured when the backstop expired."""
-
-    cpu: float  # seconds on a CPU: every live process's own (all its threads), plus its reaped children's
-    waited: float | None  # seconds runnable but waiting for a CPU (run-queue delay, /proc/*/task/*/schedstat);
-    #                       None where the kernel does not keep it
-    life: float  # seconds since the oldest of the processes started
-
-
-def descendants(root: int) -> list[int]:
-    """Every live process below `root` (through /proc/PID/task/TID/children), not `root` itself."""
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
-                    children = [int(c) for c in handle.read().split()]
-            except (OSError, ValueError):
-                continue
-            found += children
-            stack += children
-    return found
-
-
-def usage(pids: list[int]) -> Usage | None:
-    """CPU, run-queue wait and lifetime of these processes (None when none of them can be read)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    cpu, waited, born, seen, sched = 0.0, 0.0, math.inf, False, True
-    now = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock of a process's start time (not /proc/uptime,
-    #                                                which a container may show as its own)
-    for pid in set(pids):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            utime, stime, cutime, cstime = (int(f) for f in fields[11:15])  # stat fields 14-17
-            start = int(fields[19]) / tick  # field 22
-            wait = 0
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
-                        wait += int(handle.read().split()[1])
-                except FileNotFoundError:  # a thread that just ended, or a kernel without schedstat
-                    if os.path.isdir(f"/proc/{pid}/task/{tid}"):
-                        sched = False
-        except (OSError, ValueError, IndexError):
-            continue
-        seen = True
-        cpu += (utime + stime + cutime + cstime) / tick
-        waited += wait / 1e9
-        born = min(born, start)
-    if not seen:
-        return None
-    return Usage(cpu, waited if sched else None, max(0.0, now - born))
-
-
 def _wall_expired(measured: Usage | None, limits: Limits) -> tuple[str, str]:
     """The status of a job the wall-clock backstop stopped before it ended.
 
@@ -483,146 +393,3 @@ def _drain(fds: set[int], seconds: float = 3.0) -> None:
 
 
 # --- the verdict on the channel ----------------------------------------------------------
-
-MAX_REFUSAL = 300  # runner.MAX_REFUSAL: the longest refusal text a trajectory's `answers` may carry
-_TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "obs_digest", "obs_numbers", "answers",
-               "exception"]
-_SHAPES = {
-    "describe": (["instruction", "tools"], ["exception"]),
-    "trajectory": (_TRAJECTORY, ["exception"]),
-    "fuzz": (["calls", "failures", "failed", "digest"], ["exception"]),
-}
-
-
-class _Forged(Exception):
-    pass
-
-
-def _shape(kind: str, value: Any) -> None:
-    if not isinstance(value, dict) or list(value) not in _SHAPES[kind]:
-        raise _Forged(f"a {kind} report has keys {list(value) if isinstance(value, dict) else type(value).__name__}")
-
-
-def _episode(record: dict[str, Any], expected_key: str | None) -> None:
-    keys = list(record)
-    if keys not in (["key", "describe", "trajectories"], ["key", "describe", "trajectories", "fuzz"]):
-        raise _Forged(f"an episode record has keys {keys}")
-    if record["key"] != expected_key:
-        raise _Forged(f"episode {record['key']!r} where the job expects {expected_key!r} (unknown, duplicate or out of order)")
-    _shape("describe", record["describe"])
-    if not isinstance(record["trajectories"], list):
-        raise _Forged("trajectories is not a list")
-    for trajectory in record["trajectories"]:
-        _shape("trajectory", trajectory)
-        answers = trajectory.get("answers", [])
-        if not isinstance(answers, list) or not all(
-                isinstance(a, list) and len(a) == 2 and isinstance(a[0], bool) and isinstance(a[1], str)
-                and len(a[1]) <= MAX_REFUSAL for a in answers):
-            raise _Forged("a trajectory's answers are not [ok, text] pairs of the runner's size")
-    if "fuzz" in record:
-        _shape("fuzz", record["fuzz"])
-
-
-def _nonfinite(record: dict[str, Any]) -> str:
-    """Where a NaN or infinity appears in an episode report ('' if nowhere).
-
-    The utility of a trajectory that did not reach the end is not a verdict input and may be
-    anything; every other number must be finite."""
-    found: list[str] = []
-
-    def walk(value: Any, where: str) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            found.append(f"{where} = {value!r}")
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{where}.{k}")
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{where}[{i}]")
-
-    for i, trajectory in enumerate(record["trajectories"]):
-        for k, v in trajectory.items():
-            if k != "utility" or trajectory.get("terminal") is True:
-                walk(v, f"trajectory {i} {k}")
-    walk(record["describe"], "describe")
-    walk(record.get("fuzz"), "fuzz")
-    return found[0] if found else ""
-
-
-def _lines(data: bytes, key: bytes) -> tuple[list[dict[str, Any]], str]:
-    """The signed records up to the first line that is not one, and why that line was rejected."""
-    records: list[dict[str, Any]] = []
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        return records, "the result channel ended in the middle of a line"
-    for seq, line in enumerate(lines):
-        mac, _, payload = line.partition(b" ")
-        good = hmac.new(key, b"%d:" % seq + payload, hashlib.sha256).hexdigest().encode("ascii")
-        if not hmac.compare_digest(mac, good):
-            return records, f"line {seq} of the result channel is not signed by the runner (forged, reordered or duplicated)"
-        try:
-            record = json.loads(payload)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return records, f"line {seq} is not JSON"
-        if not isinstance(record, dict) or not record:
-            return records, f"line {seq} is not a JSON object"
-        records.append(record)
-    return records, ""
-
-
-def _parse(data: bytes, status: str, killed_by: int | None, returncode: int | None, stderr: bytes, key: bytes,
-           expected: list[str], note: str = "") -> SandboxResult:
-    stderr_tail = stderr[-2000:].decode("utf-8", "replace")
-    if status in ("timeout", "wall_timeout", "oversize"):
-        return SandboxResult(status, message=note or f"sandbox {status}: the module exceeded its limits")
-    if killed_by in (signal.SIGXCPU, signal.SIGKILL):
-        return SandboxResult("timeout", message=f"sandbox timeout: killed by signal {killed_by} (the CPU limit)")
-    if killed_by == signal.SIGXFSZ:
-        return SandboxResult("oversize", message="sandbox killed by SIGXFSZ: a file exceeded the file-size limit")
-    records, forged = _lines(data, key)
-    episodes: dict[str, dict[str, Any]] = {}
-    violations: list[str] = []
-    terminal: dict[str, Any] | None = None
-    invalid = ""
-    for record in records:
-        if terminal is not None:
-            forged = forged or "data after the end of the report"
-            break
-        kind = next(iter(record))
-        try:
-            if kind == "violation" and list(record) == ["violation"] and isinstance(record["violation"], str):
-                violations.append(record["violation"])
-            elif kind == "key":
-                _episode(record, expected[len(episodes)] if len(episodes) < len(expected) else None)
-                episodes[record["key"]] = record
-                invalid = invalid or (_nonfinite(record) and f"episode {record['key']}: {_nonfinite(record)}")
-            elif kind == "end" and record == {"end": True, "episodes": len(expected)} and len(episodes) == len(expected):
-                terminal = record
-            elif kind in ("import_error", "memory") and list(record) == [kind] and isinstance(record[kind], str):
-                terminal = record
-            else:
-                raise _Forged(f"unexpected record {json.dumps(record)[:200]}")
-        except _Forged as exc:
-            forged = forged or str(exc)
-            break
-    if (terminal and "memory" in terminal) or (not terminal and "MemoryError" in stderr_tail):
-        return SandboxResult("memory", message="sandbox ran out of memory", violations=violations)
-    if violations:
-        return SandboxResult("violation", episodes, "sandbox violation: the module attempted denied actions: "
-                             + "; ".join(violations)[:1000], violations=violations)
-    if forged:
-        return SandboxResult("forged", message="sandbox result forged: " + forged)
-    if terminal and "import_error" in terminal:
-        return SandboxResult("import_error", message="module failed to import: " + terminal["import_error"][-500:])
-    if not terminal:
-        if returncode == 0:
-            return SandboxResult("forged", message="sandbox exited with code 0 before the end of the report "
-                                                   "(an early exit or a forged result)")
-        return SandboxResult("crashed", episodes, f"sandbox exited with code {returncode}: {stderr_tail[-300:]}")
-    if returncode != 0:
-        return SandboxResult("crashed", episodes, f"sandbox exited with code {returncode}: {stderr_tail[-300:]}")
-    if invalid:
-        return SandboxResult("invalid", episodes, "sandbox report has a non-finite number: " + invalid)
-    return SandboxResult("ok", episodes)
