@@ -16,7 +16,7 @@ def test_two_dask_workers_give_the_same_environments_as_the_default_runner(refre
     db, default = refreshed  # --families inventory_dp --per-family 10 --seed 3 --batch t1, default runner
     dask_db = tmp_path / "dask.duckdb"
     result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp", "--per-family", "10", "--seed", "3",
-                     "--batch", "t1", "--db", dask_db, "--workers", "2", "--json")
+                     "--batch", "t1", "--db", dask_db, "--workers", "2", "--json", "--verbose")  # logs on stderr
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["computed"] == default["computed"] and summary["admitted"] == default["admitted"]
