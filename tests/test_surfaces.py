@@ -84,7 +84,8 @@ def test_every_surface_gives_the_same_rewards(name):
         played = trajectories(row)
         scored = dict(zip(played, score(env, output, theta, family, solution, list(played.values()))))
         server = make_server(row)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # serve_forever polls for shutdown() every 0.5 s by default: that wait, twice per family
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}"
         try:
             for label, calls in played.items():
@@ -126,7 +127,7 @@ def test_a_fresh_episode_is_graded_by_the_same_decision_reward(name):
     env, row, output, theta, solution = admitted_environments(family)[1]  # presentation A
     policy = family.solve(theta).policy
     server = make_server(row)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     client = HttpEnvClient(f"http://127.0.0.1:{server.server_address[1]}")
     try:
         for seed in (env.episode_seed + 1, 7, 12345):
