@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.sandbox import launch as sandbox
+from vhd.tasks.sandbox import report as sandbox_report
 from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import _twin_difference, check_batch, perturbed
 from vhd.tasks.passages import builtin_passages
@@ -194,9 +194,9 @@ def test_the_parent_refuses_answers_not_of_the_runners_shape():
     record = {"key": "k", "describe": {"instruction": "x", "tools": []}, "trajectories": [
         {"utility": 1.0, "terminal": True, "turns_used": 1, "errors": 1, "first_error": "no", "obs_digest": "0",
          "obs_numbers": [], "answers": [[True, "0123456789ab"], [False, "no"]], "exception": None}]}
-    sandbox._episode(record, "k")
-    for answers in ([[1, "x"]], [[False, "x" * (sandbox.MAX_REFUSAL + 1)]], [["x"]], "x"):
+    sandbox_report._episode(record, "k")
+    for answers in ([[1, "x"]], [[False, "x" * (sandbox_report.MAX_REFUSAL + 1)]], [["x"]], "x"):
         bad = copy.deepcopy(record)
         bad["trajectories"][0]["answers"] = answers
-        with pytest.raises(sandbox._Forged):
-            sandbox._episode(bad, "k")
+        with pytest.raises(sandbox_report._Forged):
+            sandbox_report._episode(bad, "k")
