@@ -148,7 +148,7 @@ class TextToolEnv(gymnasium.Env):
                                         "expected an I or A environment")
         self.row = row
         self.grader = row["grader"]
-        self.grading = Grading.of_grader(self.grader)
+        self._stored = self.grading = Grading.of_grader(self.grader)  # the environment's own episode
         self._decisions: Advantages | None = None
         self._paid = 0.0  # the step rewards given so far this episode
         self.turn_budget = int(self.grader["config"]["turn_budget"])
@@ -205,8 +205,7 @@ class TextToolEnv(gymnasium.Env):
             if chosen is not None and (not isinstance(chosen, int) or isinstance(chosen, bool) or chosen < 0):
                 raise TrajectoryFormatError(f"an episode seed is a non-negative integer, got {chosen!r}")
             self._episode_seed = chosen
-            base = Grading.of_grader(self.grader)
-            self.grading = base if chosen is None else base.for_seed(chosen)
+            self.grading = self._stored if chosen is None else self._stored.for_seed(chosen)
             self._env = self._module.create(self.grading.config)
             g = self.grading
             self._decisions = Advantages(g.family, g.config, g.names)
