@@ -6,7 +6,8 @@
     ...         return self.submitted
     ...     def utility(self):
     ...         return 7
-    >>> decision_values, decision_state, advantage = until_committed(lambda theta: 10)
+    >>> from types import SimpleNamespace
+    >>> decision_values, decision_state, advantage = until_committed(lambda theta: SimpleNamespace(u_star=10))
     >>> world, values = Selection(), decision_values({})
     >>> before = decision_state({}, world)
     >>> world.submitted = True
@@ -24,13 +25,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-def until_committed(optimum: Callable[[dict[str, Any]], float]) -> tuple[Callable, Callable, Callable]:
+def until_committed(solve: Callable[[dict[str, Any]], Any]) -> tuple[Callable, Callable, Callable]:
     """`decision_values`, `decision_state` and `advantage` of a family (Family's fields of those
-    names) from `optimum(θ)`, u* by the family's own solver, checking θ first."""
+    names) from its `solve(θ)`, whose Solution's u* is the potential of every open state."""
 
     def decision_values(theta: dict[str, Any]) -> dict[str, float]:
-        """u* by the family's own solver: the potential of every open state."""
-        return {"u_star": optimum(theta)}
+        """u* by the family's own solve (θ checked first): the potential of every open state."""
+        return {"u_star": solve(theta).u_star}
 
     def decision_state(theta: dict[str, Any], world: Any) -> tuple[bool, float | None]:
         """(whether the plan is committed, the World's realised utility once it is)."""

@@ -113,12 +113,25 @@ def quiet_native_stdout():
             os.close(saved)
 
 
-def integer_mip_bound(res: object, value: float) -> tuple[float, float]:
-    """(gap, bound) of a HiGHS MILP that *minimised* −utility, for a utility known to be an
-    integer: the exactly re-scored `value` must satisfy ⌊bound⌋ ≤ value ≤ bound, where
-    bound = −mip_dual_bound, or it raises ValueError (certified() turns that into SolverError)."""
+def exact_milp(**problem: Any) -> Any:
+    """scipy.optimize.milp(**problem) at a zero MIP gap, HiGHS's output kept off stdout; its result,
+    or ValueError (certified() turns that into SolverError) unless HiGHS proved an optimum."""
+    from scipy.optimize import milp  # lazily: registry discovery stays fast
+
+    with quiet_native_stdout():
+        res = milp(**problem, options={"mip_rel_gap": 0.0, "presolve": True})
+    if res.status != 0 or res.x is None:
+        raise ValueError(f"HiGHS did not prove optimality: status {res.status} ({res.message})")
+    return res
+
+
+def integer_mip_bound(res: object, value: float) -> dict[str, float]:
+    """The proof {"gap": g, "bound": b} (certified()'s third element) of a HiGHS MILP that
+    *minimised* −utility, for a utility known to be an integer: the exactly re-scored `value` must
+    satisfy ⌊bound⌋ ≤ value ≤ bound, where bound = −mip_dual_bound, or it raises ValueError
+    (certified() turns that into SolverError)."""
     bound = -float(res.mip_dual_bound)  # utility ≤ bound
     if value > bound + 1e-6 or math.floor(bound + 1e-6) > value:
         raise ValueError(f"MIP value {value} disagrees with the dual bound {bound}")
     gap = float(res.mip_gap) if res.mip_gap is not None else 0.0
-    return gap, bound
+    return {"gap": gap, "bound": bound}

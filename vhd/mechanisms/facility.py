@@ -63,7 +63,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout, solved
+from vhd.mechanisms._solve import certified, exact_milp, integer_mip_bound, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 MAX_SITES = 8  # Params, tool schema and solve() bound
@@ -145,8 +145,9 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return float(-(int(f[open_].sum()) + int(c[:, open_].min(axis=1).sum())))
 
 
-def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
-    from scipy.optimize import Bounds, LinearConstraint, milp  # lazily: registry discovery stays fast
+def _milp(theta: dict) -> tuple[float, np.ndarray, dict[str, float]]:
+    """(u*, π*, the MIP proof) by HiGHS, the optimum re-scored exactly."""
+    from scipy.optimize import Bounds, LinearConstraint  # lazily: registry discovery stays fast
 
     f, c = _arrays(theta)
     n, m = theta["n_sites"], theta["n_towns"]
@@ -159,22 +160,17 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
         for s in range(n):
             link[t * n + s, n + t * n + s] = 1.0
             link[t * n + s, s] = -1.0
-    with quiet_native_stdout():
-        res = milp(
-            c=cost,
-            constraints=[LinearConstraint(assign, 1.0, 1.0), LinearConstraint(link, -np.inf, 0.0)],
-            integrality=np.concatenate([np.ones(n), np.zeros(m * n)]),
-            bounds=Bounds(0, 1),
-            options={"mip_rel_gap": 0.0, "presolve": True},
-        )
-    if res.status != 0 or res.x is None:
-        raise ValueError(f"HiGHS did not prove optimality: status {res.status} ({res.message})")
+    res = exact_milp(
+        c=cost,
+        constraints=[LinearConstraint(assign, 1.0, 1.0), LinearConstraint(link, -np.inf, 0.0)],
+        integrality=np.concatenate([np.ones(n), np.zeros(m * n)]),
+        bounds=Bounds(0, 1),
+    )
     y = np.rint(res.x[:n]).astype(np.int8)
     if np.abs(res.x[:n] - y).max() > 1e-6:
         raise ValueError(f"HiGHS returned fractional open flags {res.x[:n].tolist()}")
     value = evaluate(theta, y)  # exact, in integers
-    gap, bound = integer_mip_bound(res, value)
-    return value, (y, gap, bound)
+    return value, y, integer_mip_bound(res, value)
 
 
 def solve(theta: dict) -> Solution:
@@ -182,11 +178,7 @@ def solve(theta: dict) -> Solution:
     InvalidParams first if θ is not of the declared form (`check_theta`)."""
     check_theta(theta)
 
-    def run():
-        value, (plan, gap, bound) = _milp(theta)
-        return value, plan, {"gap": gap, "bound": bound}
-
-    found = certified(run, method="uncapacitated facility location MILP, branch and bound "
+    found = certified(lambda: _milp(theta), method="uncapacitated facility location MILP, branch and bound "
                                    "(zero MIP gap)",
                       solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
                       state_space=2 ** theta["n_sites"] - 1)
@@ -231,13 +223,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # revised), then the final network's utility.
 
 
-def _optimum(theta: dict) -> float:
-    """u*, the MILP's optimum (an integer)."""
-    check_theta(theta)
-    return _milp(theta)[0]
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:

@@ -58,7 +58,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout, solved
+from vhd.mechanisms._solve import certified, exact_milp, integer_mip_bound, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 MAX_ITEMS = 50  # Params/tool-schema/solve bound (mknap1's largest problem); the sampler still draws 6…14 lots
@@ -143,27 +143,23 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return float(int(values @ x))
 
 
-def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
-    from scipy.optimize import Bounds, LinearConstraint, milp  # lazily: registry discovery stays fast
+def _milp(theta: dict) -> tuple[float, np.ndarray, dict[str, float]]:
+    """(u*, π*, the MIP proof) by HiGHS, the optimum re-scored exactly."""
+    from scipy.optimize import Bounds, LinearConstraint  # lazily: registry discovery stays fast
 
     values, weights, capacities = _arrays(theta)
     n = theta["n_items"]
-    with quiet_native_stdout():
-        res = milp(
-            c=-values.astype(float),
-            constraints=[LinearConstraint(weights.astype(float), -np.inf, capacities.astype(float))],
-            integrality=np.ones(n),
-            bounds=Bounds(0, 1),
-            options={"mip_rel_gap": 0.0, "presolve": True},
-        )
-    if res.status != 0 or res.x is None:
-        raise ValueError(f"HiGHS did not prove optimality: status {res.status} ({res.message})")
+    res = exact_milp(
+        c=-values.astype(float),
+        constraints=[LinearConstraint(weights.astype(float), -np.inf, capacities.astype(float))],
+        integrality=np.ones(n),
+        bounds=Bounds(0, 1),
+    )
     x = np.rint(res.x).astype(np.int8)
     if np.abs(res.x - x).max() > 1e-6:
         raise ValueError(f"HiGHS returned a fractional plan {res.x.tolist()}")
     value = evaluate(theta, x)  # also re-checks feasibility in integers
-    gap, bound = integer_mip_bound(res, value)
-    return value, (x, gap, bound)
+    return value, x, integer_mip_bound(res, value)
 
 
 def solve(theta: dict) -> Solution:
@@ -171,11 +167,7 @@ def solve(theta: dict) -> Solution:
     InvalidParams first if θ is not of the declared form (`check_theta`)."""
     check_theta(theta)
 
-    def run():
-        value, (plan, gap, bound) = _milp(theta)
-        return value, plan, {"gap": gap, "bound": bound}
-
-    found = certified(run, method="0/1 integer program, branch and bound (zero MIP gap)",
+    found = certified(lambda: _milp(theta), method="0/1 integer program, branch and bound (zero MIP gap)",
                       solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
                       state_space=2 ** theta["n_items"])
     return solved(theta, found, evaluate, default_policy, idle_policy)
@@ -265,14 +257,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # the selection is open (every decision can be undone), the selection's value once submitted.
 
 
-def _optimum(theta: dict) -> int:
-    """u* by the family's own MILP: the potential of every open state."""
-    check_theta(theta)
-    value, _ = _milp(theta)
-    return int(value)
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:

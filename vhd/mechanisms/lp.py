@@ -343,14 +343,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # the plan is open (every quantity can be changed again), the plan's profit once it is closed.
 
 
-def _optimum(theta: dict) -> float:
-    """u* by the family's own solve (HiGHS + the exact vertex): the potential of every open state."""
-    check_theta(theta)
-    u_star, _, _ = _highs(theta)
-    return u_star
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:

@@ -348,14 +348,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # while the allocation is open (every amount can be changed again), f(x) once it is committed.
 
 
-def _optimum(theta: dict) -> float:
-    """u* by the family's own solve (Clarabel + the exact KKT polish): the potential of every open state."""
-    check_theta(theta)
-    u_star, _, _, _ = _solve_qp(theta)
-    return u_star
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:

@@ -84,7 +84,7 @@ from pydantic import BaseModel, Field
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
 from vhd.mechanisms._plan import PlanSpec
-from vhd.mechanisms._solve import certified, integer_mip_bound, quiet_native_stdout, solved
+from vhd.mechanisms._solve import certified, exact_milp, integer_mip_bound, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 # ruff: noqa: UP031  (printf-style formatting: the house style of every family's World, copied into modules)
@@ -194,8 +194,8 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return float(-_cost(theta, _check_plan(theta, policy)))
 
 
-def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
-    from scipy.optimize import Bounds, LinearConstraint, milp  # lazily: registry discovery stays fast
+def _milp(theta: dict) -> tuple[float, np.ndarray, dict[str, float]]:
+    from scipy.optimize import Bounds, LinearConstraint  # lazily: registry discovery stays fast
 
     n, days, k = theta["n_staff"], theta["horizon"], theta["n_shifts"]
     nx = n * days * k
@@ -234,16 +234,12 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
     for d in range(days):
         for j in range(k):  # coverage: heads + shortage ≥ demand
             add([(xi(s, d, j), 1.0) for s in range(n)] + [(nx + d * k + j, 1.0)], float(theta["demand"][d][j]), np.inf)
-    with quiet_native_stdout():
-        res = milp(
-            c=cost,
-            constraints=[LinearConstraint(np.array(rows), np.array(lo), np.array(hi))],
-            integrality=np.concatenate([np.ones(nx), np.zeros(ny)]),
-            bounds=Bounds(np.zeros(nx + ny), upper),
-            options={"mip_rel_gap": 0.0, "presolve": True},
-        )
-    if res.status != 0 or res.x is None:
-        raise ValueError(f"HiGHS did not prove optimality: status {res.status} ({res.message})")
+    res = exact_milp(
+        c=cost,
+        constraints=[LinearConstraint(np.array(rows), np.array(lo), np.array(hi))],
+        integrality=np.concatenate([np.ones(nx), np.zeros(ny)]),
+        bounds=Bounds(np.zeros(nx + ny), upper),
+    )
     x = res.x[:nx].reshape(n, days, k)
     xr = np.rint(x)
     if np.abs(x - xr).max(initial=0.0) > 1e-6:
@@ -257,8 +253,7 @@ def _milp(theta: dict) -> tuple[float, tuple[np.ndarray, float, float]]:
             if on.size:
                 plan[s, d] = int(on[0])
     value = evaluate(theta, plan)  # exact, in integers; also re-checks every rule
-    gap, bound = integer_mip_bound(res, value)
-    return value, (plan, gap, bound)
+    return value, plan, integer_mip_bound(res, value)
 
 
 def check_theta(theta: dict) -> None:
@@ -283,11 +278,7 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* (the roster matrix, int8) by MILP; values of the default and idle rosters."""
     check_theta(theta)
-    def run():
-        value, (plan, gap, bound) = _milp(theta)
-        return value, plan, {"gap": gap, "bound": bound}
-
-    found = certified(run, method="staff rostering integer program, branch and bound (zero MIP gap)",
+    found = certified(lambda: _milp(theta), method="staff rostering integer program, branch and bound (zero MIP gap)",
                       solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
                       state_space=theta["n_staff"] * theta["horizon"] * theta["n_shifts"])
     return solved(theta, found, evaluate, default_policy, idle_policy)
@@ -404,14 +395,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # the roster is open (every shift can be taken off again), −C(roster) once it is published.
 
 
-def _optimum(theta: dict) -> int:
-    """u* by the family's own MILP (exact integers): the potential of every open state."""
-    check_theta(theta)
-    value, _ = _milp(theta)
-    return int(value)
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:

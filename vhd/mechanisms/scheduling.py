@@ -222,14 +222,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # while the plan is open (every assignment can be undone), −makespan once dispatched.
 
 
-def _optimum(theta: dict) -> int:
-    """u* by the family's own branch and bound: the potential of every open state."""
-    check_theta(theta)
-    value, _ = _branch_and_bound(theta)
-    return int(value)
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:

@@ -216,14 +216,7 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 # while the sequence is open (every job can be taken back), −ΣwT once released.
 
 
-def _optimum(theta: dict) -> int:
-    """u* by the family's own subset DP: the potential of every open state."""
-    check_theta(theta)
-    value, _ = _subset_dp(theta)
-    return int(value)
-
-
-decision_values, decision_state, advantage = until_committed(_optimum)
+decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
