@@ -31,12 +31,15 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
     kind: ClassVar[str]
     id_field: ClassVar[str]
+    # the code that made the record, "<maker>@<its version>", a {field} standing for that field's
+    # value: it is hashed into the id, so a new version of the maker makes new rows
+    made_by: ClassVar[str]
 
     def content(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def version(self) -> str:
-        raise NotImplementedError
+        return self.made_by.format_map(dict(self))
 
     def expected_id(self) -> str:
         return content_id(self.kind, self.version(), self.content())
@@ -71,6 +74,7 @@ class PassageRecord(Record):
 
     kind = "passage"
     id_field = "passage_id"
+    made_by = "passage@1"
     passage_id: str
     domain: str
     source: str
@@ -80,15 +84,13 @@ class PassageRecord(Record):
     def content(self):
         return {"domain": self.domain, "source": self.source, "text": self.text, "vocabulary": self.vocabulary}
 
-    def version(self):
-        return "passage@1"
-
 
 class ModelRecord(Record):
     """θ: one parameter draw of a family, with the seed that reproduces it."""
 
     kind = "model"
     id_field = "model_id"
+    made_by = "{family}@{family_version}"
     model_id: str
     family: str
     family_version: str
@@ -101,15 +103,13 @@ class ModelRecord(Record):
     def content(self):
         return {"family": self.family, "knobs": self.knobs, "seed": self.seed, "theta": self.theta, "batch": self.batch}
 
-    def version(self):
-        return f"{self.family}@{self.family_version}"
-
 
 class SolutionRecord(Record):
     """The exact solution of one θ: expected values of π*, the default and idle policies."""
 
     kind = "solution"
     id_field = "solution_id"
+    made_by = "{family}@{family_version}"
     solution_id: str
     model_id: str
     family: str
@@ -133,9 +133,6 @@ class SolutionRecord(Record):
             "policy_digest": self.policy_digest,
         }
 
-    def version(self):
-        return f"{self.family}@{self.family_version}"
-
 
 class ToolBinding(BaseModel):
     """How one of the family's canonical tools is named and used in a generated module."""
@@ -153,6 +150,7 @@ class SetterOutputRecord(Record):
 
     kind = "setter_output"
     id_field = "setter_output_id"
+    made_by = "{setter}@{setter_version}"
     setter_output_id: str
     family: str
     family_version: str
@@ -172,9 +170,6 @@ class SetterOutputRecord(Record):
             "interface": [b.model_dump(mode="json") for b in self.interface],
         }
 
-    def version(self):
-        return f"{self.setter}@{self.setter_version}"
-
     def tool_name(self, canonical: str) -> str:
         for binding in self.interface:
             if binding.canonical == canonical:
@@ -187,6 +182,7 @@ class CheckRecord(Record):
 
     kind = "check"
     id_field = "check_id"
+    made_by = "checker@{checker_version}"
     check_id: str
     env_id: str
     gate: str
@@ -199,15 +195,13 @@ class CheckRecord(Record):
     def content(self):
         return {"env_id": self.env_id, "gate": self.gate, "passed": self.passed, "message": self.message}
 
-    def version(self):
-        return f"checker@{self.checker_version}"
-
 
 class EnvironmentRecord(Record):
     """An environment candidate: θ + solution + module + presentation + episode seed, annotated."""
 
     kind = "environment"
     id_field = "env_id"
+    made_by = "annotator@{annotator_version}"
     env_id: str
     family: str
     presentation: Presentation
@@ -243,9 +237,6 @@ class EnvironmentRecord(Record):
 
     def content(self):
         return {key: getattr(self, key) for key in self.IDENTITY}
-
-    def version(self):
-        return f"annotator@{self.annotator_version}"
 
     def config(self, theta: dict[str, Any]) -> dict[str, Any]:
         """The full config `create` takes (grader side: carries θ even in presentation A)."""
@@ -322,6 +313,7 @@ class EpisodeRecord(Record):
 
     kind = "episode"
     id_field = "episode_id"
+    made_by = "episode@1"
     episode_id: str
     env_id: str
     corpus_version: str = Field(description="the corpus version evaluated, '' when none is published")
@@ -343,6 +335,3 @@ class EpisodeRecord(Record):
         return {"env_id": self.env_id, "corpus_version": self.corpus_version, "agent": self.agent,
                 "presentation": self.presentation, "episode_seed": self.episode_seed,
                 "episode_index": self.episode_index, "tool_calls": self.tool_calls, "messages": self.messages}
-
-    def version(self):
-        return "episode@1"
