@@ -249,7 +249,9 @@ def _tripwire(channel, scratch):
     return hook
 
 
-def _drop(uid):
+def drop_privileges(uid, child="sandbox"):
+    """Become `uid` (no supplementary groups) and check there is no way back to root; the
+    session child (session.py) drops with this too."""
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
@@ -257,7 +259,7 @@ def _drop(uid):
         os.setuid(0)
     except PermissionError:
         return
-    raise SystemExit("sandbox: privileges could not be dropped")
+    raise SystemExit("%s: privileges could not be dropped" % child)
 
 
 _TRUSTED = ("_play", "_fuzz", "_describe", "_digest", "_short", "_Channel", "_numeric", "_numbers")
@@ -271,7 +273,7 @@ def main(job_path, result_fd, uid=None):
     channel = _Channel(result_fd, bytes.fromhex(nonce) if nonce else None)
     del nonce
     if uid is not None:
-        _drop(uid)
+        drop_privileges(uid)
     play, fuzz_, describe = _play, _fuzz, _describe
     trusted = {name: globals()[name] for name in _TRUSTED}
     library = (json.dumps, hashlib.sha256, hmac.new, os.write, traceback.format_exc)

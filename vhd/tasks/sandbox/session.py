@@ -9,27 +9,30 @@ Writes one JSON line per input line to stdout: first {"instruction", "tools"}, t
 only feeds the agent; the reward always comes from replaying the calls in the sandbox.
 """
 
+import importlib.util
 import json
 import os
 import sys
 import types
 
 
-def _drop(uid):
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return
-    raise SystemExit("session: privileges could not be dropped")
+def _sibling(name):
+    """The sandbox child `name`.py beside this file (both are launched by path, not imported
+    from the vhd package): the session shares runner.py's privilege drop."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+drop_privileges = _sibling("runner").drop_privileges
 
 
 def main(uid=None):
     first = json.loads(sys.stdin.readline())
     if uid is not None:
-        _drop(uid)
+        drop_privileges(uid, "session")
     module = types.ModuleType("vhd_env")
     exec(compile(first["module"], "vhd_env.py", "exec"), module.__dict__)
     env = module.create(first["config"])
