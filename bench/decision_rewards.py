@@ -12,7 +12,10 @@ replays the calls; the outcome reward's references are that seed's own π*, defa
 at once). Printed per family and agent: mean and standard deviation of the decision reward, of
 the unclipped 1 + ΣA*/span (whose mean is the policy's expected value on the reward's scale: 0
 for the default when it beats idling) and of the outcome reward, and the milliseconds per graded episode (decision values cached, as when
-one environment is scored many times), plus the seconds of `decision_values`.
+one environment is scored many times), plus the seconds of `decision_values`. A second table gives,
+per family, the default's mean decision reward and its unclipped mean with the 95 % interval
+mean ± 1.96 · sd / √n, and whether that interval holds 0 (what the lemma predicts for the default
+when it beats idling: E[1 + ΣA*/span] = (E[u_default] − E[u0]) / span).
 """
 
 from __future__ import annotations
@@ -78,11 +81,12 @@ def measure(family, seeds):
             row["decision"].append(graded["reward"])
             row["unclipped"].append(1 + graded["advantage"] / span)
             row["outcome"].append(reward(graded["reference_utility"], *refs))
-    summary = {agent: {kind: {"mean": statistics.fmean(v), "sd": statistics.stdev(v)} for kind, v in r.items()}
+    summary = {agent: {kind: {"mean": statistics.fmean(v), "sd": statistics.stdev(v),
+                              "ci95": 1.96 * statistics.stdev(v) / len(v) ** 0.5} for kind, v in r.items()}
                for agent, r in rows.items()}
     return {"family": family.name, "theta_knobs": {k: theta.get(k) for k in ("horizon",)}, "seeds": seeds,
             "values_seconds": values_seconds, "ms_per_episode": 1000 * statistics.median(grading_seconds),
-            "agents": summary}
+            "expected_unclipped_default": (s.u_default - max(s.u_default, s.u_idle)) / span, "agents": summary}
 
 
 def optimal(family, seeds):
@@ -119,6 +123,14 @@ def main() -> None:
             d, u, o = k["decision"], k["unclipped"], k["outcome"]
             print(f"| {r['family']} | {agent} | {d['mean']:.3f} ± {d['sd']:.3f} | {u['mean']:.3f} ± {u['sd']:.3f} | "
                   f"{o['mean']:.3f} ± {o['sd']:.3f} | {r['ms_per_episode']:.1f} | {r['values_seconds']:.2f} |")
+    print()
+    print("| family | default: decision reward (mean ± 95 %) | unclipped mean ± 95 % | expected | interval holds it |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        d, u, e = r["agents"]["default"]["decision"], r["agents"]["default"]["unclipped"], r["expected_unclipped_default"]
+        holds = abs(u["mean"] - e) <= u["ci95"]
+        print(f"| {r['family']} | {d['mean']:.3f} ± {d['ci95']:.3f} | {u['mean']:.3f} ± {u['ci95']:.3f} | {e:.3f} | "
+              f"{'yes' if holds else 'no'} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=1)
