@@ -17,6 +17,7 @@ instance is Prefect's singleton), stopped when the block ends.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -24,7 +25,6 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import prefect
-from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, get_current_settings
 
 from vhd.schemas.errors import PrefectUnavailable
@@ -49,31 +49,46 @@ def startup_timeout() -> int:
         else STARTUP_SECONDS
 
 
-class TemporaryServer(SubprocessASGIServer):
-    """Prefect's temporary API server, started through `_LAUNCHER` so that it dies with us."""
+@functools.cache
+def _temporary_server_class() -> type:
+    """`SubprocessASGIServer` started through `_LAUNCHER`, so that it dies with us. Prefect's
+    server stack is imported here, not at module level: it costs ~2 s of CPU that a command
+    talking to a running server never needs. Built once, so the singleton test below holds."""
+    from prefect.server.api.server import SubprocessASGIServer
 
-    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:  # Prefect's command, behind the launcher
-        server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-        return subprocess.Popen(
-            args=[sys.executable, "-c", _LAUNCHER, str(os.getpid()),
-                  "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
-                  "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
-                  "--log-level", "error", "--lifespan", "on"],
-            env={**os.environ, **server_env, **get_current_settings().to_environment_variables(exclude_unset=True)},
-        )
+    class TemporaryServer(SubprocessASGIServer):
+        def _run_uvicorn_command(self) -> subprocess.Popen[Any]:  # Prefect's command, behind the launcher
+            server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+            return subprocess.Popen(
+                args=[sys.executable, "-c", _LAUNCHER, str(os.getpid()),
+                      "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+                      "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                      "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
+                env={**os.environ, **server_env, **get_current_settings().to_environment_variables(exclude_unset=True)},
+            )
+
+    return TemporaryServer
+
+
+def temporary_server() -> tuple[Any, bool]:
+    """Prefect's temporary API server (the instance is Prefect's singleton, so its clients use
+    it too) and whether it is ours: False when Prefect's own already runs in this process."""
+    cls = _temporary_server_class()
+    server = cls()
+    return server, isinstance(server, cls)
 
 
 @contextmanager
 def prefect_api() -> Iterator[str | None]:
     """The API for the flows run inside the block: PREFECT_API_URL when set (yields it), else a
-    `TemporaryServer` (yields its URL), stopped at the end. A server that does not answer in
+    `temporary_server()` (yields its URL), stopped at the end. A server that does not answer in
     `startup_timeout()` seconds is a one-line `PrefectUnavailable`."""
     configured = PREFECT_API_URL.value()
     if configured or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
         yield configured  # a running server, or none allowed: Prefect says so itself
         return
-    server, timeout = TemporaryServer(), startup_timeout()
-    if not isinstance(server, TemporaryServer):  # Prefect's own already runs in this process
+    (server, ours), timeout = temporary_server(), startup_timeout()
+    if not ours:  # Prefect's own singleton already runs in this process
         yield server.api_url
         return
     try:
