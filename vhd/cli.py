@@ -816,10 +816,15 @@ def serve_openenv(env_id: str = typer.Argument(..., help="environment id (or a u
 def play(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
          db: Optional[Path] = DbOption) -> None:
     """Play an environment in the terminal: type `TOOL {json arguments}`, `tools`, `help` or `quit`;
-    the reward is shown when the episode ends."""
-    from vhd.adapters.play import play as play_loop
+    the reward is shown when the episode ends. In presentation F the instruction states the whole
+    model and the one tool is `submit_plan {"plan": ...}`: one submission ends the episode, graded
+    as `vhd score` grades it."""
+    from vhd.adapters import load_row
+    from vhd.adapters.play import play_row
 
-    play_loop(_adapter_env(env_id, db), sys.stdin, lambda text: print(text, flush=True))
+    with _reader(db) as wh:
+        full = wh.resolve_env_id(env_id)
+    play_row(load_row(full, db), sys.stdin, lambda text: print(text, flush=True))
 
 
 # --- issue 7 (agents/eval): vhd eval -------------------------------------------------------------
