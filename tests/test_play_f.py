@@ -2,9 +2,14 @@
 with its schema; a submission ends the episode with the reward `vhd score` gives the same plan
 (π*'s plan 1, the default's 0, a plan not of the family's form 0 with its one-line error); a
 line that is no submission gets a one-line error and the player tries again; `quit` before
-submitting scores what `vhd score` gives the empty trajectory."""
+submitting scores what `vhd score` gives the empty trajectory.
+
+And the F instruction of every family names the model's quantities, not the generator's knobs:
+no "knob", no `size` or `horizon` unless θ has a parameter of that name, no knob range such as
+2..8, no unfilled {placeholder}."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -14,6 +19,7 @@ from vhd.mechanisms import registry
 from vhd.tasks import written
 from vhd.tasks.annotate import annotate
 from vhd.tasks.pipeline import check_models
+from vhd.tasks.sample import draw
 from vhd.warehouse import Warehouse
 
 FAMILY = "lp"  # the family whose F text issue 16 quoted
@@ -111,3 +117,20 @@ def test_play_f_at_end_of_input_scores_no_plan(f_env):
     db, env, _, _ = f_env
     out, r = _play(db, env.env_id, ["tools"])
     assert r == 0.0 and "stopped without a plan: reward 0.0000" in out
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_f_instruction_names_the_model_not_the_generator(name):
+    family = registry.get(name)
+    for seed in (1, 2, 3):
+        _, theta = draw(family, seed)
+        text = written.instruction(family, theta, "A narrative from a passage.")
+        stated = json.dumps(theta, sort_keys=True)
+        assert stated in text
+        prose = text.replace(stated, "")  # the model, the plan format and the rules: no θ values
+        assert not re.search(r"knob", text, re.IGNORECASE), (name, re.findall(r".{60}knob.{60}", text, re.S))
+        for knob in family.knob_ranges:  # `size`, `horizon`: named only where θ has a parameter of that name
+            if knob not in theta:
+                assert not re.search(rf"\b{knob}\b", prose), (name, knob, re.findall(rf".{{60}}\b{knob}\b.{{60}}", prose, re.S))
+        assert not re.findall(r"\d+\s*\.\.\s*\d+", prose), name  # a knob range such as 2..8
+        assert not re.findall(r"\{[A-Za-z_][A-Za-z0-9_]*\}", prose), name  # a template field left unfilled

@@ -1,8 +1,8 @@
 """Uncapacitated facility location: open depots so that every town is served at least cost.
 
 Model
-    There are `n_sites` = n candidate depot locations, numbered 0 … n − 1 (the `size` knob), and
-    `n_towns` = m customer towns, numbered 0 … m − 1 (the `horizon` knob). Opening depot s costs
+    There are `n_sites` = n candidate depot locations, numbered 0 … n − 1, and
+    `n_towns` = m customer towns, numbered 0 … m − 1. Opening depot s costs
     `opening_costs[s]` (a whole number of currency units, paid once); serving town t from depot s
     costs `service_costs[t][s]` (a whole number: the rounded distance times the town's demand).
     A plan is a non-empty set S of open depots; every town is then served by its cheapest open
@@ -457,7 +457,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="facility",
-    version="3",
+    version="4",
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",

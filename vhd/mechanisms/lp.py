@@ -1,8 +1,8 @@
 """LP production planning: products share machine-hours on a few resources; plan one run.
 
 Model
-    A plant makes `products` = n products (the knob `size`, 2..8) on `resources` = m shared
-    resources, e.g. machines or lines (the knob `horizon`, 2..6). One unit of product j earns
+    A plant makes `products` = n products on `resources` = m shared resources, e.g. machines
+    or lines. One unit of product j earns
     the integer profit `profit[j]` and uses the integer `usage[i][j]` ≥ 0 hours of resource i
     (a row per resource); resource i offers the integer `capacity[i]` hours; at most the
     integer `demand[j]` units of product j can be sold. The plan is a vector of CONTINUOUS
@@ -556,7 +556,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="lp",
-    version="3",
+    version="4",
     group="near_ood",
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",

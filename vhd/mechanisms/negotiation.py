@@ -3,8 +3,8 @@
 Model
     A seller offers one unit of an item to a single buyer over `horizon` = H rounds, numbered
     0 … H − 1. The buyer's reservation value v is drawn once per episode from an integer
-    distribution: support `value_points` = step, 2·step, …, size·step (size distinct integers,
-    evenly spaced up to V = `max_price` = size·step) with integer weights `value_weights` (≥ 1);
+    distribution: support `value_points` = step, 2·step, …, K·step (K distinct integers,
+    evenly spaced up to V = `max_price` = K·step) with integer weights `value_weights` (≥ 1);
     P(v = value_points[k]) = value_weights[k] / Σ value_weights. In each round t the seller
     either posts a price p ∈ {0, …, V}, passes the round, or walks away. The buyer accepts a
     posted price iff p ≤ v; the episode then ends with utility p − delay_cost · t (one
@@ -520,7 +520,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="negotiation",
-    version="3",
+    version="4",
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",

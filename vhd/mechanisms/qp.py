@@ -1,11 +1,11 @@
 """QP allocation: split a budget across a few projects, trading expected return against factor risk.
 
 Model
-    A site allocates a budget of `budget` currency units across `assets` projects (2..8, the
-    `size` knob). Project i takes an amount x_i with 0 ≤ x_i ≤ caps[i], and Σ x_i ≤ budget
+    A site allocates a budget of `budget` currency units across `assets` = n projects.
+    Project i takes an amount x_i with 0 ≤ x_i ≤ caps[i], and Σ x_i ≤ budget
     (money left unallocated earns nothing). Project i returns `returns[i]` per unit (integer).
-    Risk comes from `factors` risk factors (1..6, the `horizon` knob): `exposures` is an
-    integer factors × assets matrix A, and the risk of a plan is
+    Risk comes from `factors` risk factors: `exposures` is an integer factors × assets
+    matrix A, and the risk of a plan is
         risk(x) = Σ_f (Σ_i A[f][i] x_i)² + ridge · Σ_i x_i²  =  xᵀ Q x,   Q = AᵀA + ridge · I,
     with an integer `ridge` ≥ 1, so Q is positive definite. The objective is
         f(x) = Σ_i returns[i] x_i − risk_aversion · risk(x),
@@ -589,7 +589,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="qp",
-    version="3",
+    version="4",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",

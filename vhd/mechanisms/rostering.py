@@ -1,8 +1,8 @@
 """Staff rostering: cover every shift of a short planning period with a team at least cost.
 
 Model
-    A site rosters `n_staff` = S staff members, numbered 0 … S − 1 (the `size` knob), over
-    `horizon` = D days, numbered 0 … D − 1 (the `horizon` knob). Each day has `n_shifts` = K
+    A site rosters `n_staff` = S staff members, numbered 0 … S − 1, over
+    `horizon` = D days, numbered 0 … D − 1. Each day has `n_shifts` = K
     shifts (K is 2 or 3), numbered 0 … K − 1 in the order of `shift_names`: shift 0 is the early
     shift and shift K − 1 the night shift. Shift k of day d needs `demand[d][k]` ≥ 0 heads.
     A roster says, for every staff member s and day d, which one shift s works that day, or that
@@ -814,7 +814,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="rostering",
-    version="4",
+    version="5",
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -1,8 +1,8 @@
 """Parallel identical machines: assign jobs to machines, minimize the makespan (P||Cmax).
 
 Model
-    A site runs `n_machines` = m identical machines, numbered 0 … m − 1 (the knob `horizon`), and
-    must process `n_jobs` = n jobs, numbered 0 … n − 1 (the knob `size`). Job j takes
+    A site runs `n_machines` = m identical machines, numbered 0 … m − 1, and
+    must process `n_jobs` = n jobs, numbered 0 … n − 1. Job j takes
     `processing[j]` whole time units (an integer 1 … 20) on whichever machine it is put; a machine
     runs its jobs back to back from time 0, so its load is the sum of its jobs' processing times
     and the makespan is the largest load. A plan gives every job either a machine 0 … m − 1 or
@@ -449,7 +449,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="scheduling",
-    version="3",
+    version="4",
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",

@@ -7,9 +7,9 @@ Model
     time unit late). A plan is a sequence of distinct jobs (possibly empty, possibly incomplete);
     when the schedule is released, the jobs not in it are appended in index order, so every
     plan yields a permutation σ of all n jobs. Job σ(k) completes at C = Σ_{i ≤ k} processing[σ(i)],
-    and its weighted tardiness is weights[σ(k)] · max(0, C − due[σ(k)]). The due-date knob
-    `horizon` = h (in tenths of the total processing time P = Σ processing) sets how tight the
-    due dates are: each due[j] is drawn uniformly from 1 … ceil(h · P / 10).
+    and its weighted tardiness is weights[σ(k)] · max(0, C − due[σ(k)]). `horizon` = h says how
+    tight the due dates were drawn, in tenths of the total processing time P = Σ processing:
+    each due[j] was drawn uniformly from 1 … ceil(h · P / 10).
     The decision process is deterministic. Solved exactly by dynamic programming over subsets
     (f(S) = min over the last job j ∈ S of f(S − j) + weights[j] · max(0, P(S) − due[j]),
     2^n · n steps), in integer arithmetic. Limits: solve() takes 1 … 10 jobs (MAX_JOBS) with
@@ -443,7 +443,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="tardiness",
-    version="3",
+    version="4",
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
