@@ -96,6 +96,7 @@ class Advantages:
         self._ran_out: list[tuple[Any, float]] = []  # (the state just before run_out, run_out's advantage)
         self._original_run_out = self._world.run_out
         self._world.run_out = self._run_out  # the World's own rule, with its advantage recorded
+        self._after: Any = None  # the state after the last call when it was a played decision or clock call
         self.total = 0.0
 
     def _state(self) -> Any:
@@ -123,15 +124,20 @@ class Advantages:
         if self._env.done:
             return 0.0
         if role is None:
+            self._after = None
             self._env.call(UNKNOWN, arguments)  # refused, and counted toward the call limit
             return self._account(0.0)
-        before = self._state() if role in ("decision", "clock") else None
+        before = None
+        if role in ("decision", "clock"):  # nothing ran since the last call's state was read: reuse it
+            before = self._after if self._after is not None else self._state()
+        self._after = None
         answer = self._env.call(self._output.tool_name(tool), arguments)
         value = 0.0
         if answer.get("ok") and before is not None:
             after = self._ran_out[-1][0] if self._ran_out else self._state()
             value = self.family.advantage(self.theta, self._values, before, {"tool": tool, "arguments": arguments},
                                           after)
+            self._after = None if self._ran_out else after
         return self._account(value)
 
     def finish(self) -> float:
