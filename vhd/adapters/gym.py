@@ -2,7 +2,7 @@
 
     >>> env = TextToolEnv(row)                      # a row of `vhd export` (player + grader + module)
     >>> observation, info = env.reset()             # JSON text: instruction and tools (the stored episode)
-    >>> observation, r, terminated, truncated, info = env.step('{"tool": "end_shift", "arguments": {}}')
+    >>> observation, r, terminated, truncated, info = env.step('{"tool": "end_day", "arguments": {}}')
 
 Action: a JSON text (or a dict) {"tool": NAME, "arguments": {...}}. Observation: the tool's
 result as ASCII JSON text; a malformed action gives {"ok": false, "error": "..."} and counts as

@@ -1,8 +1,8 @@
 """Scripted agents: each turns one admitted environment into a trajectory of tool calls.
 
     >>> calls = trajectory("greedy", Table(env, model, solution, setter_output, family), episode=0)
-    >>> calls[0]                  # the passage's name for inventory_dp's order tool
-    {'tool': 'place_batch', 'arguments': {'quantity': 9}}
+    >>> calls[0]                  # inventory_dp's order tool, named with the passage's unit
+    {'tool': 'order_loaves', 'arguments': {'quantity': 9}}
 
 | agent | what it plays |
 |---|---|

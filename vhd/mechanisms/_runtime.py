@@ -3,11 +3,11 @@
     >>> from vhd.tasks.oracle import reference_module   # this file + inventory_dp's World + a SKIN
     >>> module, _ = reference_module(registry.get("inventory_dp"))
     >>> env = module.create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
-    >>> env.call("view_shelf", {})       # view_stock, named by the skin's passage (a bakery)
+    >>> env.call("view_stock", {})       # the skin's names (a bakery): the family's words, its unit in order_loaves
     {'on_hand': 5, 'in_transit': 0, 'ordered_today': 0, 'capacity': 14, 'ok': True, 'turns_left': 39}
-    >>> env.call("view_stock", {})["error"]   # refused: no turn used
-    "unknown tool 'view_stock'; expected one of ['cancel_batch', 'end_shift', ...]"
-    >>> env.call("place_batch", {"quantity": 2})
+    >>> env.call("place_order", {"quantity": 2})["error"]   # the canonical name of order_loaves: refused, no turn used
+    "unknown tool 'place_order'; expected one of ['cancel_order', 'end_day', ...]"
+    >>> env.call("order_loaves", {"quantity": 2})
     {'ordered_today': 2, 'ok': True, 'turns_left': 38}
 
 The template setter pastes this file's source (without this docstring), then a family's `World`

@@ -29,9 +29,11 @@ from vhd.schemas.errors import PassageFormatError, SetterError, VhdError
 from vhd.schemas.records import PassageRecord
 
 VOCABULARY_KEYS = ("site", "item", "sku", "unit", "supplier", "currency")
-# The tool-name parts a passage may rename. The first six are the inventory-shaped parts every
-# built-in passage renames; the last five are optional and reach the families whose tool names
-# hold none of the first six (knapsack: item/items; rostering: shift/staff/roster).
+# The parts a passage may give its own word for. They name the SQLite tables (`<site>_<word>`),
+# which the player does not see; the only one that reaches a tool name is `staff` (rostering's
+# `list_<staff>`): a tool's name is the family's verb and noun with the passage's unit or staff in
+# the template setter's slots (`vhd.tasks.setters.template.NAMES`), never a synonym in place of a
+# family word. Every built-in passage gives the first six; the last five are optional.
 CORE_SYNONYMS = ("order", "orders", "stock", "cash", "day", "sales")
 EXTRA_SYNONYMS = ("item", "items", "shift", "staff", "roster")
 SYNONYM_PARTS = CORE_SYNONYMS + EXTRA_SYNONYMS
@@ -187,8 +189,8 @@ def _check_vocabulary(vocabulary: dict) -> dict:
 
 
 def _check_renders(record: PassageRecord) -> None:
-    """Every registered family must be able to take the passage's skin (two tools renamed to one
-    name, or a tool name the contract does not allow, would make it unusable for that family)."""
+    """Every registered family must be able to take the passage's skin (two tools or two tables
+    given one name, or a tool name the contract does not allow, would make it unusable for that family)."""
     from vhd.mechanisms import registry
     from vhd.tasks.setters.template import render_module
 
@@ -196,7 +198,7 @@ def _check_renders(record: PassageRecord) -> None:
         try:
             out = render_module(family, record)
         except SetterError:
-            raise _Reject(f"its synonyms give two tools of {family.name} the same name") from None
+            raise _Reject(f"its words give two tools or two tables of {family.name} the same name") from None
         except (VhdError, KeyError, ValueError) as exc:
             raise _Reject(f"cannot skin {family.name}: {exc}") from None
         bad = [b.name for b in out.interface if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", b.name)]

@@ -1,6 +1,6 @@
 """Run generated modules out of process, under limits set from outside the child.
 
-    >>> close_at_once = [{"tool": "end_shift", "arguments": {}}]     # inventory_dp's end_day, in the bakery
+    >>> close_at_once = [{"tool": "end_day", "arguments": {}}]       # inventory_dp's clock, in the bakery
     >>> job = {"module": setter_output.module, "episodes": [{"key": "score", "config": row["grader"]["config"],
     ...                                                      "finish": True, "trajectories": [close_at_once]}]}
     >>> result = run_job(job, Limits(cpu_seconds=30))

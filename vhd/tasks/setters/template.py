@@ -2,12 +2,21 @@
 
     >>> from vhd.tasks.passages import builtin_passages
     >>> out = render_module(registry.get("inventory_dp"), builtin_passages()[0])    # the bakery
-    >>> out.tool_name("place_order")
-    'place_batch'
+    >>> out.tool_name("place_order"), out.tool_name("view_stock"), out.tool_name("end_day")
+    ('order_loaves', 'view_stock', 'end_day')
+    >>> singular("loaves"), singular("splice kits"), singular("boxes"), singular("tonnes")
+    ('loaf', 'splice kit', 'box', 'tonne')
 
 It renders the contract module of DESIGN §5 from three parts: the generic runtime
 (`vhd/mechanisms/_runtime.py`, standard library only), the family's `World` class without its
 `@tool` declarations, and a skin made from a passage's vocabulary (tool names, table names, descriptions, narrative).
+
+A tool's name is the family's verb for its role and the family's noun, with the passage's noun in
+the one slot where the passage names the thing itself: what is ordered (`order_loaves`,
+`order_cards`) and who is rostered (`list_bakers`). A passage never substitutes a word into the
+rest of a name: its `synonyms` name only the SQLite tables, which the player does not see. `NAMES`
+holds the names that differ from the family's canonical one; every other tool keeps its
+canonical name (`view_stock`, `cancel_order`, `end_day`).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from vhd.schemas.records import PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
 
 SETTER = "template"
-SETTER_VERSION = "3"
+SETTER_VERSION = "4"
 _RUNTIME = Path(__file__).parents[2] / "mechanisms" / "_runtime.py"
 
 
@@ -64,33 +73,102 @@ def narrative(passage: PassageRecord) -> str:
     return passage.text.split(". ")[0].rstrip(".") + "."
 
 
+# (family, canonical tool) -> its name when it is not the canonical one. `{units}` is the passage's
+# unit (plural, slugged: what is ordered), `{staff}` its word for the people rostered ("staff" if it
+# gives none). The rest say in the family's words what its descriptions say: a knapsack and a
+# negotiation handle lots of goods, qp's assets are projects, facility's sites are depots, and a
+# roster's dates are its days.
+NAMES: dict[tuple[str, str], str] = {
+    ("inventory_dp", "place_order"): "order_{units}",
+    ("ecommerce", "place_order"): "order_{units}",
+    ("rostering", "list_staff"): "list_{staff}",
+    ("rostering", "view_date"): "view_day",
+    ("rostering", "clear_date"): "clear_day",
+    ("knapsack", "inspect_item"): "inspect_lot",
+    ("knapsack", "list_items"): "list_lots",
+    ("knapsack", "add_item"): "add_lot",
+    ("knapsack", "remove_item"): "remove_lot",
+    ("negotiation", "view_item"): "view_lot",
+    ("qp", "list_assets"): "list_projects",
+    ("qp", "release_asset"): "release_project",
+    ("facility", "get_site_costs"): "get_depot_costs",
+    ("facility", "list_sites"): "list_depots",
+    ("facility", "open_site"): "open_depot",
+    ("facility", "close_site"): "close_depot",
+}
+# "one {unit}", "a {unit}", "per {unit}"...: the family's text asks for the singular.
+_ONE_UNIT = re.compile(r"\b(one|a|an|per|each|every) \{unit\}")
+_IRREGULAR = {"loaves": "loaf", "knives": "knife", "halves": "half", "leaves": "leaf", "shelves": "shelf",
+              "people": "person", "children": "child", "feet": "foot", "teeth": "tooth", "mice": "mouse",
+              "boluses": "bolus", "buses": "bus", "lenses": "lens", "series": "series", "species": "species"}
+
+
+def singular(unit: str) -> str:
+    """The singular of a plural unit ("loaves" -> "loaf", "splice kits" -> "splice kit"); a word
+    that does not look plural ("kg", "ice") is kept."""
+    head, _, last = unit.rpartition(" ")
+    word = last.lower()
+    if word in _IRREGULAR:
+        one = _IRREGULAR[word]
+    elif word.endswith("ies") and len(word) > 4:
+        one = word[:-3] + "y"
+    elif word.endswith(("ches", "shes", "xes", "sses", "zzes")):
+        one = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 2:
+        one = word[:-1]
+    else:
+        return unit
+    if last != word and word.startswith(one):  # "SIMs" -> "SIM": keep the passage's capitals
+        one = last[:len(one)]
+    return f"{head} {one}" if head else one
+
+
+def _fill(text: str, vocab: dict) -> str:
+    """A family text in the passage's words: every `{key}` of the vocabulary filled, the singular
+    of the unit where the text counts one."""
+    return _ONE_UNIT.sub(r"\1 {unit_one}", text).format(**vocab) if "{" in text else text
+
+
+def tool_name(family: Family, canonical: str, passage: PassageRecord) -> str:
+    """The name of a family's tool in the world of a passage (see `NAMES`)."""
+    pattern = NAMES.get((family.name, canonical), canonical)
+    nouns = {"units": _slug(passage.vocabulary.get("unit", "")),
+             "staff": _slug(passage.vocabulary.get("synonyms", {}).get("staff", "staff"))}
+    if not all(nouns[key] for key in re.findall(r"\{(\w+)\}", pattern)):
+        return canonical  # the passage's word has no letter or digit: the family's own name says it
+    return pattern.format(**nouns)[:64]
+
+
 def _skin(family: Family, passage: PassageRecord) -> dict:
     vocab = dict(passage.vocabulary)
     words = vocab.pop("synonyms", {})
     missing = [key for key in family.vocabulary if key not in vocab]
     if missing:
         raise SetterError(f"passage {passage.passage_id[:12]} lacks vocabulary {missing} that {family.name} needs")
+    if "unit" in vocab:
+        vocab["unit_one"] = singular(vocab["unit"])
     site = _slug(vocab["site"])
-
-    def rename(canonical: str) -> str:
-        name = "_".join(words.get(part, part) for part in canonical.split("_"))
-        return name[:64]
 
     tools = []
     for spec in family.tools:
-        schema = json.loads(json.dumps(spec.input_schema).replace("{unit}", vocab["unit"]))
+        schema = json.loads(json.dumps(spec.input_schema))
+        for argument in schema.get("properties", {}).values():
+            if isinstance(argument.get("description"), str):
+                argument["description"] = _fill(argument["description"], vocab)
         tools.append({
-            "name": rename(spec.name),
+            "name": tool_name(family, spec.name, passage),
             "canonical": spec.name,
             "role": spec.role,
             "turn_cost": spec.turn_cost,
-            "description": spec.description.format(**vocab),
+            "description": _fill(spec.description, vocab),
             "input_schema": schema,
         })
     names = [tool["name"] for tool in tools]
     if len(set(names)) != len(names):
         raise SetterError(f"passage {passage.passage_id} maps two tools of {family.name} to one name: {names}")
     tables = {part: f"{site}_{_slug(words.get(part, part))}" for part in family.tables}
+    if len(set(tables.values())) != len(tables):
+        raise SetterError(f"passage {passage.passage_id} maps two tables of {family.name} to one name: {tables}")
     return {"family": family.name, "tools": tools, "tables": tables, "vocab": vocab, "narrative": narrative(passage)}
 
 
