@@ -10,7 +10,9 @@ step carrying the rest, and sum to the episode's reward), on the empty trajector
 every quarter and without its last call (stopping's last call is the decision to sell: it scored
 1 when the surfaces finished the episode with π*'s last call), refusals only (until the call
 limit ends the episode), π* with a refusal after every call (1, refusals use no turn) and π*
-itself (1, every step reward 0).
+itself (1, every step reward 0). In presentation F, whose surfaces are `vhd score` and `vhd play`
+(the adapters refuse F), both give the same reward for π*'s plan, the default's, a malformed plan
+and no submission.
 """
 
 from __future__ import annotations
@@ -166,3 +168,41 @@ def test_canonical_tool_names_give_one_tool_set_and_the_same_rewards(name):
         optimal = renamed["grader"]["reference_trajectory"]
         assert adapter_grade(renamed["grader"], optimal, renamed["module"])["reward"] == 1.0
         assert gym_rewards(TextToolEnv(renamed), optimal)[0] == 1.0 and gym_rewards(TextToolEnv(renamed), [])[0] == 0.0
+
+
+def admitted_f_environment(family, seeds=(14, 15, 16, 17)):
+    """(env, export row, θ, solution, setter output) of the first admitted F environment of the
+    pipeline's own stages (sample, solve, render, the F gates, annotate, export)."""
+    from vhd.tasks.annotate import annotate
+    from vhd.tasks.export import export_row
+    from vhd.tasks.pipeline import check_models
+
+    for seed in seeds:
+        run = check_models(family, count=1, seed=seed, presentations=("F",))
+        for verdict in run.verdicts:
+            if verdict.admitted:
+                env = annotate(family, verdict)[0]
+                c = verdict.candidate
+                return (env, export_row(env, c.model, c.setter_output, family, c.solution), c.model.theta, c.solution,
+                        c.setter_output)
+    raise AssertionError(f"{family.name}: no F environment admitted on seeds {seeds}")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_play_gives_vhd_scores_reward_in_presentation_f(name):
+    """Presentation F has two surfaces, `vhd score` (`tasks.score.score`) and `vhd play`
+    (`play_written`; the adapters refuse F): the same reward for π*'s plan (1), the default's
+    (0), a plan of the wrong length (0) and no submission (0)."""
+    from vhd.adapters.play import play_written
+
+    family = registry.get(name)
+    env, row, theta, solution, output = admitted_f_environment(family)
+    optimal, default = env.reference_trajectory, env.default_trajectory
+    plans = {"optimal": optimal, "default": default, "empty": [],
+             "wrong_length": [{"tool": "submit_plan", "arguments": {"plan": [0]}}]}
+    scored = dict(zip(plans, score(env, output, theta, family, solution, list(plans.values()))))
+    assert [scored[k]["reward"] for k in plans] == [1.0, 0.0, 0.0, 0.0], (name, scored)
+    for label, calls in plans.items():
+        lines = [f"{c['tool']} {json.dumps(c['arguments'])}" for c in calls] + ["quit"]
+        played = play_written(row, io.StringIO("\n".join(lines) + "\n"), lambda text: None)
+        assert played == scored[label]["reward"], (name, label, played, scored[label])
