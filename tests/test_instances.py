@@ -1,12 +1,16 @@
 """External instances: the two knapsack parsers, the shipped public instances and their published
 optima, refusal of a wrong optimum, `vhd import-instances` end to end, and `vhd audit` of an import."""
 
+import io
 import json
+import random
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import run_vhd
 
@@ -153,10 +157,14 @@ def test_instances_the_family_cannot_take_are_refused_with_the_reason():
                                                    "family takes integer data only")
     (neg,) = parse_orlib("1\n2 1 5\n1 2\n3 -4\n6\n", "h")
     assert neg.refused == "weights must not be negative (-4 on line 4)"
-    big = "51 100\n" + "1 1\n" * 51
+    big = "101 100\n" + "1 1\n" * 101
     (large,) = parse_pisinger(big, "h")
-    assert large.refused == ("n = 51 lots, m = 1 resources is beyond the knapsack family's bounds "
-                             "(size ≤ 50, horizon ≤ 12)")
+    assert large.refused == ("n = 101 lots, m = 1 resources is beyond the knapsack family's bounds "
+                             "(size ≤ 100, horizon ≤ 12)")
+    wide = "1\n51 2 0\n" + "1 " * 51 + "\n" + ("1 " * 51 + "\n") * 2 + "10 10\n"
+    (multi,) = parse_orlib(wide, "h")
+    assert multi.theta is None and multi.refused.startswith(
+        "n = 51 lots, m = 2 resources is beyond the knapsack family's bounds (size ≤ 50 with two or more resources")
     assert parse_pisinger("1 5\n7 5.0\n", "h")[0].theta["weights"] == [[5]]  # a whole number written 5.0 is taken
 
 
@@ -171,6 +179,40 @@ def test_the_solver_refuses_what_the_import_refuses_and_takes_what_it_takes():
         FAM.solve(fractional)
     taken = [inst.theta for inst in shipped_instances() if inst.theta is not None]
     assert taken and all(check_theta(theta) is None for theta in taken)
+
+
+def _best_by_capacity(values, weights, capacity):
+    """The 0/1 knapsack optimum by the textbook dynamic programme over capacities (one resource)."""
+    best = [0] * (capacity + 1)
+    for v, w in zip(values, weights):
+        for c in range(capacity, w - 1, -1):
+            best[c] = max(best[c], best[c - w] + v)
+    return best[capacity]
+
+
+@pytest.mark.parametrize("kind", ["uncorrelated", "strongly-correlated"])
+def test_a_pisinger_size_instance_is_imported_and_solved_to_its_optimum(tmp_path, kind):
+    """Issue 16: Pisinger's n = 100 instances (`n W`, then `value weight` lines, the optimum in
+    <dir>-optimum/<name>), which the importer refused at 50 lots, are taken and solved exactly."""
+    rng = random.Random(100 if kind == "uncorrelated" else 101)
+    weights = [rng.randint(1, 1000) for _ in range(100)]
+    values = [rng.randint(1, 1000) for _ in weights] if kind == "uncorrelated" else [w + 100 for w in weights]
+    capacity = sum(weights) // 2
+    optimum = _best_by_capacity(values, weights, capacity)
+    name = f"knapPI_{1 if kind == 'uncorrelated' else 3}_100_1000_1"
+    (tmp_path / "large_scale").mkdir()
+    (tmp_path / "large_scale-optimum").mkdir()
+    path = tmp_path / "large_scale" / name
+    path.write_text(f"100 {capacity}\n" + "".join(f"{v} {w}\n" for v, w in zip(values, weights)))
+    (tmp_path / "large_scale-optimum" / name).write_text(f"{optimum}\n")
+    source = read_source(path)
+    (inst,) = source.instances
+    assert (source.format, inst.n, inst.m, inst.published, inst.refused) == ("pisinger", 100, 1, optimum, "")
+    imported = imp.import_models(FAM, source)
+    assert [i.model.knobs for i in imported] == [{"size": 100, "horizon": 1}]
+    (solution,) = imp.solve_checked(FAM, imported).values()  # InstanceError unless u* is the optimum
+    policy = np.load(io.BytesIO(zlib.decompress(solution.policy)))
+    assert solution.u_star == optimum and FAM.evaluate(inst.theta, policy) == optimum
 
 
 # ---------------------------------------------------------------------------------------------

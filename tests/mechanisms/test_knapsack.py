@@ -225,7 +225,7 @@ def test_sample_is_deterministic_per_seed():
     assert all(o != a for o in others) and len({repr(o) for o in others}) == 3
 
 
-@pytest.mark.parametrize("size,horizon", [(1, 1), (6, 1), (6, 5), (11, 11), (14, 11), (50, 12)])
+@pytest.mark.parametrize("size,horizon", [(1, 1), (6, 1), (6, 5), (11, 11), (14, 11), (50, 12), (100, 1)])
 def test_sample_respects_params(size, horizon):
     rng = np.random.default_rng(size * 100 + horizon)
     for _ in range(10):
@@ -246,7 +246,8 @@ def test_sample_respects_params(size, horizon):
             assert theta["capacities"][r] >= min(0.4 * total - 1, 1)
 
 
-@pytest.mark.parametrize("knobs", [dict(size=0), dict(size=51), dict(horizon=0), dict(horizon=13), dict(size="many")])
+@pytest.mark.parametrize("knobs", [dict(size=0), dict(size=101, horizon=1), dict(size=51, horizon=2), dict(horizon=0),
+                                   dict(horizon=13), dict(size="many")])
 def test_params_out_of_bounds_raise(knobs):
     with pytest.raises(ValidationError):
         FAM.Params(**knobs)
@@ -255,7 +256,7 @@ def test_params_out_of_bounds_raise(knobs):
 
 
 def test_params_edges_and_knob_ranges():
-    for knobs in (dict(size=1, horizon=1), dict(size=50, horizon=12)):
+    for knobs in (dict(size=1, horizon=1), dict(size=50, horizon=12), dict(size=100, horizon=1)):
         params = FAM.params(knobs)
         assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
     assert FAM.knob_ranges == {"size": (6, 14), "horizon": (1, 11)}
@@ -450,9 +451,11 @@ def test_solve_refuses_theta_that_is_not_whole_and_non_negative(theta, field):
 
 
 def test_solve_refuses_sizes_past_its_limits_and_malformed_theta():
-    too_many = make([1] * 51, [[1] * 51], [10])
-    with pytest.raises(InvalidParams, match=r"n_items.*1 … 50"):
+    too_many = make([1] * 101, [[1] * 101], [10])
+    with pytest.raises(InvalidParams, match=r"n_items.*1 … 100"):
         FAM.solve(too_many)
+    with pytest.raises(InvalidParams, match=r"n_items.*1 … 50"):  # two resources: at most 50 lots
+        FAM.solve(make([1] * 51, [[1] * 51] * 2, [10, 10]))
     with pytest.raises(InvalidParams, match=r"n_resources.*1 … 12"):
         FAM.solve(make([1], [[1]] * 13, [1] * 13))
     with pytest.raises(InvalidParams, match=r"weights.*2 entries"):
@@ -461,6 +464,22 @@ def test_solve_refuses_sizes_past_its_limits_and_malformed_theta():
         FAM.solve({k: v for k, v in make([1], [[1]], [1]).items() if k != "values"})
     # a whole number written as a float is the number itself
     assert FAM.solve(make([3.0, 2], [[2.0, 1]], [2.0])).u_star == 3.0
+
+
+def test_the_largest_sizes_solve_exactly():
+    """Issue 16: 100 lots on one resource (Pisinger's size; the 0/1 optimum checked by the dynamic
+    programme over capacities) and 50 lots on two resources, both at a zero MIP gap."""
+    for seed in range(3):
+        theta = FAM.sample(FAM.Params(size=100, horizon=1), np.random.default_rng(seed))
+        solution = FAM.solve(theta)
+        best = [0] * (theta["capacities"][0] + 1)
+        for v, w in zip(theta["values"], theta["weights"][0]):
+            for c in range(len(best) - 1, w - 1, -1):
+                best[c] = max(best[c], best[c - w] + v)
+        assert solution.u_star == best[-1] and solution.certificate.gap <= 1e-9
+    theta = FAM.sample(FAM.Params(size=50, horizon=2), np.random.default_rng(5))
+    solution = FAM.solve(theta)
+    assert solution.certificate.gap <= 1e-9 and FAM.evaluate(theta, solution.policy) == solution.u_star
 
 
 # ---------------------------------------------------------------------------------------------

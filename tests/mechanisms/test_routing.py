@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -261,23 +262,126 @@ def test_sample_respects_params(size, horizon):
 
 
 def test_the_largest_instances_solve_exactly():
-    for seed in range(5):
+    for seed in range(3):
         theta = FAM.sample(FAM.Params(size=9, horizon=30), np.random.default_rng(seed))
         assert FAM.solve(theta).certificate.gap <= 1e-9  # its time is in bench/solve_scaling.py, not a test
+    theta = FAM.sample(FAM.Params(size=rt.MAX_STOPS, horizon=30), np.random.default_rng(7))
+    solution = FAM.solve(theta)  # about 0.4 s: docs/BENCHMARKS.md "Headroom"
+    assert solution.certificate.gap <= 1e-9 and solution.certificate.state_space == (1 << rt.MAX_STOPS) * rt.MAX_STOPS
+    assert FAM.evaluate(theta, solution.policy) == solution.u_star >= solution.u_default
 
 
-@pytest.mark.parametrize("knobs", [dict(size=2), dict(size=10), dict(horizon=2), dict(horizon=31), dict(size="many")])
+# ---------------------------------------------------------------------------------------------
+# The vectorised Held–Karp against the loop version it replaced (issue 16): the same u* and the
+# same tour, ties included, from the depot and from mid-round states.
+
+
+def held_karp_loops(theta, position=0, clock=0, visited=frozenset()):
+    """routing._best_completion as it was before issue 16 (pure-Python loops over sets and stops, 16
+    stops in 3.7 s), kept verbatim as the reference: push each reached (set, last stop) to every open
+    stop in increasing order, keep strict improvements, then scan (set, last stop) for the best close."""
+    n, budget, cost = theta["n_stops"], theta["budget"], theta["travel_cost"]
+    t = np.array(theta["travel"], dtype=np.int64)
+    rewards = np.array(theta["rewards"], dtype=np.int64)
+    stops = np.array([k for k in range(1, n + 1) if k not in visited], dtype=np.int64)
+    r = len(stops)
+    inf = np.iinfo(np.int64).max // 4
+    full = 1 << r
+    arrive = np.full((full, r), inf, dtype=np.int64)
+    parent = np.full((full, r), -1, dtype=np.int64)
+    home = t[stops, 0]
+    first = t[position, stops]
+    for j in range(r):
+        if clock + first[j] + home[j] <= budget:
+            arrive[1 << j, j] = clock + first[j]
+    legs = t[np.ix_(stops, stops)]
+    for mask in range(1, full):
+        row = arrive[mask]
+        for j in np.flatnonzero(row < inf):
+            times = row[j] + legs[j]
+            for k in range(r):
+                if mask >> k & 1:
+                    continue
+                nxt = mask | (1 << k)
+                if times[k] + home[k] <= budget and times[k] < arrive[nxt, k]:
+                    arrive[nxt, k] = times[k]
+                    parent[nxt, k] = j
+    best, best_state = -cost * int(t[position, 0]), None
+    prize = np.zeros(full, dtype=np.int64)
+    for j in range(r):
+        prize[1 << j:2 << j] = prize[:1 << j] + rewards[stops[j]]
+    for mask in range(1, full):
+        for j in np.flatnonzero(arrive[mask] < inf):
+            value = int(prize[mask]) - cost * int(arrive[mask, j] - clock + home[j])
+            if value > best:
+                best, best_state = value, (mask, int(j))
+    order = []
+    while best_state is not None:
+        mask, j = best_state
+        order.append(int(stops[j]))
+        previous = int(parent[mask, j])
+        best_state = None if previous < 0 else (mask & ~(1 << j), previous)
+    order.reverse()
+    return best, order
+
+
+def _mid_round(theta, rng):
+    """A random state of a round: some stops visited, the van at one of them, a clock up to the budget."""
+    n = theta["n_stops"]
+    visited = frozenset(int(s) for s in rng.choice(np.arange(1, n + 1), size=int(rng.integers(0, n)), replace=False))
+    if not visited:
+        return 0, 0, visited
+    return int(rng.choice(sorted(visited))), int(rng.integers(0, theta["budget"] + 1)), visited
+
+
+def test_vectorised_held_karp_is_the_loop_version_on_tiny_and_random_states():
+    rng = np.random.default_rng(16)
+    for theta in TINY:  # the brute-forced instances, ties and the non-metric triangle included
+        assert rt._best_completion(theta) == held_karp_loops(theta)
+        for _ in range(3):
+            state = _mid_round(theta, rng)
+            assert rt._best_completion(theta, *state) == held_karp_loops(theta, *state), state
+
+
+def test_vectorised_held_karp_is_the_loop_version_up_to_the_old_limit():
+    """Sampled θ of 1 … 9 stops (the old MAX_STOPS) and a few of 10 and 11, every horizon band, and
+    integer ties made likely (rewards on a coarse grid, a zero cost per minute)."""
+    rng = np.random.default_rng(1616)
+    for k in range(60):
+        n = 1 + k % 9 if k < 54 else 10 + k % 2
+        theta = rt.sample(SimpleNamespace(size=n, horizon=int(rng.integers(1, 31))), rng)
+        if k % 3 == 0:
+            theta = dict(theta, rewards=[0] + [10 * int(rng.integers(0, 4)) for _ in range(n)],
+                         travel_cost=int(rng.integers(0, 2)))
+        expected = held_karp_loops(theta)
+        assert rt._best_completion(theta) == expected, (k, n)
+        state = _mid_round(theta, rng)
+        assert rt._best_completion(theta, *state) == held_karp_loops(theta, *state), (k, n, state)
+
+
+def test_held_karp_keeps_exact_clocks_past_int32():
+    """A budget too large for the int32 clocks switches to int64: same answer as the loop version."""
+    theta = TINY[5]
+    scale = 1 << 30
+    big = dict(theta, budget=theta["budget"] * scale, travel=[[m * scale for m in row] for row in theta["travel"]],
+               rewards=[v * scale for v in theta["rewards"]])
+    assert rt._best_completion(big) == held_karp_loops(big)
+    assert rt._best_completion(big)[1] == rt._best_completion(theta)[1]
+
+
+@pytest.mark.parametrize("knobs", [dict(size=2), dict(size=rt.MAX_STOPS + 1), dict(horizon=2), dict(horizon=31),
+                                   dict(size="many")])
 def test_params_out_of_bounds_raise(knobs):
     with pytest.raises(ValidationError):
         FAM.Params(**knobs)
 
 
 def test_params_edges_and_family_translates_errors():
-    for knobs in (dict(size=3, horizon=3), dict(size=9, horizon=30)):
+    for knobs in (dict(size=3, horizon=3), dict(size=rt.MAX_STOPS, horizon=30)):
         params = FAM.params(knobs)
         assert (params.size, params.horizon) == (knobs["size"], knobs["horizon"])
     with pytest.raises(InvalidParams):
-        FAM.params({"size": 12})
+        FAM.params({"size": rt.MAX_STOPS + 1})
     for name, (lo, hi) in FAM.knob_ranges.items():
         field = FAM.Params.model_fields[name]
         assert FAM.Params(**{name: lo}) and FAM.Params(**{name: hi}) and field.description
@@ -413,7 +517,7 @@ def test_a_doubled_travel_cost_in_the_module_is_rejected():
     pytest.param("n_stops", lambda t: t["n_stops"] + 0.5, id="n_stops-fraction"),
     pytest.param("travel_cost", lambda t: t["travel_cost"] + 0.5, id="travel_cost-fraction"),
     pytest.param("travel", lambda t: bumped(t["travel"], (0, 1), 0.5), id="travel-fraction"),
-    pytest.param("n_stops", lambda t: 10, id="n_stops-size"),
+    pytest.param("n_stops", lambda t: rt.MAX_STOPS + 1, id="n_stops-size"),
 ])
 def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     """A fraction where an integer is declared, or a size past the documented limit, is InvalidParams

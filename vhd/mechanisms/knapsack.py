@@ -10,9 +10,12 @@ Model
     lots one at a time in any order, since a subset of a feasible selection is feasible.
     Solved exactly as a 0/1 integer program (maximise v·x subject to W x ≤ c, x ∈ {0,1}^n) by
     HiGHS through scipy.optimize.milp with a zero relative MIP gap; the optimum is re-checked
-    in integer arithmetic. Limits: solve() takes 1 … 50 lots (MAX_ITEMS) and 1 … 12 resources
-    (MAX_RESOURCES) with whole values, loads and capacities ≥ 0; any other θ (a fractional weight
-    such as 1.9, a negative capacity, 51 lots) is refused with InvalidParams, never truncated.
+    in integer arithmetic. Limits: solve() takes 1 … 12 resources (MAX_RESOURCES) and 1 … 100 lots
+    (MAX_ITEMS) with one resource — Pisinger's n = 100 instances, every type solved in about 0.1 s —
+    or 1 … 50 lots (MAX_ITEMS_MULTI) with two or more (50 lots × 5 resources take about a second,
+    docs/BENCHMARKS.md "Headroom"), with whole values, loads and capacities ≥ 0; any other θ (a
+    fractional weight such as 1.9, a negative capacity, 101 lots, 51 lots on two resources) is
+    refused with InvalidParams, never truncated.
 
 State
     the lot catalog (value, whether inspected), the resources (capacity, whether read), the
@@ -53,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from vhd.mechanisms._advantage import until_committed
 from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
@@ -61,7 +64,8 @@ from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, exact_milp, integer_mip_bound, solved
 from vhd.mechanisms._theta import ThetaCheck
 
-MAX_ITEMS = 50  # Params/tool-schema/solve bound (mknap1's largest problem); the sampler still draws 6…14 lots
+MAX_ITEMS = 100  # Params/tool-schema/solve bound with one resource (Pisinger's n = 100); the sampler draws 6…14
+MAX_ITEMS_MULTI = 50  # Params/solve bound with two or more resources (mknap1's largest problem, 50 × 5)
 MAX_RESOURCES = 12  # Params/solve bound
 HIDDEN = ("values", "weights", "capacities")
 
@@ -70,10 +74,18 @@ class Params(BaseModel):
     """Difficulty knobs of a knapsack instance."""
 
     size: int = Field(10, ge=1, le=MAX_ITEMS, description="number of candidate lots (items) n, in lots; solve() "
-                                                          "refuses θ with more than MAX_ITEMS = 50")
+                                                          "refuses θ with more than MAX_ITEMS = 100, or more "
+                                                          "than MAX_ITEMS_MULTI = 50 with two or more resources")
     horizon: int = Field(5, ge=1, le=MAX_RESOURCES,
                          description="number of resource constraints m (each a capacity in resource units); "
                                      "solve() refuses θ with more than MAX_RESOURCES = 12")
+
+    @model_validator(mode="after")
+    def _lots_per_resources(self) -> "Params":
+        if self.horizon > 1 and self.size > MAX_ITEMS_MULTI:
+            raise ValueError(f"size ≤ {MAX_ITEMS_MULTI} with two or more resources (horizon {self.horizon}); "
+                             f"size ≤ {MAX_ITEMS} only with one")
+        return self
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -102,11 +114,12 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
 
 
 def check_theta(theta: dict) -> None:
-    """InvalidParams unless θ is what the family declares: 1 … MAX_ITEMS lots, 1 … MAX_RESOURCES
-    resources, whole values, loads and capacities ≥ 0 (fractions are refused, never truncated)."""
+    """InvalidParams unless θ is what the family declares: 1 … MAX_ITEMS lots with one resource, 1 …
+    MAX_ITEMS_MULTI with 2 … MAX_RESOURCES, whole values, loads and capacities ≥ 0 (fractions are
+    refused, never truncated)."""
     check = ThetaCheck("knapsack", theta)
-    n = check.count("n_items", 1, MAX_ITEMS)
     m = check.count("n_resources", 1, MAX_RESOURCES)
+    n = check.count("n_items", 1, MAX_ITEMS if m == 1 else MAX_ITEMS_MULTI)
     check.whole("values", (n,), low=0)
     check.whole("weights", (m, n), low=0)
     check.whole("capacities", (m,), low=0)
@@ -494,7 +507,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="knapsack",
-    version="4",
+    version="5",
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -15,7 +15,8 @@ Model
     at the depot) has utility 0.
     Solved exactly by Held–Karp dynamic programming over (set of visited stops, last stop):
     the least clock on arrival over every rule-abiding path, then the best closed tour.
-    Limits: solve() takes 1 … MAX_STOPS = 9 stops (Held–Karp keeps 2^n × n states), whole
+    Limits: solve() takes 1 … MAX_STOPS = 18 stops (Held–Karp keeps 2^n × n states: 18 stops take
+    about 0.4 s, docs/BENCHMARKS.md "Headroom"), whole
     rewards, a whole budget and cost per minute ≥ 0, grid points in 0 … 30 and whole travel
     minutes ≥ 0; any other θ is refused with InvalidParams before anything is allocated
     (`check_theta`).
@@ -67,7 +68,7 @@ from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
 
 GRID = 30  # coordinates are integers in 0..GRID
-MAX_STOPS = 9  # Params and solve() bound: Held–Karp keeps 2^n × n states
+MAX_STOPS = 18  # Params and solve() bound: Held–Karp keeps 2^n × n states (18 stops: ~0.4 s, ~25 MB)
 MINUTES_PER_HORIZON = 10  # budget = MINUTES_PER_HORIZON × horizon
 HIDDEN = ("rewards", "travel", "coordinates", "travel_cost")
 
@@ -76,7 +77,7 @@ class Params(BaseModel):
     """Difficulty knobs of a routing instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(6, ge=3, le=9, description="number of customer stops (besides the depot)")
+    size: int = Field(6, ge=3, le=MAX_STOPS, description="number of customer stops (besides the depot)")
     horizon: int = Field(10, ge=3, le=30, description="time budget in tens of minutes: the van must be back "
                                                       "at the depot within 10 × horizon minutes")
 
@@ -122,44 +123,57 @@ def _best_completion(theta: dict, position: int = 0, clock: int = 0,
     """The best way to finish the round from the van at `position` at minute `clock` with `visited`
     stops behind it: (rewards of the stops still to visit − travel_cost × the minutes still to drive,
     the return leg included; those stops in order). Held–Karp over the stops still open; from the
-    depot at minute 0 it is the whole problem (u*, π*)."""
+    depot at minute 0 it is the whole problem (u*, π*).
+
+    Vectorised with numpy: the visited sets are taken one size at a time (a set of p stops is
+    reached only from its subsets of p − 1), and for each last stop k every set of that size
+    holding k is done in one array step: the least clock over every previous stop j, ties to the
+    lowest j (np.argmin), which is the tie-break of a scan in increasing j with strict improvement."""
     n, budget, cost = theta["n_stops"], theta["budget"], theta["travel_cost"]
     t = np.array(theta["travel"], dtype=np.int64)
     rewards = np.array(theta["rewards"], dtype=np.int64)
     stops = np.array([k for k in range(1, n + 1) if k not in visited], dtype=np.int64)  # local j ↔ stops[j]
     r = len(stops)
-    inf = np.iinfo(np.int64).max // 4
+    # clocks in int32 (half the memory traffic) when no sum of a clock and a leg can come near its limit
+    dtype = np.int32 if max(budget, clock) + int(t.max(initial=0)) < 1 << 28 else np.int64
+    inf = np.iinfo(dtype).max // 4
     full = 1 << r
     # arrive[mask, j]: least clock on arriving at stops[j] having visited exactly `mask` of the open
     # stops (bit j ↔ stops[j]), every step obeying the return rule; parent: the previous one (−1 = start)
-    arrive = np.full((full, r), inf, dtype=np.int64)
-    parent = np.full((full, r), -1, dtype=np.int64)
+    arrive = np.full((full, r), inf, dtype=dtype)
+    parent = np.full((full, r), -1, dtype=np.int8)
     home = t[stops, 0]
-    first = t[position, stops]
+    first = clock + t[position, stops]
+    ones = 1 << np.arange(r, dtype=np.int64)
+    ok = first + home <= budget
+    arrive[ones[ok], np.flatnonzero(ok)] = first[ok]
+    legs = t[np.ix_(stops, stops)].astype(dtype)
+    size = np.zeros(full, dtype=np.int64)
     for j in range(r):
-        if clock + first[j] + home[j] <= budget:
-            arrive[1 << j, j] = clock + first[j]
-    legs = t[np.ix_(stops, stops)]
-    for mask in range(1, full):
-        row = arrive[mask]
-        for j in np.flatnonzero(row < inf):
-            times = row[j] + legs[j]
-            for k in range(r):
-                if mask >> k & 1:
-                    continue
-                nxt = mask | (1 << k)
-                if times[k] + home[k] <= budget and times[k] < arrive[nxt, k]:
-                    arrive[nxt, k] = times[k]
-                    parent[nxt, k] = j
-    best, best_state = -cost * int(t[position, 0]), None
+        size[1 << j:2 << j] = size[:1 << j] + 1
+    by_size = np.argsort(size, kind="stable")  # masks grouped by size, increasing within a size
+    edges = np.searchsorted(size[by_size], np.arange(r + 2))
+    for p in range(2, r + 1):
+        layer = by_size[edges[p]:edges[p + 1]]
+        for k in range(r):
+            mine = layer[(layer >> k) & 1 == 1]
+            times = arrive[mine ^ (1 << k)] + legs[:, k]  # (sets, previous stop j)
+            j = np.argmin(times, axis=1)
+            best = times[np.arange(len(mine)), j]
+            fits = best + home[k] <= budget
+            arrive[mine[fits], k] = best[fits]
+            parent[mine[fits], k] = j[fits]
     prize = np.zeros(full, dtype=np.int64)
     for j in range(r):
         prize[1 << j:2 << j] = prize[:1 << j] + rewards[stops[j]]
-    for mask in range(1, full):
-        for j in np.flatnonzero(arrive[mask] < inf):
-            value = int(prize[mask]) - cost * int(arrive[mask, j] - clock + home[j])
-            if value > best:
-                best, best_state = value, (mask, int(j))
+    best, best_state = -cost * int(t[position, 0]), None
+    if r:
+        reached = arrive < inf
+        spent = np.where(reached, arrive, clock).astype(np.int64) - clock + home[None, :]
+        value = np.where(reached, prize[:, None] - cost * spent, np.iinfo(np.int64).min)
+        at = int(np.argmax(value))  # the first maximum in (mask, j) order
+        if reached.flat[at] and int(value.flat[at]) > best:
+            best, best_state = int(value.flat[at]), divmod(at, r)
     order = []
     while best_state is not None:
         mask, j = best_state
@@ -178,7 +192,7 @@ def _held_karp(theta: dict) -> tuple[float, np.ndarray]:
 
 
 def check_theta(theta: dict) -> None:
-    """InvalidParams unless θ is what the family declares: 1 … MAX_STOPS = 9 stops (Held–Karp keeps
+    """InvalidParams unless θ is what the family declares: 1 … MAX_STOPS = 18 stops (Held–Karp keeps
     2^n × n states), whole rewards, a whole budget and cost per minute ≥ 0, grid points in 0 …
     30 and whole travel minutes ≥ 0."""
     check = ThetaCheck("routing", theta)
@@ -572,7 +586,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="routing",
-    version="3",
+    version="4",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",

@@ -16,7 +16,8 @@ The knapsack family's two formats (docs/INSTANCES.md):
   capacities, read as one stream of numbers whatever the line breaks; an optimum of 0 means unknown.
 
 A 0/1 instance is the m = 1 case of the knapsack θ. An instance the family cannot take (numbers
-that are not whole, negative numbers, more lots or resources than its Params allow) is *refused*:
+that are not whole, negative numbers, more lots or resources than its Params allow: n ≤ 100 with one
+resource, n ≤ 50 with two or more, m ≤ 12) is *refused*:
 it keeps a one-line reason and is not imported. A file's batch key is
 `import:<file name>:<first 12 hex of the file's sha256>` (`Source.batch`). What is done with the
 parsed instances (models, solutions, gates, the warehouse, the audit) is `vhd.tasks.instances`.
@@ -29,8 +30,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from vhd.mechanisms import registry
-from vhd.schemas.errors import InvalidParams, VhdError
+from vhd.schemas.errors import VhdError
 from vhd.schemas.hashing import sha256_hex
 
 BATCH_PREFIX = "import:"
@@ -116,11 +119,13 @@ def _theta(n: int, m: int, values: list[Number], weights: list[list[Number]], ca
                 return None, f"{what} must not be negative ({number.text} on line {number.line})"
     family = registry.get("knapsack")
     try:
-        family.params({"size": n, "horizon": m})
-    except InvalidParams:
+        family.Params(size=n, horizon=m)
+    except ValidationError as exc:
         limits = ", ".join(f"{key} ≤ {meta.le}" for key, field in family.Params.model_fields.items()
                            for meta in field.metadata if getattr(meta, "le", None) is not None)
-        return None, f"n = {n} lots, m = {m} resources is beyond the knapsack family's bounds ({limits})"
+        joint = [e["msg"].removeprefix("Value error, ") for e in exc.errors() if not e["loc"]]
+        why = joint[0] if joint else limits
+        return None, f"n = {n} lots, m = {m} resources is beyond the knapsack family's bounds ({why})"
     return {
         "n_items": n,
         "n_resources": m,
