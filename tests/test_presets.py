@@ -118,3 +118,39 @@ def test_diagnostic_preset_builds_f_i_and_a_and_f_is_scored(prefect_server, tmp_
     assert scored.returncode == 0, scored.stderr
     rewards = [row["reward"] for row in json.loads(scored.stdout)]
     assert rewards == [1.0, 0.0, 0.0] and "invalid plan" in json.loads(scored.stdout)[2]["error"]
+
+
+def test_the_scaling_preset_holds_the_papers_knapsack_grid_and_goes_beyond():
+    plan = presets.preset("scaling", registry.all())
+    cells = {}
+    for slot in plan.slots:
+        knobs = dict(slot.knobs)
+        cells.setdefault(slot.family, []).append((knobs["size"], knobs["horizon"]))
+        registry.get(slot.family).params(knobs)  # every cell within the family's Params
+    assert cells["knapsack"][:4] == [(6, 5), (8, 7), (9, 9), (11, 11)]  # the paper's lots × resources
+    assert max(n * m for n, m in cells["knapsack"]) > 11 * 11 and max(n for n, _ in cells["knapsack"]) == 100
+    assert max(n for n, _ in cells["routing"]) == 18 > 9  # past the old Held–Karp limit
+    assert {s.target for s in plan.slots} == {presets.SCALING_PER_CELL} and plan.presentations == ("I", "A")
+    assert len({s.batch("b") for s in plan.slots}) == len({s.key for s in plan.slots}) == len(plan.slots)
+    small = presets.preset("scaling", registry.all(), scale=0.1)
+    assert {s.target for s in small.slots} == {2} and len(small.slots) == len(plan.slots)
+
+
+def test_a_cell_pins_its_knobs_and_its_models_are_drawn_again_from_seed_and_batch():
+    from vhd.tasks.sample import cell_knobs, draw, sample_models
+
+    slot = next(s for s in presets.preset("scaling", registry.all()).slots if dict(s.knobs) == {"size": 11,
+                                                                                                "horizon": 11})
+    batch = slot.batch("2026-12-04")
+    assert batch == "2026-12-04+cell:horizon=11,size=11" and cell_knobs(batch) == {"horizon": 11, "size": 11}
+    assert cell_knobs("2026-12-04") is None and cell_knobs("2026-12-04" + presets.HELDOUT_SUFFIX) is None
+    heldout = presets.Slot(slot.family, "heldout", 1, slot.knobs).batch("b")
+    assert heldout == "b+heldout+cell:horizon=11,size=11" and cell_knobs(heldout) == cell_knobs(batch)
+    family = registry.get(slot.family)
+    models = sample_models(family, 3, 7, batch)
+    assert all(m.knobs == {"size": 11, "horizon": 11} and m.theta["n_items"] == m.theta["n_resources"] == 11
+               for m in models)
+    assert len({m.model_id for m in models}) == 3
+    assert all(draw(family, m.seed, cell_knobs(m.batch)) == (m.knobs, m.theta) for m in models)
+    ordinary = sample_models(family, 3, 7, "2026-12-04")  # an ordinary batch still draws from the knob ranges
+    assert all(family.knob_ranges["size"][0] <= m.knobs["size"] <= family.knob_ranges["size"][1] for m in ordinary)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.sample import cell_batch
 
 HELDOUT_SUFFIX = "+heldout"
 PAPER_TRAIN, PAPER_HELDOUT, PAPER_OOD = 2200, 300, 800
@@ -35,10 +36,19 @@ class Slot:
     family: str
     split: str
     target: int
+    knobs: tuple[tuple[str, int], ...] = ()  # a cell: every draw of the slot has these knobs
 
     def batch(self, batch: str) -> str:
-        """The batch key this slot's seeds derive from."""
-        return batch + HELDOUT_SUFFIX if self.split == "heldout" else batch
+        """The batch key this slot's seeds derive from; a cell's key names its knobs
+        (`sample.cell_batch`), so each cell has its own seed stream and `sample_models` pins them."""
+        key = batch + HELDOUT_SUFFIX if self.split == "heldout" else batch
+        return cell_batch(key, dict(self.knobs)) if self.knobs else key
+
+    @property
+    def key(self) -> str:
+        """A name for the slot unique within a preset: the family, `+heldout`, and a cell's knobs."""
+        key = self.family + HELDOUT_SUFFIX if self.split == "heldout" else self.family
+        return cell_batch(key, dict(self.knobs)) if self.knobs else key
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,34 @@ def diagnostic(families: list[Family], scale: float = 1.0) -> Preset:
                   "presentations F, I and A", ("F", "I", "A"), slots)
 
 
-PRESETS = {"paper": paper, "diagnostic": diagnostic}
+# The paper's co-scaling grid of the knapsack family, lots n × resources m (size × horizon), then
+# beyond it up to the solver's reach (docs/BENCHMARKS.md "Headroom": every cell's median solve time),
+# and routing's stops from its old limit (9) to MAX_STOPS = 18 at the widest time budget.
+SCALING_PAPER_CELLS = ((6, 5), (8, 7), (9, 9), (11, 11))
+SCALING_CELLS = {
+    "knapsack": SCALING_PAPER_CELLS + ((14, 12), (20, 12), (30, 12), (50, 5), (100, 1)),
+    "routing": ((9, 30), (12, 30), (14, 30), (16, 30), (18, 30)),
+}
+SCALING_PER_CELL = 20
+
+
+def scaling(families: list[Family], scale: float = 1.0) -> Preset:
+    known = {f.name: f for f in families}
+    missing = [n for n in SCALING_CELLS if n not in known]
+    if missing:
+        raise ValueError(f"the scaling preset needs families {missing}")
+    per = _scaled(SCALING_PER_CELL, scale)
+    slots = tuple(Slot(name, known[name].split, per, (("horizon", m), ("size", n)))
+                  for name, cells in SCALING_CELLS.items() for n, m in cells)
+    for slot in slots:
+        known[slot.family].params(dict(slot.knobs))  # InvalidParams if a cell is past the family's bounds
+    grid = "; ".join(f"{name} " + ", ".join(f"{n}×{m}" for n, m in cells) for name, cells in SCALING_CELLS.items())
+    return Preset("scaling", f"the paper's knapsack co-scaling grid (lots × resources) and beyond, and routing's "
+                  f"stops × time budget: {grid}; {per} environments per cell, presentations I and A",
+                  ("I", "A"), slots)
+
+
+PRESETS = {"paper": paper, "diagnostic": diagnostic, "scaling": scaling}
 
 
 def preset(name: str, families: list[Family], scale: float = 1.0) -> Preset:

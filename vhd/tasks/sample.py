@@ -53,12 +53,31 @@ def draw(family: Family, seed: int, knobs: dict[str, Any] | None = None) -> tupl
     return knobs, theta
 
 
+CELL = "+cell:"  # a batch key's suffix naming pinned knobs: "2026-12-02+cell:horizon=5,size=6"
+
+
+def cell_batch(batch: str, knobs: dict[str, int]) -> str:
+    """The batch key of a preset cell: `batch` with its pinned knobs (sorted by name)."""
+    return batch + CELL + ",".join(f"{name}={int(value)}" for name, value in sorted(knobs.items()))
+
+
+def cell_knobs(batch: str) -> dict[str, int] | None:
+    """The knobs a cell's batch key pins (None for an ordinary batch): every model of the batch has
+    them, and `draw(family, model.seed, cell_knobs(model.batch))` reproduces it."""
+    if CELL not in batch:
+        return None
+    pairs = [item.partition("=") for item in batch.rpartition(CELL)[2].split(",")]
+    return {name: int(value) for name, _, value in pairs}
+
+
 def sample_models(family: Family, count: int, seed: int, batch: str, start: int = 0) -> list[ModelRecord]:
-    """Models `start` … `start + count − 1` of a family's seed stream in a batch."""
+    """Models `start` … `start + count − 1` of a family's seed stream in a batch (with the knobs a
+    cell's batch key pins, `cell_knobs`; otherwise drawn from the family's knob ranges)."""
+    pinned = cell_knobs(batch)
     models = []
     for index in range(start, start + count):
         s = model_seed(seed, family.name, batch, index)
-        knobs, theta = draw(family, s)
+        knobs, theta = draw(family, s, pinned)
         models.append(ModelRecord.build(family=family.name, family_version=family.version, knobs=knobs,
                                         seed=s, theta=theta, batch=batch))
     return models
