@@ -43,7 +43,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
     if args.markdown:
-        print("| family | cell (size × horizon) | in the paper | median solve | slowest θ | state space | mean u* − u₀ |")
+        print("| family | cell (size × horizon) | in the paper | median solve | slowest θ | state space "
+              "| mean u* − u₀ |")
         print("|---|---|---|---|---|---|---|")
     for name in [n for n in args.families.split(",") if n]:
         family = registry.get(name)
