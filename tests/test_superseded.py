@@ -52,3 +52,18 @@ def test_a_new_checker_version_supersedes_the_environments_only(copy):
         marked = wh.mark_superseded({"inventory_dp": CURRENT}, CODE_VERSION + "-next", "r", "now")
         assert marked["model"] == 0 and marked["environment"] == len(wh.environments(admitted=None,
                                                                                     include_superseded=True))
+
+
+def test_a_new_template_setter_version_supersedes_its_modules_and_their_environments_only(copy):
+    from vhd.tasks.setters.template import SETTER, SETTER_VERSION
+
+    with Warehouse.open(copy) as wh:
+        assert set(wh.mark_superseded({"inventory_dp": CURRENT}, CODE_VERSION, "r", "now",
+                                      setters={SETTER: SETTER_VERSION}).values()) == {0}
+        counts, envs = wh.counts(), wh.environments(admitted=None)
+        marked = wh.mark_superseded({"inventory_dp": CURRENT}, CODE_VERSION, "r", "now",
+                                    setters={SETTER: SETTER_VERSION + "-next", "anthropic": "9"})
+        assert marked == {"model": 0, "solution": 0, "setter_output": counts["setter_outputs"],
+                          "environment": len(envs)}
+        assert wh.environments() == [] and wh.counts() == counts
+        assert wh.superseded()[envs[0].setter_output_id]["current_version"] == f"{SETTER}@{SETTER_VERSION}-next"

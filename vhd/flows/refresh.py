@@ -43,6 +43,8 @@ from vhd.tasks import sample as sample_stage
 from vhd.tasks import solve as solve_stage
 from vhd.tasks import synthesize as synthesize_stage
 from vhd.tasks.passages import builtin_passages
+from vhd.tasks.setters.template import SETTER as TEMPLATE_SETTER
+from vhd.tasks.setters.template import SETTER_VERSION as TEMPLATE_SETTER_VERSION
 from vhd.warehouse import Warehouse
 from vhd.warehouse.lineage import load_chains, load_versions
 
@@ -456,8 +458,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
                                         llm=llm)
                    for name in families}
         else:
-            keys = {slot: slot.family if slot.split != "heldout" else slot.family + presets.HELDOUT_SUFFIX
-                    for slot in plan.slots}
+            keys = {slot: slot.key for slot in plan.slots}
             for slot in plan.slots:
                 report("planned", keys[slot], total=slot.target)
             per = {}
@@ -466,7 +467,8 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
                                                  plan.presentations, slot.split, slot.target, llm=llm, key=keys[slot])
         current = {f.name: f.version for f in registry.all() if only is None or f.name in only}
         with wh.transaction():
-            marked = wh.mark_superseded(current, annotate_stage.CODE_VERSION, run.run_id, _now())
+            marked = wh.mark_superseded(current, annotate_stage.CODE_VERSION, run.run_id, _now(),
+                                        setters={TEMPLATE_SETTER: TEMPLATE_SETTER_VERSION})
         expected = None
         if plan is not None:
             expected = {}

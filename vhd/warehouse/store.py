@@ -358,10 +358,12 @@ class Warehouse:
                                  [ids]).fetchall() if ids else []
         return {s.model_id: s for s in self.verified(SolutionRecord, [r[0] for r in found]).values()}
 
-    def mark_superseded(self, families: dict[str, str], env_version: str, run_id: str, at: str) -> dict[str, int]:
+    def mark_superseded(self, families: dict[str, str], env_version: str, run_id: str, at: str,
+                        setters: dict[str, str] | None = None) -> dict[str, int]:
         """Mark every row made by another version of its code: models, solutions and modules of a
-        family whose version is not `families[name]`, and environments whose model is superseded
-        or whose annotator/checker version is not `env_version`. Rows stay; returns new marks per kind."""
+        family whose version is not `families[name]`, modules of a setter named in `setters` made by
+        another of its versions, and environments whose model or module is superseded or whose
+        annotator/checker version is not `env_version`. Rows stay; returns new marks per kind."""
         current = [{"family": name, "version": version} for name, version in families.items()]
         if not current:
             return {}
@@ -378,12 +380,21 @@ class Warehouse:
                     WHERE t.family_version <> c.version""", [kind, run_id, at])
                 marked[kind] = self._superseded_count() - before
             before = self._superseded_count()
+            for setter, version in (setters or {}).items():  # the same family version, an older setter
+                self.con.execute("""
+                    INSERT OR IGNORE INTO superseded
+                    SELECT o.setter_output_id, 'setter_output', o.setter || '@' || o.setter_version, ?, ?, ?
+                    FROM setter_outputs o JOIN _vhd_current c ON c.family = o.family
+                    WHERE o.setter = ? AND o.setter_version <> ?""", [f"{setter}@{version}", run_id, at, setter, version])
+            marked["setter_output"] += self._superseded_count() - before
+            before = self._superseded_count()
             self.con.execute("""
                 INSERT OR IGNORE INTO superseded
                 SELECT e.env_id, 'environment', 'annotator@' || e.annotator_version,
                        'annotator@' || ?, ?, ?
                 FROM environments e JOIN _vhd_current c ON c.family = e.family
-                WHERE e.annotator_version <> ? OR e.model_id IN (SELECT id FROM superseded WHERE kind = 'model')""",
+                WHERE e.annotator_version <> ? OR e.model_id IN (SELECT id FROM superseded WHERE kind = 'model')
+                   OR e.setter_output_id IN (SELECT id FROM superseded WHERE kind = 'setter_output')""",
                              [env_version, run_id, at, env_version])
             marked["environment"] = self._superseded_count() - before
         finally:
