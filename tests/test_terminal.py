@@ -27,10 +27,12 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def whole_refresh(prefect_server, tmp_path_factory):
     """`vhd refresh` of all 16 families, one θ each, with its default output (not a terminal)."""
     db = tmp_path_factory.mktemp("terminal") / "vhd.duckdb"
-    env = {key: os.environ.pop(key) for key in ("FORCE_COLOR", "TTY_COMPATIBLE") if key in os.environ}
+    env = {key: os.environ.pop(key) for key in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS") if key in os.environ}
+    os.environ["COLUMNS"] = "100"  # the table's width, hence its line count, is not the runner's terminal's
     try:
         result = run_vhd(prefect_server, "refresh", "--per-family", "1", "--batch", "tty", "--db", db)
     finally:
+        os.environ.pop("COLUMNS")
         os.environ.update(env)
     assert result.returncode == 0, result.stderr[-3000:]
     return db, result

@@ -243,7 +243,8 @@ def refresh(
                                       "A (agentic, parameters hidden)"),
     preset: Optional[str] = typer.Option(None, help="build a preset instead of --families/--per-family: 'paper' "
                                          "(2,200 train / 300 held-out / 800 unseen-family environments, "
-                                         "presentation A) or 'diagnostic' (five families in F, I and A)"),
+                                         "presentation A), 'diagnostic' (five families in F, I and A) or 'scaling' (knapsack's "
+                                         "lots × resources grid and routing's stops, one cell per knob pair)"),
     scale: float = typer.Option(1.0, help="multiply a preset's targets, e.g. 0.01 for a quick look at its mix"),
     setter: str = typer.Option("template", help="who writes the modules: 'template' (offline, deterministic) or "
                                "'anthropic' (a Claude model; settings from ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, "

@@ -29,7 +29,7 @@ from vhd.schemas.records import Chain, CheckRecord, EnvironmentRecord, ModelReco
 from vhd.tasks.instances import is_imported, verify_import
 from vhd.tasks.publish import finding, grading_digest, grading_digest_of_row
 from vhd.tasks.regrade import expected_budget, realized
-from vhd.tasks.sample import draw, episode_seed
+from vhd.tasks.sample import cell_knobs, draw, episode_seed
 
 DIGESTS = "field_digests"
 TABLE = {"environment": "environments", "model": "models", "solution": "solutions", "setter_output": "setter_outputs",
@@ -292,7 +292,7 @@ class Auditor:
                     problems += [(model.model_id, "theta", p) for p in
                                  verify_import(family, model, chain.runs.get(model.run_id), chain.solution.u_star)]
                 else:
-                    knobs, fresh = draw(family, model.seed)
+                    knobs, fresh = draw(family, model.seed, cell_knobs(model.batch))
                     if knobs != model.knobs:
                         problems.append((model.model_id, "knobs", f"differ from the knobs drawn from seed {model.seed}"))
                     if fresh != model.theta:
