@@ -693,7 +693,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write envir
            corpus_version: Optional[str] = typer.Option(None, "--corpus-version",
                                                         help="export exactly this version (default: the latest)"),
            tool_names: str = typer.Option("skinned", "--tool-names", help="skinned: the passage's tool names "
-                                          "(place_batch…); canonical: the family's (place_order…), one tool set "
+                                          "(order_loaves…); canonical: the family's (place_order…), one tool set "
                                           "per family for training, the passage's words kept elsewhere"),
            db: Optional[Path] = DbOption) -> None:
     """Export a published corpus version, verified against its digest first: module, player view,

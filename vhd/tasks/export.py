@@ -68,7 +68,7 @@ _SKIN_LINE = "\nSKIN = json.loads("
 
 def with_canonical_tool_names(row: dict[str, Any]) -> dict[str, Any]:
     """The row with the family's canonical tool names (`place_order`, `end_day`…) in place of the
-    passage's (`place_batch`…), so one family has one tool set for training; descriptions and the
+    passage's (`order_loaves`…), so one family has one tool set for training; descriptions and the
     rest of the instruction keep the passage's words. The module is the admitted one with only the
     names in its SKIN changed (its World, which the gates judged, is the same code; a name is
     only what `Env.call` dispatches on), and the instruction is the one it writes with them; the
