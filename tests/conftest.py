@@ -1,5 +1,6 @@
 """Shared fixtures. Prefect's home and the warehouse live in temp dirs; telemetry is off;
-one Prefect test harness (its embedded server takes seconds to start) serves the session."""
+one Prefect test harness (its embedded server takes seconds to start) serves each pytest
+process (each pytest-xdist worker has its own home and server)."""
 
 import json
 import os
