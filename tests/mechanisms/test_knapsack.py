@@ -346,7 +346,6 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("add_item", {}),
         ("add_item", {"item": 2, "extra": 1}),
         ("remove_item", {"item": 1}),       # not selected
-        ("view_headroom", {}),              # capacities not read
         ("view_log", {"limit": 0}),
         ("no_such_tool", {}),
     ]
@@ -363,6 +362,33 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     before = env.state_digest()
     assert call("add_item", {"item": 2})["ok"] is False and env.state_digest() == before
     assert env.outcome().items() >= {"utility": 0.0, "terminal": True, "turns_used": 3}.items()
+
+
+def test_in_i_the_headroom_and_the_sums_count_every_lot_from_the_start():
+    """I states every capacity and lot (issue 16: view_headroom was refused, "read_capacities
+    first"): the headroom is shown at once and the selection's sums count every lot."""
+    theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "I")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    assert call("view_headroom") == {"headroom": {"floor space": 6, "handling hours": 4}, "not_counted": [],
+                                     "ok": True, "turns_left": FAM.turn_budget(theta) - 1}
+    assert call("add_item", item=2)["ok"]
+    assert call("view_selection")["value"] == 3 and call("view_selection")["not_counted"] == []
+    assert list(call("view_headroom")["headroom"].values()) == [4, 1]
+    assert [lot["item"] for lot in call("view_inspected")["lots"]] == [0, 1, 2]
+    a = env_of(FAM, 1, theta, "A")  # in A the capacities are still read first
+    assert a.call(out.tool_name("view_headroom"), {})["ok"] is False
+
+
+def test_the_instruction_counts_one_lot_and_one_resource_in_the_singular():
+    one = make([3], [[2]], [4])
+    for presentation in "IA":
+        text = env_of(FAM, 0, one, presentation).instruction
+        assert "1 candidate lot of" in text and "uses some units of the limited resource floor space." in text
+        assert "1 limited resources" not in text and "1 candidate lots" not in text
+    text = env_of(FAM, 0, make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4]), "I").instruction
+    assert "3 candidate lots of" in text and "each of 2 limited resources: floor space, handling hours." in text
 
 
 def test_running_out_of_turns_submits_the_selection_as_it_stands():

@@ -324,8 +324,7 @@ class World(BaseWorld):
     # -- state helpers --------------------------------------------------------------------
     def _item(self, item):
         if not 0 <= item < self.p["n_items"]:
-            raise AgentError("there are %d lots, numbered 0 to %d; got %d" % (self.p["n_items"], self.p["n_items"] - 1,
-                                                                             item))
+            raise AgentError("the lots are numbered 0 to %d; got %d" % (self.p["n_items"] - 1, item))
         return item
 
     def _selected(self):
@@ -475,33 +474,54 @@ class World(BaseWorld):
         return {"submitted": self._selected(), "value": self._value(), "currency": self.v["currency"]}
 
     # -- what the player reads --------------------------------------------------------------
+    @staticmethod
+    def counted(n, noun):
+        """n and its noun in the right number: "1 candidate lot", "6 candidate lots"."""
+        return "%d %s%s" % (n, noun, "" if n == 1 else "s")
+
     def instruction(self, presentation, turn_budget):
+        if presentation == "I":
+            self._tell_everything()
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
+
+    def _tell_everything(self):
+        """In I the instruction states every lot and every capacity: they count as inspected and read,
+        so the sums and the headroom count every lot from the start."""
+        self.db.execute("UPDATE %s SET inspected = 1" % self.t["catalog"])
+        self._set("capacities_read", 1)
+
+    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
         names = [World.resource_name(r) for r in range(p["n_resources"])]
-        lines = [
-            self.skin["narrative"],
-            "",
-            "The %s can take on %d candidate lots of %s (%s) from the %s, numbered 0 to %d. Each lot is taken "
-            "whole or not at all, has a value in %s, and uses some units of each of %d limited resources: %s."
-            % (v["site"], p["n_items"], v["item"], v["sku"], v["supplier"], p["n_items"] - 1, v["currency"],
-               p["n_resources"], ", ".join(names)),
+        uses = ("the limited resource %s" % names[0] if len(names) == 1
+                else "each of %d limited resources: %s" % (len(names), ", ".join(names)))
+        return [
+            "The %s can take on %s of %s (%s) from the %s, numbered 0 to %d. Each lot is taken whole or not at "
+            "all, has a value in %s, and uses some units of %s."
+            % (v["site"], World.counted(p["n_items"], "candidate lot"), v["item"], v["sku"], v["supplier"],
+               p["n_items"] - 1, v["currency"], uses),
             "Build a selection with %s and %s (%s empties it); a lot that would push any resource past its "
             "capacity is refused. %s ends the episode and your score is the total value of the submitted lots."
             % (n["add_item"], n["remove_item"], n["clear_selection"], n["submit_selection"]),
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the "
             "selection is submitted as it stands." % turn_budget,
         ]
-        if presentation == "I":
-            lines += ["", "Capacities: %s." % ", ".join("%s %d" % (names[r], c) for r, c in enumerate(p["capacities"])),
-                      "Lots (value in %s; load on %s):" % (v["currency"], ", ".join(names))]
-            for i in range(p["n_items"]):
-                lines.append("  lot %d: value %d; loads %s" % (
-                    i, p["values"][i], ", ".join(str(p["weights"][r][i]) for r in range(p["n_resources"]))))
-        else:
-            lines += ["", "The lots' values and loads and the resources' capacities are not given: %s reveals one "
-                      "lot's value and loads, %s the capacities, each at the cost of a turn from the same budget."
-                      % (n["inspect_item"], n["read_capacities"])]
-        return "\n".join(lines)
+
+    def _theta_lines(self):
+        """Presentation I: the capacities, and every lot's value and loads."""
+        p = self.p
+        names = [World.resource_name(r) for r in range(p["n_resources"])]
+        lots = ["  lot %d: value %d; loads %s" % (i, p["values"][i], ", ".join(str(row[i]) for row in p["weights"]))
+                for i in range(p["n_items"])]
+        return ["Capacities: %s." % ", ".join("%s %d" % (name, c) for name, c in zip(names, p["capacities"])),
+                "Lots (value in %s; load on %s):" % (self.v["currency"], ", ".join(names))] + lots
+
+    def _probe_lines(self):
+        """Presentation A: what is hidden, and the probes that reveal it."""
+        return ["The lots' values and loads and the resources' capacities are not given: %s reveals one lot's "
+                "value and loads, %s the capacities, each at the cost of a turn from the same budget."
+                % (self.name["inspect_item"], self.name["read_capacities"])]
 
 
 register(Family.of(
