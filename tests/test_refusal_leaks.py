@@ -55,9 +55,9 @@ def test_qp_cap_refusal_names_the_rule_not_the_cap():
     theta = {"assets": 3, "factors": 2, "budget": 10, "returns": [12, 9, 4], "caps": [5, 6, 7],
              "exposures": [[2, -1, 0], [0, 1, 3]], "ridge": 2, "risk_aversion": 0.07}
     texts = []
-    for params in (theta, twin_of("qp", theta)):  # caps 5, 6, 7 and 6, 7, 8: 6.5 is over project 1's cap in both
+    for params in (theta, twin_of("qp", theta)):  # caps 5, 6, 7 and 6, 7, 8: 6.5 is over project 0's cap in both
         _, call = env_of("qp", params)
-        answer = call("allocate", asset=1, amount=6.5)
+        answer = call("allocate", project=0, amount=6.5)
         assert answer["ok"] is False
         texts.append(answer["error"])
     assert texts[0] == texts[1], texts  # was "project 1 takes at most 5 EUR" / "... 6 EUR"
@@ -71,7 +71,7 @@ def test_qp_budget_is_checked_before_the_hidden_cap():
     texts = []
     for params in (theta, twin_of("qp", theta)):
         _, call = env_of("qp", params)
-        answer = call("allocate", asset=1, amount=5.5)
+        answer = call("allocate", project=0, amount=5.5)
         assert answer["ok"] is False
         texts.append(answer["error"])
     assert texts[0] == texts[1] and "budget" in texts[0]
@@ -133,7 +133,7 @@ def test_a_refusal_that_shows_a_hidden_cap_is_rejected():
     family = registry.get("qp")
     output, candidates = candidates_of("qp", 3)
     leaky = mutated(output, '"%r %s is over project %d\'s cap (%s lists the caps)"',
-                    '("%r %s is over project %d\'s cap of " + str(self.p["caps"][asset - 1]) + " (%s lists the caps)")')
+                    '("%r %s is over project %d\'s cap of " + str(self.p["caps"][project]) + " (%s lists the caps)")')
     for gate in hiding(check_batch(family, leaky, candidates, every_candidate=True)):
         assert not gate.passed and "refusal of" in gate.message and "it leaks them" in gate.message, gate.message
 

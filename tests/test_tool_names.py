@@ -40,8 +40,6 @@ RL_WORDS = {"reward", "rewards", "score", "scores", "return", "returns", "value_
 WORLD_GRAMMAR = {
     "ecommerce": 'instruction (World.instruction, ecommerce.py): "Day 0 opens with 1 loaves in the warehouse"',
     "energy_storage": 'instruction (World.instruction, energy_storage.py): "at most 1 units per hour"',
-    "knapsack": 'instruction (World.instruction, knapsack.py): "uses some units of each of 1 limited resources"',
-    "qp": 'instruction (World.instruction, qp.py): "move with 1 risk factors"',
 }
 # Observation keys a family's World names like an RL quantity.
 WORLD_KEYS = {"routing": 'get_manifest and inspect_stop answer with "reward" for a stop\'s payment (routing.py)'}

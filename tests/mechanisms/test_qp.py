@@ -263,7 +263,7 @@ def test_simulate_matches_evaluate_and_plain_calls(theta):
             episode = FAM.simulate(theta, policy, seed)
             assert episode.utility == FAM.evaluate(theta, policy), name
             assert abs(episode.utility - float(objective(theta, policy))) <= TOL * max(1.0, abs(episode.utility))
-            expected = [{"tool": "allocate", "arguments": {"asset": i + 1, "amount": float(v)}}
+            expected = [{"tool": "allocate", "arguments": {"project": i, "amount": float(v)}}
                         for i, v in enumerate(policy) if v > 0]
             assert episode.calls == expected + [{"tool": "commit_allocation", "arguments": {}}]
             assert all(type(c["arguments"]["amount"]) is float for c in expected)
@@ -353,19 +353,19 @@ def test_module_observations_track_the_plan():
     theta = HAND[5]
     env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
-    assert call("get_return_forecast")["expected_return_per_unit"] == {"1": 12, "2": 9, "3": 4}
-    assert call("get_position_limits")["cap_per_project"] == {"1": 5, "2": 6, "3": 7}
+    assert call("get_return_forecast")["expected_return_per_unit"] == {"0": 12, "1": 9, "2": 4}
+    assert call("get_position_limits")["cap_per_project"] == {"0": 5, "1": 6, "2": 7}
     risk = call("get_risk_model")
-    assert risk["exposures"]["factor 2"] == {"1": 0, "2": 1, "3": 3} and risk["ridge"] == 2
-    assert call("allocate", asset=1, amount=4.5)["left"] == 5.5
-    assert call("allocate", asset=3, amount=2)["allocated"] == 6.5
-    assert call("allocate", asset=1, amount=3.0)["allocated"] == 5.0  # replaces, does not add
-    assert call("view_allocation")["allocation"] == {"1": 3.0, "2": 0.0, "3": 2.0}
+    assert risk["exposures"]["factor 1"] == {"0": 0, "1": 1, "2": 3} and risk["ridge"] == 2
+    assert call("allocate", project=0, amount=4.5)["left"] == 5.5
+    assert call("allocate", project=2, amount=2)["allocated"] == 6.5
+    assert call("allocate", project=0, amount=3.0)["allocated"] == 5.0  # replaces, does not add
+    assert call("view_allocation")["allocation"] == {"0": 3.0, "1": 0.0, "2": 2.0}
     assert call("view_budget")["left"] == 5.0
     obj = call("view_objective")
     assert abs(obj["objective"] - float(objective(theta, [3, 0, 2]))) <= 1e-12
     assert obj["expected_return"] == 44.0
-    assert call("release_asset", asset=3)["allocated"] == 3.0
+    assert call("release_asset", project=2)["allocated"] == 3.0
     assert [e["action"] for e in call("view_journal", limit=5)["entries"]] == ["release", "allocate", "allocate",
                                                                                "allocate"]
     assert call("reset_allocation")["allocated"] == 0.0
@@ -373,24 +373,50 @@ def test_module_observations_track_the_plan():
     assert len(call("list_assets")["projects"]) == 3
 
 
+def test_projects_and_factors_are_numbered_from_0_like_every_family():
+    """Issue 16: qp numbered from 1 and called a project an `asset`. Now the instruction, the
+    tools' argument (`project`, 0 … n − 1) and every answer number projects and factors from 0,
+    and one risk factor is "1 risk factor"."""
+    out, module = generated(FAM, 0)
+    theta = HAND[0]  # two projects, one risk factor
+    schema = {t["canonical"]: t["input_schema"] for t in module.SKIN["tools"]}
+    for tool in ("allocate", "release_asset"):
+        assert schema[tool]["properties"]["project"]["minimum"] == 0 and "asset" not in schema[tool]["properties"]
+    text_i, text_a = (env_of(FAM, 0, theta, p).instruction for p in "IA")
+    for text in (text_i, text_a):
+        assert "across 2 projects (numbered 0 to 1) whose returns move with 1 risk factor (numbered 0 to 0)." in text
+    assert "by project: 0: 10, 1: 5." in text_i and "(projects 0 to 1):" in text_i and "  factor 0: 1, 1" in text_i
+    env = env_of(FAM, 0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
+    assert call("list_assets")["projects"] == [{"project": 0, "name": "bakery project 0"},
+                                               {"project": 1, "name": "bakery project 1"}]
+    assert call("get_risk_model")["exposures"] == {"factor 0": {"0": 1, "1": 1}}
+    assert call("allocate", project=0, amount=1.0)["project"] == 0
+    assert "numbered 0 to 1" in call("allocate", project=2, amount=1.0)["error"]
+    assert call("view_journal")["entries"][0]["project"] == 0
+    assert call("release_asset", project=0) == {"project": 0, "amount": 0.0, "allocated": 0.0, "ok": True,
+                                                "turns_left": FAM.turn_budget(theta) - 5}
+    assert call("commit_allocation")["committed"] == {"0": 0.0, "1": 0.0}
+
+
 @pytest.mark.parametrize("k", range(len(PASSAGES)))
 def test_invalid_calls_are_reported_and_change_nothing(k):
     out, _ = generated(FAM, k)
     theta = HAND[5]  # caps 5, 6, 7; budget 10; three projects
     env = env_of(FAM, k, theta)
-    assert env.call(out.tool_name("allocate"), {"asset": 1, "amount": 4.0})["ok"]
+    assert env.call(out.tool_name("allocate"), {"project": 0, "amount": 4.0})["ok"]
     before, turns = env.state_digest(), env.outcome()["turns_used"]
     bad = [
-        ("allocate", {"asset": 1, "amount": 5.000001}),   # over its cap
-        ("allocate", {"asset": 2, "amount": 6.5}),        # over its cap
-        ("allocate", {"asset": 3, "amount": 6.01}),       # over the budget with project 1's 4
-        ("allocate", {"asset": 4, "amount": 1.0}),        # no such project
-        ("allocate", {"asset": 9, "amount": 1.0}),        # schema maximum
-        ("allocate", {"asset": 2, "amount": -1.0}),       # schema minimum
-        ("allocate", {"asset": 2, "amount": "3"}),        # schema type
-        ("allocate", {"asset": 2}),                       # missing argument
-        ("allocate", {"asset": 2, "amount": 1.0, "x": 1}),
-        ("release_asset", {"asset": 2}),                  # nothing on it
+        ("allocate", {"project": 0, "amount": 5.000001}),   # over its cap
+        ("allocate", {"project": 1, "amount": 6.5}),        # over its cap
+        ("allocate", {"project": 2, "amount": 6.01}),       # over the budget with project 0's 4
+        ("allocate", {"project": 3, "amount": 1.0}),        # no such project
+        ("allocate", {"project": 8, "amount": 1.0}),        # schema maximum
+        ("allocate", {"project": 1, "amount": -1.0}),       # schema minimum
+        ("allocate", {"project": 1, "amount": "3"}),        # schema type
+        ("allocate", {"project": 1}),                       # missing argument
+        ("allocate", {"project": 1, "amount": 1.0, "x": 1}),
+        ("release_asset", {"project": 1}),                  # nothing on it
         ("view_journal", {"limit": 0}),
     ]
     for tool, args in bad:
@@ -400,15 +426,15 @@ def test_invalid_calls_are_reported_and_change_nothing(k):
     resp = env.call("no_such_tool", {})
     assert resp["ok"] is False and env.state_digest() == before
     # within 1e-9 of a cap or of the budget is accepted
-    assert env.call(out.tool_name("allocate"), {"asset": 3, "amount": 6.0 + 5e-10})["ok"]
+    assert env.call(out.tool_name("allocate"), {"project": 2, "amount": 6.0 + 5e-10})["ok"]
 
 
 def test_turn_budget_running_out_commits_the_plan_as_it_stands():
     out, _ = generated(FAM, 1)
     theta = HAND[5]
     env = env_of(FAM, 1, theta, "A", budget=3)
-    assert env.call(out.tool_name("allocate"), {"asset": 1, "amount": 2.0})["ok"]
-    assert env.call(out.tool_name("allocate"), {"asset": 2, "amount": 1.0})["ok"]
+    assert env.call(out.tool_name("allocate"), {"project": 0, "amount": 2.0})["ok"]
+    assert env.call(out.tool_name("allocate"), {"project": 1, "amount": 1.0})["ok"]
     assert env.call(out.tool_name("view_objective"), {})["ok"]
     assert env.done and env.outcome()["terminal"]
     assert env.outcome()["utility"] == FAM.evaluate(theta, np.array([2.0, 1.0, 0.0]))
@@ -420,9 +446,9 @@ def test_presentation_a_hides_what_i_states(k):
     theta = SIM_THETAS[1]
     text_i, text_a = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
     returns = "Expected return per %s, by project: %s." % (
-        PASSAGES[k].vocabulary["currency"], ", ".join("%d: %d" % (i + 1, r) for i, r in enumerate(theta["returns"])))
-    caps = ", ".join("%d: %d" % (i + 1, c) for i, c in enumerate(theta["caps"]))
-    rows = ["factor %d: %s" % (f + 1, ", ".join(str(a) for a in row)) for f, row in enumerate(theta["exposures"])]
+        PASSAGES[k].vocabulary["currency"], ", ".join("%d: %d" % (i, r) for i, r in enumerate(theta["returns"])))
+    caps = ", ".join("%d: %d" % (i, c) for i, c in enumerate(theta["caps"]))
+    rows = ["factor %d: %s" % (f, ", ".join(str(a) for a in row)) for f, row in enumerate(theta["exposures"])]
     lam = "Risk aversion %r" % theta["risk_aversion"]
     for secret in [returns, caps, lam] + rows:
         assert secret in text_i and secret not in text_a, secret
@@ -464,8 +490,8 @@ def test_the_world_and_evaluate_share_one_budget_sum():
     and refuse alike, and agree on the utility of what they accept."""
     out, _ = generated(FAM, 0)
     theta = theta_of([12, 9, 4], [15, 15, 15], 15, [[1, 0, 2]], 1, 0.05)
-    a1, a2 = 5.029683110202227, 4.853921336806875  # amounts on projects 2 and 3 where the two sums differed
-    edge = theta["budget"] + TOL - ((0.0 + a1) + a2)  # the largest project-1 amount of a sum of the others first
+    a1, a2 = 5.029683110202227, 4.853921336806875  # amounts on projects 1 and 2 where the two sums differed
+    edge = theta["budget"] + TOL - ((0.0 + a1) + a2)  # the largest project-0 amount of a sum of the others first
     amounts, x = [], edge
     for _ in range(6):
         x = float(np.nextafter(x, -np.inf))
@@ -475,9 +501,9 @@ def test_the_world_and_evaluate_share_one_budget_sum():
     verdicts = set()
     for x in amounts:
         env = env_of(FAM, 0, theta)
-        assert env.call(out.tool_name("allocate"), {"asset": 2, "amount": a1})["ok"]
-        assert env.call(out.tool_name("allocate"), {"asset": 3, "amount": a2})["ok"]
-        accepted = env.call(out.tool_name("allocate"), {"asset": 1, "amount": x})["ok"]
+        assert env.call(out.tool_name("allocate"), {"project": 1, "amount": a1})["ok"]
+        assert env.call(out.tool_name("allocate"), {"project": 2, "amount": a2})["ok"]
+        accepted = env.call(out.tool_name("allocate"), {"project": 0, "amount": x})["ok"]
         plan = np.array([x, a1, a2]) if accepted else np.array([0.0, a1, a2])
         try:
             value = FAM.evaluate(theta, np.array([x, a1, a2]))
@@ -532,11 +558,11 @@ def _advantage_config(theta, budget=None):
 def _accepted(theta, amounts, call):
     """The allocation after one call under the Model's rules (a refused call leaves it as it is)."""
     tool, args, new = call["tool"], call["arguments"], list(amounts)
-    asset = args.get("asset", 0) - 1
-    if tool == "allocate" and 0 <= asset < theta["assets"]:
-        new[asset] = args["amount"]
-    elif tool == "release_asset" and 0 <= asset < theta["assets"] and amounts[asset] != 0:
-        new[asset] = 0.0
+    project = args.get("project", -1)
+    if tool == "allocate" and 0 <= project < theta["assets"]:
+        new[project] = args["amount"]
+    elif tool == "release_asset" and 0 <= project < theta["assets"] and amounts[project] != 0:
+        new[project] = 0.0
     elif tool == "reset_allocation" and any(amounts):
         new = [0.0] * theta["assets"]
     fits = all(v <= c + TOL for v, c in zip(new, theta["caps"])) and sum(new) <= theta["budget"] + TOL
@@ -548,9 +574,9 @@ def _random_qp_calls(theta, rng, length):
     for _ in range(length):
         tool = str(rng.choice(["allocate", "allocate", "release_asset", "reset_allocation", "get_risk_model",
                                "view_objective", "commit_allocation"], p=[.35, .15, .15, .05, .1, .1, .1]))
-        asset = int(rng.integers(1, theta["assets"] + 2))  # one past the last project: refused
-        args = {"asset": asset, "amount": float(rng.choice([0.0, 0.5, 1.25, 2.0, 3.0, 4.0, 9.0]))} \
-            if tool == "allocate" else {"asset": asset} if tool == "release_asset" else {}
+        project = int(rng.integers(0, theta["assets"] + 1))  # one past the last project: refused
+        args = {"project": project, "amount": float(rng.choice([0.0, 0.5, 1.25, 2.0, 3.0, 4.0, 9.0]))} \
+            if tool == "allocate" else {"project": project} if tool == "release_asset" else {}
         calls.append({"tool": tool, "arguments": args})
     return calls
 
@@ -561,9 +587,9 @@ def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
     theta = HAND[0]  # 10x + 5y − 0.1((x + y)² + x² + y²), x, y ≤ 4, x + y ≤ 5
     best, best_x = enumerate_optimum(theta)
     assert best_x == [4, 1] and float(best) == pytest.approx(45 - 0.1 * 42, abs=1e-12)
-    # a plan no optimum makes (everything on project 2) can still be undone: Q* = V*, advantage 0;
+    # a plan no optimum makes (everything on project 1) can still be undone: Q* = V*, advantage 0;
     # committing it costs what it misses
-    bad = [{"tool": "allocate", "arguments": {"asset": 2, "amount": 4.0}},
+    bad = [{"tool": "allocate", "arguments": {"project": 1, "amount": 4.0}},
            {"tool": "commit_allocation", "arguments": {}}]
     steps = step_advantages(FAM, _advantage_config(theta), bad)
     assert steps.per_call[0] == 0.0 and steps.finish == 0.0
@@ -596,9 +622,9 @@ def test_running_out_of_turns_adds_the_commit_advantage_to_the_last_call():
 
     theta = HAND[5]
     best = float(enumerate_optimum(theta)[0])
-    calls = [{"tool": "allocate", "arguments": {"asset": 1, "amount": 2.0}},
+    calls = [{"tool": "allocate", "arguments": {"project": 0, "amount": 2.0}},
              {"tool": "view_objective", "arguments": {}},
-             {"tool": "allocate", "arguments": {"asset": 2, "amount": 1.0}},
+             {"tool": "allocate", "arguments": {"project": 1, "amount": 1.0}},
              {"tool": "commit_allocation", "arguments": {}}]
     steps = step_advantages(FAM, _advantage_config(theta, budget=3), calls)
     u = float(objective(theta, [2, 1, 0]))

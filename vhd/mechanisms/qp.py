@@ -294,15 +294,15 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return x * (budget / x.sum()) * float(rng.random())
 
 
-def _over_budget_by_tol(theta: dict, amounts: list[float], asset: int) -> float | None:
-    """An amount for `asset` that makes the World's total (`World.total`: the amounts in project
+def _over_budget_by_tol(theta: dict, amounts: list[float], project: int) -> float | None:
+    """An amount for `project` that makes the World's total (`World.total`: the amounts in project
     order, this one in its place) equal to budget + TOL to the last bit: the largest plan
     `total > budget + TOL` accepts. None when no float near it does."""
     target = theta["budget"] + World.TOL
     trial = list(amounts)
-    x = target - (World.total(amounts) - amounts[asset])
+    x = target - (World.total(amounts) - amounts[project])
     for _ in range(64):
-        trial[asset] = x
+        trial[project] = x
         total = World.total(trial)
         if total == target:
             return x
@@ -318,27 +318,27 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     left, calls = float(theta["budget"]), []
     amounts = [0.0] * theta["assets"]
     order = [int(a) for a in rng.permutation(theta["assets"])]
-    for asset in order:
-        cap = float(theta["caps"][asset])
-        calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": cap + 1e-6}})
+    for project in order:
+        cap = float(theta["caps"][project])
+        calls.append({"tool": "allocate", "arguments": {"project": project, "amount": cap + 1e-6}})
         amount = min(cap, left)
-        calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": amount}})
-        amounts[asset] = amount
+        calls.append({"tool": "allocate", "arguments": {"project": project, "amount": amount}})
+        amounts[project] = amount
         left -= amount
         if left <= 0:
-            hair = _over_budget_by_tol(theta, amounts, asset)
+            hair = _over_budget_by_tol(theta, amounts, project)
             if hair is not None:
-                calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": hair}})
-            calls.append({"tool": "allocate", "arguments": {"asset": asset + 1, "amount": amount + 1}})
+                calls.append({"tool": "allocate", "arguments": {"project": project, "amount": hair}})
+            calls.append({"tool": "allocate", "arguments": {"project": project, "amount": amount + 1}})
             break
     return [calls + [{"tool": "commit_allocation", "arguments": {}}]]
 
 
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
-    """Allocate every positive amount (asset ids are 1-based), then commit; the seed is ignored."""
+    """Allocate every positive amount (projects numbered from 0), then commit; the seed is ignored."""
     x = [float(v) for v in np.asarray(policy, dtype=float)]
     utility = evaluate(theta, np.array(x))
-    calls = [{"tool": "allocate", "arguments": {"asset": i + 1, "amount": v}} for i, v in enumerate(x) if v > 0]
+    calls = [{"tool": "allocate", "arguments": {"project": i, "amount": v}} for i, v in enumerate(x) if v > 0]
     calls.append({"tool": "commit_allocation", "arguments": {}})
     return Episode(utility=utility, calls=calls, decisions=x)
 
@@ -356,7 +356,7 @@ def turn_budget(theta: dict) -> int:
     return 2 * theta["assets"] + 12
 
 
-_ASSET = integer(1, 8, "project number, from 1")  # the argument of the tools on one project
+_PROJECT = integer(0, 7, "number of the project (0-based)")  # the argument of the tools on one project
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,24 +377,24 @@ class World(BaseWorld):
         if len(params["returns"]) != n or len(params["caps"]) != n or len(params["exposures"]) != k:
             raise ValueError("returns and caps need %d entries and exposures %d rows" % (n, k))
         t = self.t
-        db.execute("CREATE TABLE %s (asset_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, "
+        db.execute("CREATE TABLE %s (project_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, "
                    "cap INTEGER)" % t["assets"])
         db.execute("CREATE TABLE %s (factor_id INTEGER PRIMARY KEY, name TEXT NOT NULL)" % t["factors"])
-        db.execute("CREATE TABLE %s (factor_id INTEGER REFERENCES %s(factor_id), asset_id INTEGER REFERENCES "
-                   "%s(asset_id), loading INTEGER, PRIMARY KEY (factor_id, asset_id))"
+        db.execute("CREATE TABLE %s (factor_id INTEGER REFERENCES %s(factor_id), project_id INTEGER REFERENCES "
+                   "%s(project_id), loading INTEGER, PRIMARY KEY (factor_id, project_id))"
                    % (t["exposures"], t["factors"], t["assets"]))
-        db.execute("CREATE TABLE %s (asset_id INTEGER PRIMARY KEY REFERENCES %s(asset_id), amount REAL NOT NULL)"
+        db.execute("CREATE TABLE %s (project_id INTEGER PRIMARY KEY REFERENCES %s(project_id), amount REAL NOT NULL)"
                    % (t["positions"], t["assets"]))
-        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, asset_id INTEGER, amount REAL)"
+        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, project_id INTEGER, amount REAL)"
                    % t["journal"])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["assets"],
-                       [(i + 1, "%s project %d" % (self.v["site"], i + 1), params["returns"][i], params["caps"][i])
+                       [(i, "%s project %d" % (self.v["site"], i), params["returns"][i], params["caps"][i])
                         for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["factors"],
-                       [(f + 1, "risk factor %d" % (f + 1)) for f in range(k)])
+                       [(f, "risk factor %d" % f) for f in range(k)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["exposures"],
-                       [(f + 1, i + 1, params["exposures"][f][i]) for f in range(k) for i in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, 0.0)" % t["positions"], [(i + 1,) for i in range(n)])
+                       [(f, i, params["exposures"][f][i]) for f in range(k) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, 0.0)" % t["positions"], [(i,) for i in range(n)])
 
     @staticmethod
     def total(amounts):
@@ -406,7 +406,7 @@ class World(BaseWorld):
 
     @staticmethod
     def objective(params, amounts):
-        """f(x) = Σ r_i x_i − λ (Σ_f (Σ_i A_fi x_i)² + ridge Σ x_i²), amounts in asset order."""
+        """f(x) = Σ r_i x_i − λ (Σ_f (Σ_i A_fi x_i)² + ridge Σ x_i²), amounts in project order."""
         ret = 0.0
         for r, x in zip(params["returns"], amounts):
             ret += r * x
@@ -424,20 +424,20 @@ class World(BaseWorld):
 
     # -- state helpers --------------------------------------------------------------------
     def _amounts(self):
-        rows = self.db.execute("SELECT amount FROM %s ORDER BY asset_id" % self.t["positions"]).fetchall()
+        rows = self.db.execute("SELECT amount FROM %s ORDER BY project_id" % self.t["positions"]).fetchall()
         return [row[0] for row in rows]
 
     def _allocated(self):
         return World.total(self._amounts())
 
-    def _check_asset(self, asset):
-        if not 1 <= asset <= self.p["assets"]:
-            raise AgentError("there is no project %d; projects are numbered 1 to %d" % (asset, self.p["assets"]))
+    def _check_project(self, project):
+        if not 0 <= project < self.p["assets"]:
+            raise AgentError("there is no project %d; projects are numbered 0 to %d" % (project, self.p["assets"] - 1))
 
-    def _write(self, action, asset, amount):
-        self.db.execute("UPDATE %s SET amount = ? WHERE asset_id = ?" % self.t["positions"], (amount, asset))
-        self.db.execute("INSERT INTO %s (action, asset_id, amount) VALUES (?, ?, ?)" % self.t["journal"],
-                        (action, asset, amount))
+    def _write(self, action, project, amount):
+        self.db.execute("UPDATE %s SET amount = ? WHERE project_id = ?" % self.t["positions"], (amount, project))
+        self.db.execute("INSERT INTO %s (action, project_id, amount) VALUES (?, ?, ?)" % self.t["journal"],
+                        (action, project, amount))
         self._set("changes", self._get("changes") + 1)
 
     # -- episode ----------------------------------------------------------------------------
@@ -453,31 +453,31 @@ class World(BaseWorld):
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Read the expected return per {currency} of every project of the {site}.", reveals=("returns",))
     def tool_get_return_forecast(self):
-        return {"expected_return_per_unit": {str(i + 1): r for i, r in enumerate(self.p["returns"])}}
+        return {"expected_return_per_unit": {str(i): r for i, r in enumerate(self.p["returns"])}}
 
     @tool("probe", "Read the risk model: every project's loading on each risk factor, the ridge term and the risk "
           "aversion.", reveals=("exposures", "ridge", "risk_aversion"))
     def tool_get_risk_model(self):
         p = self.p
-        return {"exposures": {"factor %d" % (f + 1): {str(i + 1): a for i, a in enumerate(row)}
+        return {"exposures": {"factor %d" % f: {str(i): a for i, a in enumerate(row)}
                               for f, row in enumerate(p["exposures"])},
                 "ridge": p["ridge"], "risk_aversion": p["risk_aversion"],
                 "risk": "sum over factors of (sum_i loading_i * x_i)^2 + ridge * sum_i x_i^2"}
 
     @tool("probe", "Read the most each project may take, in {currency}, and the budget.", reveals=("caps",))
     def tool_get_position_limits(self):
-        return {"cap_per_project": {str(i + 1): c for i, c in enumerate(self.p["caps"])},
+        return {"cap_per_project": {str(i): c for i, c in enumerate(self.p["caps"])},
                 "budget": self.p["budget"]}
 
     @tool("observe", "List the {site}'s projects and the number of risk factors.")
     def tool_list_assets(self):
-        rows = self.db.execute("SELECT asset_id, name FROM %s ORDER BY asset_id" % self.t["assets"]).fetchall()
-        return {"projects": [{"asset": a, "name": name} for a, name in rows], "risk_factors": self.p["factors"]}
+        rows = self.db.execute("SELECT project_id, name FROM %s ORDER BY project_id" % self.t["assets"]).fetchall()
+        return {"projects": [{"project": j, "name": name} for j, name in rows], "risk_factors": self.p["factors"]}
 
     @tool("observe", "Show the amount currently set on every project.")
     def tool_view_allocation(self):
-        rows = self.db.execute("SELECT asset_id, amount FROM %s ORDER BY asset_id" % self.t["positions"]).fetchall()
-        return {"allocation": {str(a): x for a, x in rows}, "allocated": self._allocated(),
+        rows = self.db.execute("SELECT project_id, amount FROM %s ORDER BY project_id" % self.t["positions"]).fetchall()
+        return {"allocation": {str(j): x for j, x in rows}, "allocated": self._allocated(),
                 "currency": self.v["currency"]}
 
     @tool("observe", "Show the budget, the amount allocated and what is left, in {currency}.")
@@ -497,39 +497,39 @@ class World(BaseWorld):
 
     @tool("observe", "List the most recent allocation changes.", limit=integer(1, 100, "how many entries to list"))
     def tool_view_journal(self, limit=10):
-        rows = self.db.execute("SELECT entry_id, action, asset_id, amount FROM %s ORDER BY entry_id DESC LIMIT ?"
+        rows = self.db.execute("SELECT entry_id, action, project_id, amount FROM %s ORDER BY entry_id DESC LIMIT ?"
                                % self.t["journal"], (limit,)).fetchall()
-        keys = ("entry", "action", "asset", "amount")
+        keys = ("entry", "action", "project", "amount")
         return {"entries": [dict(zip(keys, row)) for row in rows]}
 
     @tool("decision", "Set the amount of {currency} on one project (replaces its previous amount; must stay within "
-          "the project's cap and the budget).", asset=_ASSET,
+          "the project's cap and the budget).", project=_PROJECT,
           amount=number(0, 1000000, "amount to put on the project"))
-    def tool_allocate(self, asset, amount):
-        self._check_asset(asset)
+    def tool_allocate(self, project, amount):
+        self._check_project(project)
         amount = float(amount)
         amounts = self._amounts()
-        amounts[asset - 1] = amount
+        amounts[project] = amount
         total = World.total(amounts)
         # the rule the player can check comes first; the cap's refusal names the rule, never the cap
         if total > self.p["budget"] + self.TOL:
             raise AgentError("the budget is %d %s; with %r on project %d the plan would use %r"
-                             % (self.p["budget"], self.v["currency"], amount, asset, total))
-        cap = self.p["caps"][asset - 1]
+                             % (self.p["budget"], self.v["currency"], amount, project, total))
+        cap = self.p["caps"][project]
         if amount > cap + self.TOL:
             raise AgentError("%r %s is over project %d's cap (%s lists the caps)"
-                             % (amount, self.v["currency"], asset, self.name["get_position_limits"]))
-        self._write("allocate", asset, amount)
-        return {"asset": asset, "amount": amount, "allocated": self._allocated(),
+                             % (amount, self.v["currency"], project, self.name["get_position_limits"]))
+        self._write("allocate", project, amount)
+        return {"project": project, "amount": amount, "allocated": self._allocated(),
                 "left": self.p["budget"] - self._allocated()}
 
-    @tool("decision", "Take everything off one project.", asset=_ASSET)
-    def tool_release_asset(self, asset):
-        self._check_asset(asset)
-        if self._amounts()[asset - 1] == 0:
-            raise AgentError("project %d has nothing allocated" % asset)
-        self._write("release", asset, 0.0)
-        return {"asset": asset, "amount": 0.0, "allocated": self._allocated()}
+    @tool("decision", "Take everything off one project.", project=_PROJECT)
+    def tool_release_asset(self, project):
+        self._check_project(project)
+        if self._amounts()[project] == 0:
+            raise AgentError("project %d has nothing allocated" % project)
+        self._write("release", project, 0.0)
+        return {"project": project, "amount": 0.0, "allocated": self._allocated()}
 
     @tool("decision", "Take everything off every project.")
     def tool_reset_allocation(self):
@@ -537,53 +537,60 @@ class World(BaseWorld):
             raise AgentError("nothing is allocated")
         for i, x in enumerate(self._amounts()):
             if x != 0:
-                self._write("release", i + 1, 0.0)
+                self._write("release", i, 0.0)
         return {"allocated": 0.0, "left": self.p["budget"]}
 
     @tool("clock", "Commit the current allocation; this ends the episode and scores it.")
     def tool_commit_allocation(self):
         self._set("committed", 1)
         amounts = self._amounts()
-        return {"committed": {str(i + 1): x for i, x in enumerate(amounts)}, "objective": self.utility()}
+        return {"committed": {str(i): x for i, x in enumerate(amounts)}, "objective": self.utility()}
 
     # -- what the player reads --------------------------------------------------------------
+    @staticmethod
+    def counted(n, noun):
+        """n and its noun in the right number: "1 risk factor", "3 risk factors"."""
+        return "%d %s%s" % (n, noun, "" if n == 1 else "s")
+
     def instruction(self, presentation, turn_budget):
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
+
+    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
-        cur = v["currency"]
-        lines = [
-            self.skin["narrative"],
-            "",
-            "The %s has a budget of %d %s to allocate across %d projects (numbered 1 to %d) whose returns "
-            "move with %d risk factors." % (v["site"], p["budget"], cur, p["assets"], p["assets"], p["factors"]),
+        return [
+            "The %s has a budget of %d %s to allocate across %d projects (numbered 0 to %d) whose returns "
+            "move with %s (numbered 0 to %d)." % (v["site"], p["budget"], v["currency"], p["assets"],
+                                                 p["assets"] - 1, World.counted(p["factors"], "risk factor"),
+                                                 p["factors"] - 1),
             "Set a project's amount with %s (any non-negative number up to its cap; it replaces the previous "
             "amount), undo with %s or %s, and end with %s. The amounts together may not exceed the budget; "
             "money left unallocated earns nothing." % (n["allocate"], n["release_asset"], n["reset_allocation"],
                                                        n["commit_allocation"]),
             "Your score is the objective of the committed plan: sum_i r_i x_i - risk_aversion * (sum over "
             "factors f of (sum_i a_fi x_i)^2 + ridge * sum_i x_i^2), where x_i is the amount on project i, r_i "
-            "its expected return per %s and a_fi its loading on factor f." % cur,
+            "its expected return per %s and a_fi its loading on factor f." % v["currency"],
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the current "
             "allocation is committed as it stands." % turn_budget,
         ]
-        if presentation == "I":
-            lines += [
-                "",
-                "Expected return per %s, by project: %s." % (cur, ", ".join(
-                    "%d: %d" % (i + 1, r) for i, r in enumerate(p["returns"]))),
-                "Cap per project (%s): %s." % (cur, ", ".join("%d: %d" % (i + 1, c) for i, c in enumerate(p["caps"]))),
-                "Risk aversion %r; ridge %d. Factor loadings, one row per factor (projects 1 to %d):" % (
-                    p["risk_aversion"], p["ridge"], p["assets"]),
-            ]
-            for f, row in enumerate(p["exposures"]):
-                lines.append("  factor %d: %s" % (f + 1, ", ".join("%d" % a for a in row)))
-        else:
-            lines += [
-                "",
-                "The projects' expected returns, their caps and the risk model (loadings, ridge and risk "
-                "aversion) are not given: %s, %s and %s reveal them, each at the cost of a turn from the "
-                "same budget." % (n["get_return_forecast"], n["get_position_limits"], n["get_risk_model"]),
-            ]
-        return "\n".join(lines)
+
+    def _theta_lines(self):
+        """Presentation I: the returns, the caps and the risk model, by project number."""
+        p, cur = self.p, self.v["currency"]
+        by_project = lambda values: ", ".join("%d: %d" % (i, x) for i, x in enumerate(values))
+        return [
+            "Expected return per %s, by project: %s." % (cur, by_project(p["returns"])),
+            "Cap per project (%s): %s." % (cur, by_project(p["caps"])),
+            "Risk aversion %r; ridge %d. Factor loadings, one row per factor (projects 0 to %d):" % (
+                p["risk_aversion"], p["ridge"], p["assets"] - 1),
+        ] + ["  factor %d: %s" % (f, ", ".join("%d" % a for a in row)) for f, row in enumerate(p["exposures"])]
+
+    def _probe_lines(self):
+        """Presentation A: what is hidden, and the probes that reveal it."""
+        n = self.name
+        return ["The projects' expected returns, their caps and the risk model (loadings, ridge and risk aversion) "
+                "are not given: %s, %s and %s reveal them, each at the cost of a turn from the same budget."
+                % (n["get_return_forecast"], n["get_position_limits"], n["get_risk_model"])]
 
 
 register(Family.of(
