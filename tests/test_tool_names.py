@@ -42,7 +42,7 @@ WORLD_GRAMMAR = {
     "energy_storage": 'instruction (World.instruction, energy_storage.py): "at most 1 units per hour"',
 }
 # Observation keys a family's World names like an RL quantity.
-WORLD_KEYS = {"routing": 'get_manifest and inspect_stop answer with "reward" for a stop\'s payment (routing.py)'}
+WORLD_KEYS: dict[str, str] = {}
 
 
 def _families(known: dict[str, str]) -> list:

@@ -414,12 +414,12 @@ def test_observations_and_probes_follow_the_drive():
     theta = SIM_THETAS[1]
     env = env_of(FAM, 2, theta, presentation="A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
-    assert [s["reward"] for s in call("get_manifest")["stops"]] == theta["rewards"][1:]
+    assert [s["payment"] for s in call("get_manifest")["stops"]] == theta["rewards"][1:]
     assert call("get_travel_matrix")["minutes"] == theta["travel"]
     assert call("get_rate_card")["cost_per_minute"] == theta["travel_cost"]
     assert [[p["x"], p["y"]] for p in call("get_map")["points"]] == theta["coordinates"]
     assert call("get_travel_time", from_stop=2, to_stop=3)["minutes"] == theta["travel"][2][3]
-    assert call("inspect_stop", stop=4)["reward"] == theta["rewards"][4]
+    assert call("inspect_stop", stop=4)["payment"] == theta["rewards"][4]
     route = route_of(FAM.solve(theta).policy)
     assert route
     clock, here = 0, 0
@@ -427,14 +427,30 @@ def test_observations_and_probes_follow_the_drive():
         resp = call("drive_to", stop=stop)
         clock += theta["travel"][here][stop]
         here = stop
-        assert resp["clock"] == clock and resp["reward"] == theta["rewards"][stop]
+        assert resp["clock"] == clock and resp["payment"] == theta["rewards"][stop]
         assert call("view_position")["stop"] == stop
         assert call("view_clock")["minutes_to_depot"] == theta["travel"][stop][0]
     assert call("view_visited")["visited"] == sorted(route)
-    assert len(call("view_legs")["legs"]) == len(route)
+    assert [leg["payment"] for leg in reversed(call("view_legs")["legs"])] == [theta["rewards"][s] for s in route]
     assert call("view_earnings")["collected"] == sum(theta["rewards"][s] for s in route)
     call("return_to_depot")
     assert env.outcome()["utility"] == FAM.solve(theta).u_star
+
+
+def test_a_stops_payment_is_called_payment_in_every_answer():
+    """Issue 16: get_manifest and inspect_stop answered with "reward" for a stop's payment, an RL
+    word; every answer now says "payment" and none says "reward"."""
+    out, _ = generated(FAM, 0)
+    theta = SIM_THETAS[1]
+    env = env_of(FAM, 0, theta, presentation="A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
+    answers = [call("get_manifest"), call("inspect_stop", stop=1), call("drive_to", stop=route_of(
+        FAM.solve(theta).policy)[0]), call("view_legs"), call("view_earnings"), call("return_to_depot")]
+    assert answers[0]["stops"][0] == {"stop": 1, "label": "customer 1", "payment": theta["rewards"][1]}
+    assert answers[1]["payment"] == theta["rewards"][1] and "payment" in answers[2]
+    assert set(answers[3]["legs"][0]) == {"leg", "from_stop", "to_stop", "depart_minute", "arrive_minute", "minutes",
+                                          "payment"}
+    assert "reward" not in repr(answers)
 
 
 def test_running_out_of_turns_drives_home():

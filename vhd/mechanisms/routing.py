@@ -23,11 +23,11 @@ Model
 
 State
     the van's position and clock, which stops have been visited, the log of driven legs (each
-    leg a row: from, to, departure and arrival minute, reward collected), and whether the van
+    leg a row: from, to, departure and arrival minute, payment collected), and whether the van
     is back at the depot for good.
 
 Tools
-    probes: the stop manifest (every stop's reward), one stop's details (reward and
+    probes: the stop manifest (every stop's payment), one stop's details (payment and
     position), the travel-time matrix, one travel time, the map (coordinates), the rate card
     (cost per minute driven); decision: drive to a stop; clock: return to the depot (ends the
     episode); observations: position, clock (minutes used, left, needed to get home), visited
@@ -387,12 +387,13 @@ class World(BaseWorld):
             raise ValueError("rewards, coordinates and travel must cover the depot and %d stops" % n)
         t = self.t
         db.execute("CREATE TABLE %s (stop_id INTEGER PRIMARY KEY, label TEXT, x INTEGER, y INTEGER, "
-                   "reward INTEGER, status TEXT)" % t["stops"])
+                   "payment INTEGER, status TEXT)" % t["stops"])
         db.execute("CREATE TABLE %s (from_stop INTEGER REFERENCES %s(stop_id), to_stop INTEGER REFERENCES "
-                   "%s(stop_id), minutes INTEGER, PRIMARY KEY (from_stop, to_stop))" % (t["travel"], t["stops"], t["stops"]))
+                   "%s(stop_id), minutes INTEGER, PRIMARY KEY (from_stop, to_stop))"
+                   % (t["travel"], t["stops"], t["stops"]))
         db.execute("CREATE TABLE %s (leg_id INTEGER PRIMARY KEY, from_stop INTEGER REFERENCES %s(stop_id), "
                    "to_stop INTEGER REFERENCES %s(stop_id), depart_minute INTEGER, arrive_minute INTEGER, "
-                   "minutes INTEGER, reward INTEGER)" % (t["legs"], t["stops"], t["stops"]))
+                   "minutes INTEGER, payment INTEGER)" % (t["legs"], t["stops"], t["stops"]))
         rows = []
         for k in range(n + 1):
             x, y = params["coordinates"][k]
@@ -410,25 +411,25 @@ class World(BaseWorld):
     def _stop(self, stop):
         if not 0 <= stop <= self.p["n_stops"]:
             raise AgentError("there are stops 0 (the depot) to %d; got %d" % (self.p["n_stops"], stop))
-        return self.db.execute("SELECT stop_id, label, x, y, reward, status FROM %s WHERE stop_id = ?"
+        return self.db.execute("SELECT stop_id, label, x, y, payment, status FROM %s WHERE stop_id = ?"
                                % self.t["stops"], (stop,)).fetchone()
 
     def _totals(self):
-        return self.db.execute("SELECT COALESCE(SUM(reward), 0), COALESCE(SUM(minutes), 0) FROM %s"
+        return self.db.execute("SELECT COALESCE(SUM(payment), 0), COALESCE(SUM(minutes), 0) FROM %s"
                                % self.t["legs"]).fetchone()
 
     def _drive(self, stop):
         position, clock = self._get("position"), self._get("clock")
         minutes = self._minutes(position, stop)
-        reward = self._stop(stop)[4] if stop != 0 else 0
-        self.db.execute("INSERT INTO %s (from_stop, to_stop, depart_minute, arrive_minute, minutes, reward) "
+        payment = self._stop(stop)[4] if stop != 0 else 0
+        self.db.execute("INSERT INTO %s (from_stop, to_stop, depart_minute, arrive_minute, minutes, payment) "
                         "VALUES (?, ?, ?, ?, ?, ?)" % self.t["legs"],
-                        (position, stop, clock, clock + minutes, minutes, reward))
+                        (position, stop, clock, clock + minutes, minutes, payment))
         if stop != 0:
             self.db.execute("UPDATE %s SET status = 'visited' WHERE stop_id = ?" % self.t["stops"], (stop,))
         self._set("position", stop)
         self._set("clock", clock + minutes)
-        return minutes, reward
+        return minutes, payment
 
     # -- episode ----------------------------------------------------------------------------
     def over(self):
@@ -446,16 +447,16 @@ class World(BaseWorld):
     @tool("probe", "List every customer stop of the round with the payment (in {currency}) due on delivery of "
           "{item}.", reveals=("rewards",))
     def tool_get_manifest(self):
-        rows = self.db.execute("SELECT stop_id, label, reward FROM %s WHERE stop_id > 0 ORDER BY stop_id"
+        rows = self.db.execute("SELECT stop_id, label, payment FROM %s WHERE stop_id > 0 ORDER BY stop_id"
                                % self.t["stops"]).fetchall()
-        return {"stops": [{"stop": r[0], "label": r[1], "reward": r[2]} for r in rows],
+        return {"stops": [{"stop": r[0], "label": r[1], "payment": r[2]} for r in rows],
                 "currency": self.v["currency"]}
 
     @tool("probe", "Show one stop: its payment in {currency}, its position on the map and whether it has been "
           "visited.", reveals=("rewards", "coordinates"), stop=_stop_arg("stop number (0 is the {site})"))
     def tool_inspect_stop(self, stop):
         row = self._stop(stop)
-        return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "reward": row[4], "status": row[5]}
+        return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "payment": row[4], "status": row[5]}
 
     @tool("probe", "Show the travel time in minutes between every pair of stops (stop 0 is the {site}).",
           reveals=("travel",))
@@ -500,8 +501,8 @@ class World(BaseWorld):
         if clock + there + back > self.p["budget"]:  # the rule, not the minutes: travel times are hidden in A
             raise AgentError("driving to stop %d and from there back to the depot would not end within the time "
                              "budget of %d minutes" % (stop, self.p["budget"]))
-        minutes, reward = self._drive(stop)
-        return {"arrived_at": stop, "minutes": minutes, "reward": reward, "clock": self._get("clock"),
+        minutes, payment = self._drive(stop)
+        return {"arrived_at": stop, "minutes": minutes, "payment": payment, "clock": self._get("clock"),
                 "minutes_left": self.p["budget"] - self._get("clock")}
 
     @tool("clock", "Drive straight back to the {site} and end the round.")
@@ -533,9 +534,9 @@ class World(BaseWorld):
     @tool("observe", "List the most recent legs driven with their times and payments.",
           limit=integer(1, 100, "how many legs to list"))
     def tool_view_legs(self, limit=20):
-        rows = self.db.execute("SELECT leg_id, from_stop, to_stop, depart_minute, arrive_minute, minutes, reward "
+        rows = self.db.execute("SELECT leg_id, from_stop, to_stop, depart_minute, arrive_minute, minutes, payment "
                                "FROM %s ORDER BY leg_id DESC LIMIT ?" % self.t["legs"], (limit,)).fetchall()
-        keys = ("leg", "from_stop", "to_stop", "depart_minute", "arrive_minute", "minutes", "reward")
+        keys = ("leg", "from_stop", "to_stop", "depart_minute", "arrive_minute", "minutes", "payment")
         return {"legs": [dict(zip(keys, row)) for row in rows]}
 
     @tool("observe", "Show the payments collected so far (in {currency}) and the minutes driven.")
@@ -545,10 +546,12 @@ class World(BaseWorld):
 
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
+
+    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
-        lines = [
-            self.skin["narrative"],
-            "",
+        return [
             "Today you drive the %s's van on a delivery round of %s. It starts at the %s (stop 0, the depot) at "
             "minute 0; customers at stops 1 to %d each pay once, in %s, when the van first arrives." % (
                 v["site"], v["item"], v["site"], p["n_stops"], v["currency"]),
@@ -559,28 +562,27 @@ class World(BaseWorld):
             "included. Staying at the depot scores 0. You have %d turns: every successful tool call uses its "
             "turn cost; when they run out, the van drives straight home." % turn_budget,
         ]
-        if presentation == "I":
-            lines += [
-                "",
-                "Driving costs %d %s per minute." % (p["travel_cost"], v["currency"]),
-                "Payments by stop: %s." % ", ".join("stop %d: %d" % (k, p["rewards"][k])
-                                                    for k in range(1, p["n_stops"] + 1)),
-                "Stop positions (x, y): %s." % ", ".join("stop %d: (%d, %d)" % (k, c[0], c[1])
-                                                         for k, c in enumerate(p["coordinates"])),
-                "Travel minutes (row = from stop, column = to stop, stops 0..%d):" % p["n_stops"],
-            ]
-            for i, row in enumerate(p["travel"]):
-                lines.append("  from %d: %s" % (i, " ".join("%d" % m for m in row)))
-        else:
-            lines += [
-                "",
-                "The payments, the travel times, the stop positions and the cost per minute are not given: %s "
-                "and %s reveal the payments, %s and %s the travel times, %s the positions and %s the cost per "
-                "minute, each at the cost of a turn from the same budget." % (
-                    n["get_manifest"], n["inspect_stop"], n["get_travel_matrix"], n["get_travel_time"],
-                    n["get_map"], n["get_rate_card"]),
-            ]
-        return "\n".join(lines)
+
+    def _theta_lines(self):
+        """Presentation I: the cost per minute, the payments, the positions and the travel minutes."""
+        p = self.p
+        return [
+            "Driving costs %d %s per minute." % (p["travel_cost"], self.v["currency"]),
+            "Payments by stop: %s." % ", ".join("stop %d: %d" % (k, p["rewards"][k])
+                                                for k in range(1, p["n_stops"] + 1)),
+            "Stop positions (x, y): %s." % ", ".join("stop %d: (%d, %d)" % (k, c[0], c[1])
+                                                     for k, c in enumerate(p["coordinates"])),
+            "Travel minutes (row = from stop, column = to stop, stops 0..%d):" % p["n_stops"],
+        ] + ["  from %d: %s" % (i, " ".join("%d" % m for m in row)) for i, row in enumerate(p["travel"])]
+
+    def _probe_lines(self):
+        """Presentation A: what is hidden, and the probes that reveal it."""
+        n = self.name
+        return ["The payments, the travel times, the stop positions and the cost per minute are not given: %s and %s "
+                "reveal the payments, %s and %s the travel times, %s the positions and %s the cost per minute, each "
+                "at the cost of a turn from the same budget." % (
+                    n["get_manifest"], n["inspect_stop"], n["get_travel_matrix"], n["get_travel_time"], n["get_map"],
+                    n["get_rate_card"])]
 
 
 register(Family.of(
