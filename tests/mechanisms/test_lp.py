@@ -404,7 +404,11 @@ def test_presentation_a_hides_what_i_states(k):
     env = env_of(FAM, k, theta, "A")
     assert [r["profit"] for r in env.call(out.tool_name("get_profit_sheet"), {})["profit_per_unit"]] == [17, 23, 29]
     table = env.call(out.tool_name("get_usage_table"), {})["hours_per_unit"]
-    assert [r["hours_by_resource"] for r in table] == [[4, 2], [1, 5], [6, 3]]
+    # the orientation of I's table (issue 16: A answered a row per product): a row per resource
+    assert table == [{"resource": 0, "hours_by_product": [4, 1, 6]}, {"resource": 1, "hours_by_product": [2, 5, 3]}]
+    assert "Hours per unit (a row per resource, a column per product):" in inst_i
+    for row in table:
+        assert "resource %d: %s" % (row["resource"], " ".join(map(str, row["hours_by_product"]))) in inst_i
     caps = env.call(out.tool_name("get_capacity_sheet"), {})["capacity_hours"]
     assert [c["capacity"] for c in caps] == [41, 37]
 

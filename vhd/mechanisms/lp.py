@@ -448,14 +448,15 @@ class World(BaseWorld):
         return {"profit_per_unit": [{"product": j, "code": c, "profit": p} for j, c, p in rows],
                 "currency": self.v["currency"]}
 
-    @tool("probe", "Read how many hours one unit of each product needs on each resource.", reveals=("usage",))
+    @tool("probe", "Read how many hours one unit of each product needs on each resource. The table has a row "
+          "per resource and a column per product.", reveals=("usage",))
     def tool_get_usage_table(self):
         self._set("usage_read", 1)
-        rows = self.db.execute("SELECT product, resource, hours FROM %s ORDER BY product, resource" % self.t["usage"])
-        table = {}
-        for product, resource, hours in rows:
-            table.setdefault(product, []).append(hours)
-        return {"hours_per_unit": [{"product": j, "hours_by_resource": table[j]} for j in sorted(table)]}
+        rows = self.db.execute("SELECT resource, hours FROM %s ORDER BY resource, product" % self.t["usage"])
+        table = [[] for _ in range(self.p["resources"])]
+        for resource, hours in rows:
+            table[resource].append(hours)
+        return {"hours_per_unit": [{"resource": i, "hours_by_product": row} for i, row in enumerate(table)]}
 
     @tool("probe", "Read how many hours each resource of the {site} offers in this run.", reveals=("capacity",))
     def tool_get_capacity_sheet(self):
@@ -513,10 +514,12 @@ class World(BaseWorld):
 
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
+
+    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
-        lines = [
-            self.skin["narrative"],
-            "",
+        return [
             "You plan one production run of %d products (%s codes %s-0 to %s-%d, numbered 0 to %d) at the %s. "
             "They share %d resources (numbered 0 to %d), each offering a fixed number of hours." % (
                 p["products"], v["item"], v["sku"], v["sku"], p["products"] - 1, p["products"] - 1, v["site"],
@@ -532,25 +535,24 @@ class World(BaseWorld):
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the plan "
             "as it stands is produced." % turn_budget,
         ]
-        if presentation == "I":
-            lines += [
-                "",
-                "Unit profits (%s): %s." % (v["currency"], ", ".join(
-                    "product %d: %d" % (j, x) for j, x in enumerate(p["profit"]))),
-                "Capacities (hours): %s." % ", ".join(
-                    "resource %d: %d" % (i, c) for i, c in enumerate(p["capacity"])),
-                "Hours per unit (a row per resource, a column per product):",
-            ]
-            for i, row in enumerate(p["usage"]):
-                lines.append("  resource %d: %s" % (i, " ".join(str(a) for a in row)))
-        else:
-            lines += [
-                "",
-                "Unit profits, the hours each product needs on each resource and the resources' capacities "
-                "are not given: %s, %s and %s reveal them, each at the cost of a turn from the same budget." % (
-                    n["get_profit_sheet"], n["get_usage_table"], n["get_capacity_sheet"]),
-            ]
-        return "\n".join(lines)
+
+    def _theta_lines(self):
+        """Presentation I: the unit profits, the capacities and the usage table (a row per resource, as
+        the usage probe answers in A)."""
+        p = self.p
+        return [
+            "Unit profits (%s): %s." % (self.v["currency"], ", ".join(
+                "product %d: %d" % (j, x) for j, x in enumerate(p["profit"]))),
+            "Capacities (hours): %s." % ", ".join("resource %d: %d" % (i, c) for i, c in enumerate(p["capacity"])),
+            "Hours per unit (a row per resource, a column per product):",
+        ] + ["  resource %d: %s" % (i, " ".join(str(a) for a in row)) for i, row in enumerate(p["usage"])]
+
+    def _probe_lines(self):
+        """Presentation A: what is hidden, and the probes that reveal it."""
+        n = self.name
+        return ["Unit profits, the hours each product needs on each resource and the resources' capacities are not "
+                "given: %s, %s and %s reveal them, each at the cost of a turn from the same budget." % (
+                    n["get_profit_sheet"], n["get_usage_table"], n["get_capacity_sheet"])]
 
 
 register(Family.of(
