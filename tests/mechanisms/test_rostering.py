@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import re
 
 import numpy as np
 import pytest
@@ -802,3 +803,17 @@ def test_running_out_of_turns_adds_the_publication_advantage_to_the_last_call():
     steps = step_advantages(FAM, _advantage_config(theta, budget=3), calls)
     assert steps.per_call == [0.0, 0.0, float(-(5 + 30 + 20) - u_star), 0.0] == [0.0, 0.0, -10.0, 0.0]
     assert steps.finish == 0.0 and steps.utility == -55.0  # published by running out of turns
+
+
+def test_the_instruction_counts_one_day_one_staff_member_and_one_shift_in_the_singular():
+    """Issue 16: "for 1 days", "There are 1 staff members", "at most 1 shifts"."""
+    one = make([[1, 0]], [5], [0, 3], [1], 20)  # one day, one staff member with a limit of one shift
+    for presentation in "IA":
+        text = env_of(FAM, 0, one, presentation).instruction
+        assert "staff roster for 1 day, numbered 0 to 0. There is 1 staff member, numbered 0 to 0 (Ada)," in text
+        assert not re.search(r"\b1 (days|staff members|shifts)\b", text), text
+    assert "  staff 0 Ada: base wage 5; at most 1 shift; 0:EN" in env_of(FAM, 0, one, "I").instruction
+    text = env_of(FAM, 0, LIMIT, "I").instruction
+    assert "for 3 days, numbered 0 to 2. There are 2 staff members, numbered 0 to 1 (Ada, Bram)," in text
+    assert "at most 3 shifts;" in text
+

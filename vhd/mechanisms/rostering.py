@@ -484,13 +484,13 @@ class World(BaseWorld):
     def _staff(self, staff):
         n = self.p["n_staff"]
         if not 0 <= staff < n:
-            raise AgentError("there are %d staff members, numbered 0 to %d; got %d" % (n, n - 1, staff))
+            raise AgentError("the staff are numbered 0 to %d; got %d" % (n - 1, staff))
         return staff
 
     def _day(self, day):
         days = self.p["horizon"]
         if not 0 <= day < days:
-            raise AgentError("the period has %d days, numbered 0 to %d; got %d" % (days, days - 1, day))
+            raise AgentError("the days of the period are numbered 0 to %d; got %d" % (days - 1, day))
         return day
 
     def _shift(self, shift):
@@ -760,17 +760,26 @@ class World(BaseWorld):
                 "currency": self.v["currency"]}
 
     # -- what the player reads --------------------------------------------------------------
+    @staticmethod
+    def counted(n, noun, plural):
+        """n and its noun in the right number: "1 day", "5 days"."""
+        return "%d %s" % (n, noun if n == 1 else plural)
+
     def instruction(self, presentation, turn_budget):
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
+
+    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
         names = p["shift_names"]
-        lines = [
-            self.skin["narrative"],
-            "",
-            "You draw up the %s's staff roster for %d days, numbered 0 to %d. There are %d staff members, numbered "
-            "0 to %d (%s), and %d shifts a day, numbered 0 to %d: %s. Each shift of each day needs a number of "
-            "heads." % (v["site"], p["horizon"], p["horizon"] - 1, p["n_staff"], p["n_staff"] - 1,
-                        ", ".join(World.staff_label(s) for s in range(p["n_staff"])), p["n_shifts"],
-                        p["n_shifts"] - 1, ", ".join("%d %s" % (j, name) for j, name in enumerate(names))),
+        staff = World.counted(p["n_staff"], "staff member", "staff members")
+        return [
+            "You draw up the %s's staff roster for %s, numbered 0 to %d. There %s %s, numbered 0 to %d (%s), "
+            "and %d shifts a day, numbered 0 to %d: %s. Each shift of each day needs a number of heads." % (
+                v["site"], World.counted(p["horizon"], "day", "days"), p["horizon"] - 1,
+                "is" if p["n_staff"] == 1 else "are", staff, p["n_staff"] - 1,
+                ", ".join(World.staff_label(s) for s in range(p["n_staff"])), p["n_shifts"], p["n_shifts"] - 1,
+                ", ".join("%d %s" % (j, name) for j, name in enumerate(names))),
             "Rules: a staff member works at most one shift a day, only shifts they are available for, at most "
             "their own limit of shifts over the period, and never the %s shift the day after a %s shift."
             % (names[0], names[-1]),
@@ -783,32 +792,34 @@ class World(BaseWorld):
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the roster is "
             "published as it stands." % turn_budget,
         ]
-        if presentation == "I":
-            lines += ["", "Shortage penalty: %d %s per uncovered head." % (p["shortage_penalty"], v["currency"]),
-                      "Shift premiums: %s." % ", ".join("%s %d" % (name, pr) for name, pr in
-                                                        zip(names, p["shift_premiums"])),
-                      "Required heads per day (%s):" % ", ".join(names)]
-            for d in range(p["horizon"]):
-                lines.append("  day %d: %s" % (d, ", ".join(str(x) for x in p["demand"][d])))
-            lines.append("Staff (base wage; shift limit; available shifts by day, '-' for none):")
-            for s in range(p["n_staff"]):
-                days = []
-                for d in range(p["horizon"]):
-                    free = [names[j][0].upper() for j in range(p["n_shifts"]) if p["availability"][s][d][j]]
-                    days.append("%d:%s" % (d, "".join(free) or "-"))
-                lines.append("  staff %d %s: base wage %d; at most %d shifts; %s" % (
-                    s, World.staff_label(s), p["base_wages"][s], p["max_shifts"][s], " ".join(days)))
-            lines.append("(letters: %s)" % ", ".join("%s = %s" % (name[0].upper(), name) for name in names))
-        else:
-            lines += ["", "The requirements, wages, availability, shift limits and shortage penalty are not given. "
-                      "%s reveals the exact required heads (it uses %d turns); %s gives a cheaper estimate of "
-                      "them (1 turn, each figure may be off by one head, and each call draws a fresh estimate); "
-                      "%s reveals the base wages and shift premiums, %s one staff member's availability, %s the "
-                      "shift limits and %s the shortage penalty, each at the cost of a turn from the same budget."
-                      % (n["get_coverage_sheet"], self.cost.get("get_coverage_sheet", 1), n["get_demand_forecast"],
-                         n["get_wage_sheet"],
-                         n["read_availability"], n["get_work_rules"], n["get_shortage_terms"])]
-        return "\n".join(lines)
+
+    def _theta_lines(self):
+        """Presentation I: the penalty, the premiums, the required heads and every staff member's terms."""
+        p, names = self.p, self.p["shift_names"]
+        lines = ["Shortage penalty: %d %s per uncovered head." % (p["shortage_penalty"], self.v["currency"]),
+                 "Shift premiums: %s." % ", ".join("%s %d" % pair for pair in zip(names, p["shift_premiums"])),
+                 "Required heads per day (%s):" % ", ".join(names)]
+        lines += ["  day %d: %s" % (d, ", ".join(str(x) for x in row)) for d, row in enumerate(p["demand"])]
+        lines.append("Staff (base wage; shift limit; available shifts by day, '-' for none):")
+        for s in range(p["n_staff"]):
+            days = ["%d:%s" % (d, "".join(name[0].upper() for name, free in zip(names, p["availability"][s][d])
+                                          if free) or "-") for d in range(p["horizon"])]
+            lines.append("  staff %d %s: base wage %d; at most %s; %s" % (
+                s, World.staff_label(s), p["base_wages"][s], World.counted(p["max_shifts"][s], "shift", "shifts"),
+                " ".join(days)))
+        return lines + ["(letters: %s)" % ", ".join("%s = %s" % (name[0].upper(), name) for name in names)]
+
+    def _probe_lines(self):
+        """Presentation A: what is hidden, and the probes that reveal it (the exact sheet's cost and
+        the noise of the cheap forecast included)."""
+        n = self.name
+        return ["The requirements, wages, availability, shift limits and shortage penalty are not given. %s reveals "
+                "the exact required heads (it uses %d turns); %s gives a cheaper estimate of them (1 turn, each "
+                "figure may be off by one head, and each call draws a fresh estimate); %s reveals the base wages and "
+                "shift premiums, %s one staff member's availability, %s the shift limits and %s the shortage "
+                "penalty, each at the cost of a turn from the same budget." % (
+                    n["get_coverage_sheet"], self.cost.get("get_coverage_sheet", 1), n["get_demand_forecast"],
+                    n["get_wage_sheet"], n["read_availability"], n["get_work_rules"], n["get_shortage_terms"])]
 
 
 register(Family.of(
