@@ -479,24 +479,22 @@ class World(BaseWorld):
         """n and its noun in the right number: "1 candidate lot", "6 candidate lots"."""
         return "%d %s%s" % (n, noun, "" if n == 1 else "s")
 
-    def instruction(self, presentation, turn_budget):
-        if presentation == "I":
-            self._tell_everything()
-        told = self._theta_lines() if presentation == "I" else self._probe_lines()
-        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
-
     def _tell_everything(self):
         """In I the instruction states every lot and every capacity: they count as inspected and read,
         so the sums and the headroom count every lot from the start."""
         self.db.execute("UPDATE %s SET inspected = 1" % self.t["catalog"])
         self._set("capacities_read", 1)
 
-    def _rules(self, turn_budget):
+    def instruction(self, presentation, turn_budget):
+        if presentation == "I":
+            self._tell_everything()
         p, v, n = self.p, self.v, self.name
         names = [World.resource_name(r) for r in range(p["n_resources"])]
         uses = ("the limited resource %s" % names[0] if len(names) == 1
                 else "each of %d limited resources: %s" % (len(names), ", ".join(names)))
-        return [
+        lines = [
+            self.skin["narrative"],
+            "",
             "The %s can take on %s of %s (%s) from the %s, numbered 0 to %d. Each lot is taken whole or not at "
             "all, has a value in %s, and uses some units of %s."
             % (v["site"], World.counted(p["n_items"], "candidate lot"), v["item"], v["sku"], v["supplier"],
@@ -507,6 +505,8 @@ class World(BaseWorld):
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the "
             "selection is submitted as it stands." % turn_budget,
         ]
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join(lines + [""] + told)
 
     def _theta_lines(self):
         """Presentation I: the capacities, and every lot's value and loads."""

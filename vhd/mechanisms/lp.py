@@ -514,12 +514,10 @@ class World(BaseWorld):
 
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
-        told = self._theta_lines() if presentation == "I" else self._probe_lines()
-        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
-
-    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
-        return [
+        lines = [
+            self.skin["narrative"],
+            "",
             "You plan one production run of %d products (%s codes %s-0 to %s-%d, numbered 0 to %d) at the %s. "
             "They share %d resources (numbered 0 to %d), each offering a fixed number of hours." % (
                 p["products"], v["item"], v["sku"], v["sku"], p["products"] - 1, p["products"] - 1, v["site"],
@@ -535,6 +533,8 @@ class World(BaseWorld):
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the plan "
             "as it stands is produced." % turn_budget,
         ]
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join(lines + [""] + told)
 
     def _theta_lines(self):
         """Presentation I: the unit profits, the capacities and the usage table (a row per resource, as

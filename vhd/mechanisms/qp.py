@@ -553,12 +553,10 @@ class World(BaseWorld):
         return "%d %s%s" % (n, noun, "" if n == 1 else "s")
 
     def instruction(self, presentation, turn_budget):
-        told = self._theta_lines() if presentation == "I" else self._probe_lines()
-        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
-
-    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
-        return [
+        lines = [
+            self.skin["narrative"],
+            "",
             "The %s has a budget of %d %s to allocate across %d projects (numbered 0 to %d) whose returns "
             "move with %s (numbered 0 to %d)." % (v["site"], p["budget"], v["currency"], p["assets"],
                                                  p["assets"] - 1, World.counted(p["factors"], "risk factor"),
@@ -573,6 +571,8 @@ class World(BaseWorld):
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the current "
             "allocation is committed as it stands." % turn_budget,
         ]
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join(lines + [""] + told)
 
     def _theta_lines(self):
         """Presentation I: the returns, the caps and the risk model, by project number."""

@@ -766,14 +766,12 @@ class World(BaseWorld):
         return "%d %s" % (n, noun if n == 1 else plural)
 
     def instruction(self, presentation, turn_budget):
-        told = self._theta_lines() if presentation == "I" else self._probe_lines()
-        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
-
-    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
         names = p["shift_names"]
         staff = World.counted(p["n_staff"], "staff member", "staff members")
-        return [
+        lines = [
+            self.skin["narrative"],
+            "",
             "You draw up the %s's staff roster for %s, numbered 0 to %d. There %s %s, numbered 0 to %d (%s), "
             "and %d shifts a day, numbered 0 to %d: %s. Each shift of each day needs a number of heads." % (
                 v["site"], World.counted(p["horizon"], "day", "days"), p["horizon"] - 1,
@@ -792,6 +790,8 @@ class World(BaseWorld):
             "You have %d turns: every successful tool call uses its turn cost; when they run out, the roster is "
             "published as it stands." % turn_budget,
         ]
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join(lines + [""] + told)
 
     def _theta_lines(self):
         """Presentation I: the penalty, the premiums, the required heads and every staff member's terms."""

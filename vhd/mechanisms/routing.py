@@ -546,12 +546,10 @@ class World(BaseWorld):
 
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
-        told = self._theta_lines() if presentation == "I" else self._probe_lines()
-        return "\n".join([self.skin["narrative"], ""] + self._rules(turn_budget) + [""] + told)
-
-    def _rules(self, turn_budget):
         p, v, n = self.p, self.v, self.name
-        return [
+        lines = [
+            self.skin["narrative"],
+            "",
             "Today you drive the %s's van on a delivery round of %s. It starts at the %s (stop 0, the depot) at "
             "minute 0; customers at stops 1 to %d each pay once, in %s, when the van first arrives." % (
                 v["site"], v["item"], v["site"], p["n_stops"], v["currency"]),
@@ -562,6 +560,8 @@ class World(BaseWorld):
             "included. Staying at the depot scores 0. You have %d turns: every successful tool call uses its "
             "turn cost; when they run out, the van drives straight home." % turn_budget,
         ]
+        told = self._theta_lines() if presentation == "I" else self._probe_lines()
+        return "\n".join(lines + [""] + told)
 
     def _theta_lines(self):
         """Presentation I: the cost per minute, the payments, the positions and the travel minutes."""
