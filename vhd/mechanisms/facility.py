@@ -242,6 +242,14 @@ class World(BaseWorld):
 
     PARAMS = ("n_sites", "n_towns", "opening_costs", "service_costs")
     STATE = (("opening_read", 0), ("final", 0))
+    # the World's tables and their columns, other tables named by their canonical names
+    SCHEMA = (
+        ("depots", "site_id INTEGER PRIMARY KEY, label TEXT, opening_cost INTEGER, is_open INTEGER"),
+        ("towns", "town_id INTEGER PRIMARY KEY, label TEXT, surveyed INTEGER"),
+        ("service", "town_id INTEGER REFERENCES %(towns)s(town_id), site_id INTEGER REFERENCES %(depots)s(site_id), "
+                    "cost INTEGER, PRIMARY KEY (town_id, site_id)"),
+        ("log", "entry_id INTEGER PRIMARY KEY, action TEXT, site_id INTEGER"),
+    )
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
@@ -250,13 +258,8 @@ class World(BaseWorld):
                 or any(len(row) != n for row in params["service_costs"]):
             raise ValueError("opening_costs and service_costs do not match n_sites=%r, n_towns=%r" % (n, m))
         t = self.t
-        db.execute("CREATE TABLE %s (site_id INTEGER PRIMARY KEY, label TEXT, opening_cost INTEGER, "
-                   "is_open INTEGER)" % t["depots"])
-        db.execute("CREATE TABLE %s (town_id INTEGER PRIMARY KEY, label TEXT, surveyed INTEGER)" % t["towns"])
-        db.execute("CREATE TABLE %s (town_id INTEGER REFERENCES %s(town_id), site_id INTEGER REFERENCES "
-                   "%s(site_id), cost INTEGER, PRIMARY KEY (town_id, site_id))"
-                   % (t["service"], t["towns"], t["depots"]))
-        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, site_id INTEGER)" % t["log"])
+        for table, columns in World.SCHEMA:
+            db.execute("CREATE TABLE %s (%s)" % (t[table], columns % t))
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["depots"],
                        [(s, "D%d" % s, params["opening_costs"][s]) for s in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, 0)" % t["towns"], [(k, "T%d" % k) for k in range(m)])
@@ -473,6 +476,6 @@ register(Family.of(
         ' is served by its cheapest open depot.'
     ),
     stochastic=False,
-    tables=("depots", "towns", "service", "log", "state"),
+    tables=tuple(table for table, _ in World.SCHEMA) + ("state",),
     vocabulary=("site", "item", "currency"),
 ))

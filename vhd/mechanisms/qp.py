@@ -370,6 +370,15 @@ class World(BaseWorld):
     PARAMS = ("assets", "factors", "budget", "returns", "caps", "exposures", "ridge", "risk_aversion")
     STATE = (("committed", 0), ("changes", 0))
     TOL = 1e-9
+    # the World's tables and their columns, other tables named by their canonical names
+    SCHEMA = (
+        ("assets", "project_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, cap INTEGER"),
+        ("factors", "factor_id INTEGER PRIMARY KEY, name TEXT NOT NULL"),
+        ("exposures", "factor_id INTEGER REFERENCES %(factors)s(factor_id), project_id INTEGER REFERENCES "
+                      "%(assets)s(project_id), loading INTEGER, PRIMARY KEY (factor_id, project_id)"),
+        ("positions", "project_id INTEGER PRIMARY KEY REFERENCES %(assets)s(project_id), amount REAL NOT NULL"),
+        ("journal", "entry_id INTEGER PRIMARY KEY, action TEXT, project_id INTEGER, amount REAL"),
+    )
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
@@ -377,16 +386,8 @@ class World(BaseWorld):
         if len(params["returns"]) != n or len(params["caps"]) != n or len(params["exposures"]) != k:
             raise ValueError("returns and caps need %d entries and exposures %d rows" % (n, k))
         t = self.t
-        db.execute("CREATE TABLE %s (project_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, "
-                   "cap INTEGER)" % t["assets"])
-        db.execute("CREATE TABLE %s (factor_id INTEGER PRIMARY KEY, name TEXT NOT NULL)" % t["factors"])
-        db.execute("CREATE TABLE %s (factor_id INTEGER REFERENCES %s(factor_id), project_id INTEGER REFERENCES "
-                   "%s(project_id), loading INTEGER, PRIMARY KEY (factor_id, project_id))"
-                   % (t["exposures"], t["factors"], t["assets"]))
-        db.execute("CREATE TABLE %s (project_id INTEGER PRIMARY KEY REFERENCES %s(project_id), amount REAL NOT NULL)"
-                   % (t["positions"], t["assets"]))
-        db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, project_id INTEGER, amount REAL)"
-                   % t["journal"])
+        for table, columns in World.SCHEMA:
+            db.execute("CREATE TABLE %s (%s)" % (t[table], columns % t))
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["assets"],
                        [(i, "%s project %d" % (self.v["site"], i), params["returns"][i], params["caps"][i])
                         for i in range(n)])
@@ -611,6 +612,6 @@ register(Family.of(
         ' to at most the budget).'
     ),
     stochastic=False,
-    tables=("assets", "factors", "exposures", "positions", "journal", "state"),
+    tables=tuple(table for table, _ in World.SCHEMA) + ("state",),
     vocabulary=("site", "currency"),
 ))
