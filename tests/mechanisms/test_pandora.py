@@ -535,8 +535,8 @@ def test_a_world_that_books_each_fee_one_unit_short_is_rejected():
 
 
 def test_a_world_with_a_different_draw_is_rejected():
-    verdicts = mutant_verdicts(FAM, gated(FAM), "ticket, k = rng.randrange(sum(weights)), 0",
-                               "ticket, k = rng.randrange(sum(weights)) // 2, 0", which=1)
+    verdicts = mutant_verdicts(FAM, gated(FAM), "values[World.draw_index(rng, weights)]",
+                               "values[World.pick(weights, rng.randrange(sum(weights)) // 2)]", which=1)
     assert not any(v.admitted for v in verdicts)
     assert {"replay_agreement", "dynamics_agreement"} & failed(verdicts)
 

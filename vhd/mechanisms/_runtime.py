@@ -82,6 +82,44 @@ class BaseWorld:
         self.db.execute("INSERT INTO %s (%s) VALUES (%s)" % (self.t["log"], ", ".join(names), ", ".join("?" * len(names))),
                         [action] + list(columns.values()))
 
+    @staticmethod
+    def pick(weights, position):
+        """The index k whose share of the integer `weights` holds `position` (0 ≤ position <
+        sum(weights)): the least k with position < weights[0] + … + weights[k].
+
+            >>> [BaseWorld.pick([2, 0, 3], position) for position in range(5)]
+            [0, 0, 2, 2, 2]
+        """
+        k = 0
+        while position >= weights[k]:
+            position -= weights[k]
+            k += 1
+        return k
+
+    @staticmethod
+    def draw_index(rng, weights):
+        """An index drawn with probability proportional to the integer `weights`: one
+        `rng.randrange(sum(weights))` ticket, picked (an integer inverse-CDF draw)."""
+        return BaseWorld.pick(weights, rng.randrange(sum(weights)))
+
+    def _idle_to_end(self, close, **dropped):
+        """`run_out` of a World played period by period: this period's undecided state is reset
+        (`dropped`: state keys and the values that mean "nothing decided"), then `close` (the
+        clock tool) runs until the episode is over, every remaining period passing with nothing done."""
+        for key, value in dropped.items():
+            self._set(key, value)
+        while not self.over():
+            close()
+
+    def _not_given(self, what, probes):
+        """Presentation A's sentence on the θ not given and the probes (canonical names, a turn
+        each) that reveal it: "<what> are not given: <A>, <B> and <C> reveal them, each at the cost
+        of a turn from the same budget." """
+        names = [self.name[probe] for probe in probes]
+        listed = names[0] if len(names) == 1 else "%s and %s" % (", ".join(names[:-1]), names[-1])
+        return ("%s are not given: %s reveal%s them, each at the cost of a turn from the same budget."
+                % (what, listed, "s" if len(names) == 1 else ""))
+
     def over(self):
         raise NotImplementedError
 

@@ -398,9 +398,7 @@ class World(BaseWorld):
         return self.db.execute(f"SELECT COALESCE(SUM(amount), 0) FROM {self.t['ledger']}").fetchone()[0]
 
     def run_out(self):
-        self._set("posted", -1)
-        while not self.over():
-            self.tool_end_period()
+        self._idle_to_end(self.tool_end_period, posted=-1)
 
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Commission the demand study for {item}: the exact probability of a sale at every price level "
@@ -565,7 +563,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="dynamic_pricing",
-    version="2",
+    version="3",
     group="beyond",
     model_class="finite-horizon revenue-management MDP (perishable stock, price menu, time-varying demand)",
     solver="backward Bellman recursion (exact integer-scaled rationals, python int)",

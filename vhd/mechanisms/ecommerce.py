@@ -634,11 +634,7 @@ class World(BaseWorld):
     @staticmethod
     def demand_of(weights, ticket):
         """The demand a ticket picks from integer weights: position ticket·W // 2^30 in the cumulative weights."""
-        position, demand = ticket * sum(weights) >> 30, 0
-        while position >= weights[demand]:
-            position -= weights[demand]
-            demand += 1
-        return demand
+        return World.pick(weights, ticket * sum(weights) >> 30)
 
     # -- state helpers --------------------------------------------------------------------
     def _book(self, day, kind, amount):
@@ -690,9 +686,7 @@ class World(BaseWorld):
         return self._get("owner") + self._cash() - self.p["initial_cash"] - penalty
 
     def run_out(self):
-        self._set("pending", 0)
-        while not self.over():
-            self.tool_end_day()
+        self._idle_to_end(self.tool_end_day, pending=0)
 
     # -- probes -----------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s price list for {item}: the unit price in {currency} of each price level "
@@ -956,7 +950,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="ecommerce",
-    version="3",
+    version="4",
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",

@@ -430,12 +430,7 @@ class World(BaseWorld):
         rng = random.Random(episode_seed)
         path = [params["initial_regime"]]
         for _ in range(1, params["horizon"]):
-            row = params["transition_weights"][path[-1]]
-            ticket, r = rng.randrange(sum(row)), 0
-            while ticket >= row[r]:
-                ticket -= row[r]
-                r += 1
-            path.append(r)
+            path.append(World.draw_index(rng, params["transition_weights"][path[-1]]))
         return path
 
     # -- state helpers --------------------------------------------------------------------
@@ -467,9 +462,7 @@ class World(BaseWorld):
         return self._cents() / 100
 
     def run_out(self):
-        self._set("scheduled", 0)
-        while not self.over():
-            self.tool_end_hour()
+        self._idle_to_end(self.tool_end_hour, scheduled=0)
 
     # -- probes -----------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s electricity tariff sheet: the exact base price in {currency} per energy unit "
@@ -676,7 +669,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="energy_storage",
-    version="2",
+    version="3",
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",

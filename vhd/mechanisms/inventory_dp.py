@@ -378,15 +378,7 @@ class World(BaseWorld):
     def demand_path(params, episode_seed):
         """The episode's daily demands: integer inverse-CDF draws from random.Random(seed)."""
         rng = random.Random(episode_seed)
-        path = []
-        for day in range(params["horizon"]):
-            weights = params["demand_weights"][day % 7]
-            ticket, demand = rng.randrange(sum(weights)), 0
-            while ticket >= weights[demand]:
-                ticket -= weights[demand]
-                demand += 1
-            path.append(demand)
-        return path
+        return [World.draw_index(rng, params["demand_weights"][day % 7]) for day in range(params["horizon"])]
 
     # -- state helpers --------------------------------------------------------------------
     def _book(self, day, kind, amount):
@@ -415,9 +407,7 @@ class World(BaseWorld):
         return self._cash() - self.p["initial_cash"]
 
     def run_out(self):
-        self._set("pending", 0)
-        while not self.over():
-            self.tool_end_day()
+        self._idle_to_end(self.tool_end_day, pending=0)
 
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s cost sheet for {item}: unit cost, selling price, holding cost, shortage "
@@ -546,19 +536,15 @@ class World(BaseWorld):
             for weekday, row in enumerate(p["demand_weights"]):
                 lines.append("  weekday %d: %s" % (weekday, ", ".join("%.3f" % (w / float(sum(row))) for w in row)))
         else:
-            lines += [
-                "",
-                "Prices and costs, the %s's lead time and the demand forecast are not given: %s, %s and %s "
-                "reveal them, each at the cost of a turn from the same budget." % (
-                    v["supplier"], n["get_cost_sheet"], n["get_supplier_terms"], n["get_demand_forecast"]),
-            ]
+            hidden = "Prices and costs, the %s's lead time and the demand forecast" % v["supplier"]
+            lines += ["", self._not_given(hidden, ("get_cost_sheet", "get_supplier_terms", "get_demand_forecast"))]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="inventory_dp",
-    version="4",
+    version="5",
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",

@@ -451,9 +451,7 @@ class World(BaseWorld):
         return self._cash()
 
     def run_out(self):
-        self._set("work", 0)
-        while not self.over():
-            self.tool_end_day()
+        self._idle_to_end(self.tool_end_day, work=0)
 
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s maintenance cost sheet in {currency}: maintenance fee and how many condition "
@@ -642,7 +640,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="maintenance",
-    version="2",
+    version="3",
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",

@@ -338,12 +338,7 @@ class World(BaseWorld):
     def draw(params, episode_seed):
         """The buyer's reservation value: an integer inverse-CDF draw from random.Random(seed)."""
         rng = random.Random(episode_seed)
-        weights = params["value_weights"]
-        ticket, k = rng.randrange(sum(weights)), 0
-        while ticket >= weights[k]:
-            ticket -= weights[k]
-            k += 1
-        return params["value_points"][k]
+        return params["value_points"][World.draw_index(rng, params["value_weights"])]
 
     # -- state helpers --------------------------------------------------------------------
     def _book(self, rnd, kind, amount):
@@ -508,12 +503,8 @@ class World(BaseWorld):
                 "(integer weights %s out of %d)." % (", ".join(str(w) for w in p["value_weights"]), int(total)),
             ]
         else:
-            lines += [
-                "",
-                "The buyer's value distribution, the delay cost per round and the outside option are not given: "
-                "%s, %s and %s reveal them, each at the cost of a turn from the same budget." % (
-                    n["read_buyer_survey"], n["read_carrying_terms"], n["read_outside_bid"]),
-            ]
+            hidden = "The buyer's value distribution, the delay cost per round and the outside option"
+            lines += ["", self._not_given(hidden, ("read_buyer_survey", "read_carrying_terms", "read_outside_bid"))]
         return "\n".join(lines)
 
 

@@ -441,14 +441,8 @@ class World(BaseWorld):
     def draw(params, episode_seed):
         """The prize inside every box: integer inverse-CDF draws from random.Random(seed), box by box."""
         rng = random.Random(episode_seed)
-        prizes = []
-        for values, weights in zip(params["prize_values"], params["prize_weights"]):
-            ticket, k = rng.randrange(sum(weights)), 0
-            while ticket >= weights[k]:
-                ticket -= weights[k]
-                k += 1
-            prizes.append(values[k])
-        return prizes
+        return [values[World.draw_index(rng, weights)]
+                for values, weights in zip(params["prize_values"], params["prize_weights"])]
 
     # -- state helpers --------------------------------------------------------------------
     def _box(self, box):
@@ -623,7 +617,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="pandora",
-    version="3",
+    version="4",
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",

@@ -267,15 +267,8 @@ class World(BaseWorld):
     def draw(params, episode_seed):
         """The episode's offers, one a day: integer inverse-CDF draws from random.Random(seed)."""
         rng = random.Random(episode_seed)
-        weights, values = params["weights"], params["values"]
-        offers = []
-        for _ in range(params["horizon"]):  # tickets are matched against the amounts from the highest down
-            ticket, k = rng.randrange(sum(weights)), len(weights) - 1
-            while ticket >= weights[k]:
-                ticket -= weights[k]
-                k -= 1
-            offers.append(values[k])
-        return offers
+        values, weights = params["values"][::-1], params["weights"][::-1]  # tickets meet the highest amount first
+        return [values[World.draw_index(rng, weights)] for _ in range(params["horizon"])]
 
     # -- state helpers --------------------------------------------------------------------
     def _arrive(self, day):
@@ -421,18 +414,15 @@ class World(BaseWorld):
                 "  " + ", ".join("%d (%.3f)" % (a, w / total) for a, w in zip(p["values"], p["weights"])),
             ]
         else:
-            lines += [
-                "",
-                "The offer distribution and the storage fee are not given: %s and %s reveal them, each at the "
-                "cost of a turn from the same budget." % (n["get_offer_forecast"], n["get_fee_schedule"]),
-            ]
+            lines += ["", self._not_given("The offer distribution and the storage fee",
+                                          ("get_offer_forecast", "get_fee_schedule"))]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="stopping",
-    version="2",
+    version="3",
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",
