@@ -30,6 +30,8 @@ Tools
     inspected lots of the selection), view inspected lots, view the action log. Nothing but the
     two probes shows a value, a load or a capacity: sums leave uninspected lots out (and name
     them), and a refused lot is told only that it would push some resource past its capacity.
+    In presentation I the instruction states every value, load and capacity, so every lot counts
+    as inspected and the capacities as read from the start.
 
 Reward
     utility = total value of the submitted selection (the empty selection scores 0).
