@@ -549,10 +549,8 @@ class World(BaseWorld):
 
     def _probe_lines(self):
         """Presentation A: what is hidden, and the probes that reveal it."""
-        n = self.name
-        return ["Unit profits, the hours each product needs on each resource and the resources' capacities are not "
-                "given: %s, %s and %s reveal them, each at the cost of a turn from the same budget." % (
-                    n["get_profit_sheet"], n["get_usage_table"], n["get_capacity_sheet"])]
+        return [self._not_given("Unit profits, the hours each product needs on each resource and the resources' "
+                                "capacities", ("get_profit_sheet", "get_usage_table", "get_capacity_sheet"))]
 
 
 register(Family.of(

@@ -588,10 +588,8 @@ class World(BaseWorld):
 
     def _probe_lines(self):
         """Presentation A: what is hidden, and the probes that reveal it."""
-        n = self.name
-        return ["The projects' expected returns, their caps and the risk model (loadings, ridge and risk aversion) "
-                "are not given: %s, %s and %s reveal them, each at the cost of a turn from the same budget."
-                % (n["get_return_forecast"], n["get_position_limits"], n["get_risk_model"])]
+        return [self._not_given("The projects' expected returns, their caps and the risk model (loadings, ridge and "
+                                "risk aversion)", ("get_return_forecast", "get_position_limits", "get_risk_model"))]
 
 
 register(Family.of(
