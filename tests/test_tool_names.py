@@ -37,10 +37,7 @@ NOT_PLURAL = {"is", "has", "was", "does", "bolus", "bus", "lens", "gas", "series
 RL_WORDS = {"reward", "rewards", "score", "scores", "return", "returns", "value_function", "advantage"}
 
 # Text a family's World writes (vhd/mechanisms/<family>.py), wrong for a count of one.
-WORLD_GRAMMAR = {
-    "ecommerce": 'instruction (World.instruction, ecommerce.py): "Day 0 opens with 1 loaves in the warehouse"',
-    "energy_storage": 'instruction (World.instruction, energy_storage.py): "at most 1 units per hour"',
-}
+WORLD_GRAMMAR: dict[str, str] = {}
 # Observation keys a family's World names like an RL quantity.
 WORLD_KEYS: dict[str, str] = {}
 

@@ -553,3 +553,19 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"dynamic_pricing θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Text (issue 16): a count of one takes the passage's singular.
+
+
+def test_one_unit_bought_back_is_singular():
+    import family_kit as kit
+    from vhd.tasks.sample import draw
+    theta = dict(draw(FAM, 0)[1], capacity=1)
+    vocab = generated(FAM, 0)[1].SKIN["vocab"]
+    env = env_of(FAM, 0, theta)
+    assert f"has 1 {vocab['unit_one']} left" in env.instruction
+    answers = kit.play(FAM, 0, env, [{"tool": "close_sales", "arguments": {}}] +
+                       [{"tool": "end_period", "arguments": {}}] * theta["horizon"])
+    assert answers[-1]["season_over"] == f"last period: 1 {vocab['unit_one']} bought back", answers

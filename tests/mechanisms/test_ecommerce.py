@@ -792,3 +792,25 @@ def test_a_replayed_episode_scores_the_close_and_the_run_out(theta):
         for got, want in zip(steps.per_call, expected):
             assert abs(got - float(want)) <= TOL, (seed, steps.per_call, expected)
         assert abs(steps.finish - float(finish)) <= TOL, (seed, steps.finish, finish)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text and observations (issue 16): a count of one takes the singular; the end of a day shows what
+# arrives the next morning.
+
+
+def test_one_unit_in_the_instruction_is_singular_and_end_day_shows_what_arrives_tomorrow():
+    import family_kit as kit
+    from vhd.tasks.sample import draw
+    theta = dict(draw(FAM, 0)[1], initial_stock=1, lead_time=1)
+    vocab = generated(FAM, 0)[1].SKIN["vocab"]
+    env = env_of(FAM, 0, theta)
+    assert f"Day 0 opens with 1 {vocab['unit_one']} in the warehouse" in env.instruction
+    order, day = kit.play(FAM, 0, env, [{"tool": "place_order", "arguments": {"quantity": 2}},
+                                        {"tool": "end_day", "arguments": {}}])
+    assert order["ok"] and day["ok"], (order, day)
+    assert day["arriving_tomorrow"] == 2 and day["on_hand"] == theta["initial_stock"] - day["sold"]
+    stock = kit.play(FAM, 0, env, [{"tool": "view_stock", "arguments": {}}])[0]
+    assert stock["on_hand"] == day["on_hand"] + 2 and stock["in_transit"] == 0
+    quiet = kit.play(FAM, 0, env, [{"tool": "end_day", "arguments": {}}])[0]
+    assert quiet["arriving_tomorrow"] == 0

@@ -702,3 +702,21 @@ def test_a_replayed_episode_scores_the_close_and_the_run_out(theta):
     for got, want in zip(steps.per_call, expected):
         assert abs(got - float(want)) <= TOL, (steps.per_call, expected)
     assert steps.utility == float(step(theta, 0, regimes[0], soc, k)[0] + theta["terminal_value"] * after)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text (issue 16): a count of one takes the singular, in the instruction and in refusals.
+
+
+def test_one_unit_is_singular_in_the_instruction_and_the_refusals():
+    import family_kit as kit
+    from vhd.tasks.sample import draw
+    theta = dict(draw(FAM, 0)[1], power=1, initial_soc=1)
+    env = env_of(FAM, 0, theta)
+    assert "at most 1 unit per hour" in env.instruction and "It starts with 1 unit stored" in env.instruction
+    assert "1 units" not in env.instruction
+    charge, discharge, more = kit.play(FAM, 0, env, [{"tool": "charge", "arguments": {"units": 1}},
+                                                     {"tool": "discharge", "arguments": {"units": 1}},
+                                                     {"tool": "charge", "arguments": {"units": 1}}])
+    assert charge["ok"] and "a charge of 1 unit is scheduled this hour" in discharge["error"]
+    assert "the power limit is 1 unit per hour; 1 already scheduled" in more["error"]

@@ -543,3 +543,15 @@ def test_a_replayed_episode_scores_each_close_and_the_run_out(theta):
     for got, want in zip(steps.per_call, expected):
         assert abs(got - float(want)) <= TOL, (steps.per_call, expected)
     assert abs(steps.finish - float(idle(2, i, o) - best(2, i, o))) <= TOL
+
+
+# ---------------------------------------------------------------------------------------------
+# Text (issue 16): a count of one takes the passage's singular.
+
+
+def test_one_unit_on_hand_is_singular():
+    from family_kit import env_of, generated
+    from vhd.tasks.sample import draw
+    theta = dict(draw(FAM, 0)[1], initial_stock=1)
+    vocab = generated(FAM, 0)[1].SKIN["vocab"]
+    assert f"starting on day 0 with 1 {vocab['unit_one']} on hand" in env_of(FAM, 0, theta).instruction

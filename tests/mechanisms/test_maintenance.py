@@ -450,7 +450,7 @@ def test_the_a_instruction_hides_theta_and_the_i_instruction_states_it():
         out, _ = generated(FAM, k)
         i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
         assert env_of(FAM, k, other, "A").instruction == a_text and env_of(FAM, k, other, "I").instruction != i_text
-        assert "Maintenance costs 2 and restores 2 state(s); replacement costs 20; downtime penalty 5" in i_text
+        assert "Maintenance costs 2 and restores 2 states; replacement costs 20; downtime penalty 5" in i_text
         assert "12, 8, 3" in i_text and "from 2: 2: 0.300, 3: 0.700" in i_text
         assert "12, 8, 3" not in a_text and "Maintenance costs" not in a_text and "from 0:" not in a_text
         for tool in ("get_cost_sheet", "get_revenue_table", "inspect_machine", "get_reliability_report"):
@@ -612,3 +612,14 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"maintenance θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Text (issue 16): a count agrees with its noun.
+
+
+def test_one_repair_step_is_singular():
+    from vhd.tasks.sample import draw
+    theta = draw(FAM, 0)[1]
+    for steps, words in ((1, "restores 1 state;"), (2, "restores 2 states;")):
+        assert words in env_of(FAM, 0, dict(theta, repair_steps=steps)).instruction

@@ -603,3 +603,20 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"negotiation θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Observations (issue 16): the answer of the call that uses the last turn says the episode ended.
+
+
+def test_the_last_turns_answer_says_the_deal_expired():
+    from family_kit import play
+    from vhd.tasks.sample import draw
+    theta = draw(FAM, 0)[1]
+    env = env_of(FAM, 0, theta, budget=2)
+    passed, rejected = play(FAM, 0, env, [{"tool": "pass_round", "arguments": {}},
+                                          {"tool": "make_offer", "arguments": {"price": theta["max_price"]}}])
+    assert passed["status"] == "open" and "episode_over" not in passed
+    assert env.done and rejected["answer"] == "rejected"
+    assert rejected["status"] == "expired" and rejected["rounds_left"] == 0 and "episode_over" in rejected
+    assert env.outcome()["utility"] == theta["outside_option"] - theta["horizon"] * theta["delay_cost"]

@@ -614,3 +614,17 @@ def test_every_call_has_the_advantage_of_the_expectimax(theta):
     assert regret < 0
     assert step_advantages(FAM, config, [{"tool": "open_box", "arguments": {"box": first}}]).per_call[0] == \
         pytest.approx(float(regret), abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text (issue 16): a cap of one box is singular.
+
+
+def test_a_cap_of_one_box_is_singular():
+    from family_kit import play
+    theta = dict(draw(FAM, 0)[1], max_open=1)
+    env = env_of(FAM, 0, theta)
+    assert "(at most 1 box in all, each once)" in env.instruction
+    opened, refused = play(FAM, 0, env, [{"tool": "open_box", "arguments": {"box": 0}},
+                                         {"tool": "open_box", "arguments": {"box": 1}}])
+    assert opened["ok"] and "at most 1 box may be opened and 1 already is" in refused["error"]

@@ -215,3 +215,20 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
     theta = smallest_theta(FAM)
     with pytest.raises(InvalidParams, match=r"stopping θ\['%s'\]" % key):
         FAM.solve(dict(theta, **{key: change(theta)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Observations (issue 16): values, not formula strings.
+
+
+def test_an_open_offer_shows_the_days_of_storage_fee_as_a_number():
+    from vhd.tasks.sample import draw
+    theta = draw(FAM, 0)[1]
+    env = kit.env_of(FAM, 0, theta)
+    first, _, second, earlier = kit.play(FAM, 0, env, [{"tool": "view_offer", "arguments": {"day": 0}},
+                                                      {"tool": "decline_offer", "arguments": {}},
+                                                      {"tool": "view_offer", "arguments": {"day": 1}},
+                                                      {"tool": "view_offer", "arguments": {"day": 0}}])
+    assert first["storage_fee_days_if_accepted_today"] == 0 and second["storage_fee_days_if_accepted_today"] == 1
+    assert earlier["status"] == "declined" and earlier["storage_fee_days_if_accepted_today"] is None
+    assert not any(isinstance(value, str) and "×" in value for answer in (first, second) for value in answer.values())

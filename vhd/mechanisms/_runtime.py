@@ -49,11 +49,16 @@ class BaseWorld:
     `self.t`), and defines:
 
     - `over()`: whether the episode has ended; `utility()`: what it has realised so far;
-    - `run_out()`: end the episode as the instruction says it ends when the turns run out;
+    - `run_out()`: end the episode as the instruction says it ends when the turns run out (the
+      answer of the call that used the last turn then passes through `after_run_out`);
     - `instruction(presentation, turn_budget)`: what the player reads ("I": θ given, "A": probed);
     - one `tool_<canonical name>` method per tool, declared with `vhd.mechanisms.tool` (the
       declarations are the family's tool table; the template setter leaves them out of modules,
       whose skin carries the tools). A player's mistake raises `AgentError`.
+
+    Shared helpers: `pick`/`draw_index` (integer weighted draws), `_count` (a count with its noun
+    in agreement), `_idle_to_end` (the `run_out` of a World played period by period) and
+    `_not_given` (presentation A's sentence on the θ not given).
     """
 
     PARAMS = ()
@@ -119,6 +124,19 @@ class BaseWorld:
         listed = names[0] if len(names) == 1 else "%s and %s" % (", ".join(names[:-1]), names[-1])
         return ("%s are not given: %s reveal%s them, each at the cost of a turn from the same budget."
                 % (what, listed, "s" if len(names) == 1 else ""))
+
+    def _count(self, n, plural=None, one=None):
+        """"n noun" with the noun agreeing with n: the passage's unit by default (the skin's `unit`,
+        its singular `unit_one`), else `plural`, singular `one` ("1 unit", "2 units")."""
+        if plural is None:
+            plural, one = self.v["unit"], self.v.get("unit_one", self.v["unit"])
+        return "%s %s" % (n, one if n == 1 else plural)
+
+    def after_run_out(self, answer):
+        """The answer of the call that used the last turn, once `run_out` has ended the episode:
+        it says so (`episode_over`); a World whose answers report the episode's status restates it."""
+        answer["episode_over"] = "the turns ran out; the rest of the episode was played as the instruction says"
+        return answer
 
     def over(self):
         raise NotImplementedError
@@ -260,9 +278,10 @@ class Env:
             return {"ok": False, "error": "%s: %s" % (name, exc)}
         self._db.execute("RELEASE tool_call")
         self._turns += cost
+        result = dict(result)
         if self._turns >= self._budget and not self._world.over():
             self._world.run_out()
-        result = dict(result)
+            result = self._world.after_run_out(result)
         result["ok"] = True
         result["turns_left"] = self._budget - self._turns
         return result

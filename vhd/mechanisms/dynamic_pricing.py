@@ -514,7 +514,7 @@ class World(BaseWorld):
         if left == 0:
             out["season_over"] = "sold out"
         elif period + 1 >= p["horizon"]:
-            out["season_over"] = f"last period: {left} {self.v['unit']} bought back"
+            out["season_over"] = f"last period: {self._count(left)} bought back"
         return out
 
     # -- what the player reads --------------------------------------------------------------
@@ -525,7 +525,7 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            (f"The {v['site']} has {p['capacity']} {v['unit']} left ({v['item']}, {v['sku']}) to sell over a "
+            (f"The {v['site']} has {self._count(p['capacity'])} left ({v['item']}, {v['sku']}) to sell over a "
              f"season of {h} selling periods, numbered 0 to {h - 1}; no more can be had from the {v['supplier']} "
              "this season."),
             (f"Price menu ({v['currency']}): {menu}. {n['set_price']} posts a level (it stays posted until you change "

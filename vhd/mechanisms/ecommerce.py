@@ -662,6 +662,7 @@ class World(BaseWorld):
         self.db.execute(f"UPDATE {orders} SET status = 'received' WHERE status = 'in transit' AND arrives_day <= ?",
                         (day,))
         self._set_on_hand(self._on_hand() + arriving)
+        return arriving
 
     def _lose_transit(self):
         self.db.execute(f"UPDATE {self.t['orders']} SET status = 'lost' WHERE status = 'in transit'")
@@ -823,14 +824,14 @@ class World(BaseWorld):
           "and today's cash; paid when the day closes).", quantity=integer(1, 1000, "number of {unit} to order"))
     def tool_place_order(self, quantity):
         self._open()
-        p, v, pending = self.p, self.v, self._get("pending")
+        p, pending = self.p, self._get("pending")
         stocked = self._on_hand() + self._in_transit() + pending
         if stocked + quantity > p["capacity"]:
-            raise AgentError(f"the warehouse holds {p['capacity']} {v['unit']}: with {quantity} more, on hand, in "
+            raise AgentError(f"the warehouse holds {self._count(p['capacity'])}: with {quantity} more, on hand, in "
                              "transit and ordered today would exceed it")
         cost, cash = self._order_cost(pending + quantity), self._cash()
         if cost > cash:
-            raise AgentError(f"an order of {pending + quantity} {v['unit']} today would cost more than the cash "
+            raise AgentError(f"an order of {self._count(pending + quantity)} today would cost more than the cash "
                              "(the order fee included)")
         self._set("pending", pending + quantity)
         return {"ordered_today": pending + quantity, "order_cost": cost}
@@ -872,7 +873,7 @@ class World(BaseWorld):
         self._set("pending", 0)
         self._set("day", day + 1)
         result = {"day_closed": day, "demand": demand, "sold": sold, "lost_sales": demand - sold,
-                  "on_hand": closing, "days_left": p["horizon"] - day - 1}
+                  "on_hand": closing, "arriving_tomorrow": 0, "days_left": p["horizon"] - day - 1}
         if cash < 0:
             self._set("bankrupt", 1)
             self._lose_transit()
@@ -885,7 +886,7 @@ class World(BaseWorld):
                 self._set("owner", self._get("owner") + transfer)
             result.update({"cash": cash - transfer, "transferred_to_owner": transfer})
             if day + 1 < p["horizon"]:
-                self._receive(day + 1)
+                result["arriving_tomorrow"] = self._receive(day + 1)
             else:
                 self._lose_transit()
         self.db.execute(f"INSERT INTO {self.t['sales']} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -898,7 +899,7 @@ class World(BaseWorld):
         p, v, n = self.p, self.v, self.name
         cur = v["currency"]
         opening = (f"You run the {v['site']}'s online store for {v['item']} ({v['sku']}) for {p['horizon']} days, "
-                   f"numbered 0 to {p['horizon'] - 1}. Day 0 opens with {p['initial_stock']} {v['unit']} in the "
+                   f"numbered 0 to {p['horizon'] - 1}. Day 0 opens with {self._count(p['initial_stock'])} in the "
                    f"warehouse (it holds {p['capacity']}, counting units on order) and {p['initial_cash']} {cur} in "
                    "cash.")
         daily = (f"Each day: {n['set_price']} picks the price level (0 low, 1 middle, 2 high) and {n['set_ads']} the "

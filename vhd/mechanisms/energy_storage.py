@@ -450,6 +450,9 @@ class World(BaseWorld):
         self.db.execute(f"INSERT INTO {self.t['prices']} VALUES (?, ?, ?, ?)",
                         (hour, r, self.labels[r], self._price(hour)))
 
+    def _units(self, n):
+        return self._count(n, "units", "unit")
+
     def _live(self):
         if self.over():
             raise AgentError("the last hour has been traded; the episode is over")
@@ -563,12 +566,12 @@ class World(BaseWorld):
         self._live()
         scheduled, soc, p = self._get("scheduled"), self._get("soc"), self.p
         if scheduled < 0:
-            raise AgentError(f"a discharge of {-scheduled} units is scheduled this hour; cancel it first")
+            raise AgentError(f"a discharge of {self._units(-scheduled)} is scheduled this hour; cancel it first")
         if scheduled + units > p["power"]:
-            raise AgentError(f"the power limit is {p['power']} units per hour; {scheduled} are already scheduled")
+            raise AgentError(f"the power limit is {self._units(p['power'])} per hour; {scheduled} already scheduled")
         if soc + scheduled + units > p["capacity"]:
-            raise AgentError(f"the battery holds {p['capacity']} units; it has {soc} and {scheduled} more are "
-                             "scheduled")
+            raise AgentError(f"the battery holds {self._units(p['capacity'])}; it has {soc} stored and {scheduled} "
+                             "more scheduled")
         self._set("scheduled", scheduled + units)
         return {"scheduled_this_hour": scheduled + units, "state_of_charge": soc}
 
@@ -579,11 +582,11 @@ class World(BaseWorld):
         self._live()
         scheduled, soc, p = self._get("scheduled"), self._get("soc"), self.p
         if scheduled > 0:
-            raise AgentError(f"a charge of {scheduled} units is scheduled this hour; cancel it first")
+            raise AgentError(f"a charge of {self._units(scheduled)} is scheduled this hour; cancel it first")
         if -scheduled + units > p["power"]:
-            raise AgentError(f"the power limit is {p['power']} units per hour; {-scheduled} are already scheduled")
+            raise AgentError(f"the power limit is {self._units(p['power'])} per hour; {-scheduled} already scheduled")
         if -scheduled + units > soc:
-            raise AgentError(f"the battery holds only {soc} units; {-scheduled} are already scheduled to go")
+            raise AgentError(f"the battery holds only {self._units(soc)}; {-scheduled} already scheduled to go")
         self._set("scheduled", scheduled - units)
         return {"scheduled_this_hour": scheduled - units, "state_of_charge": soc}
 
@@ -628,14 +631,14 @@ class World(BaseWorld):
     def instruction(self, presentation, turn_budget):
         p, v, n, labels = self.p, self.v, self.name, self.labels
         regimes = ", ".join(f"{r} = {label}" for r, label in enumerate(labels))
-        about = (f"The {v['site']} also runs a grid-connected battery that stores up to {p['capacity']} energy "
-                 f"units; you trade it against the hourly electricity price for {p['horizon']} hours, numbered 0 to "
+        about = (f"The {v['site']} also runs a grid-connected battery that stores up to "
+                 f"{self._count(p['capacity'], 'energy units', 'energy unit')}; you trade it against the hourly electricity price for {p['horizon']} hours, numbered 0 to "
                  f"{p['horizon'] - 1} (hour t has hour of day t % 24, hour 0 is midnight). It starts with "
-                 f"{p['initial_soc']} units stored, and hour 0 is in the '{labels[p['initial_regime']]}' price "
+                 f"{self._units(p['initial_soc'])} stored, and hour 0 is in the '{labels[p['initial_regime']]}' price "
                  f"regime (regimes: {regimes}).")
         rules = (f"Each hour you may schedule a charge with {n['charge']} (buy energy at the hour's price) or a "
                  f"discharge with {n['discharge']} (sell it; only part of each discharged unit is paid, and the "
-                 f"battery wears), at most {p['power']} units per hour and within the battery's charge; "
+                 f"battery wears), at most {self._units(p['power'])} per hour and within the battery's charge; "
                  f"{n['cancel_schedule']} undoes this hour's schedule. {n['end_hour']} settles the trade at this "
                  "hour's price and moves to the next hour, whose regime follows a Markov chain; "
                  f"{n['view_price']} shows the price of this or an earlier hour.")

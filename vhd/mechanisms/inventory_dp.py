@@ -464,8 +464,8 @@ class World(BaseWorld):
     def tool_place_order(self, quantity):
         stocked = self._get("on_hand") + self._in_transit() + self._get("pending")
         if stocked + quantity > self.p["capacity"]:
-            raise AgentError("storage holds %d %s: with %d more, on hand, in transit and ordered today would exceed it"
-                             % (self.p["capacity"], self.v["unit"], quantity))
+            raise AgentError("storage holds %s: with %d more, on hand, in transit and ordered today would exceed it"
+                             % (self._count(self.p["capacity"]), quantity))
         self._set("pending", self._get("pending") + quantity)
         return {"ordered_today": self._get("pending")}
 
@@ -511,14 +511,14 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "You manage the %s's stock of %s (%s) for %d days, starting on day 0 with %d %s on hand and "
-            "%d %s in cash." % (v["site"], v["item"], v["sku"], p["horizon"], p["initial_stock"], v["unit"],
+            "You manage the %s's stock of %s (%s) for %d days, starting on day 0 with %s on hand and "
+            "%d %s in cash." % (v["site"], v["item"], v["sku"], p["horizon"], self._count(p["initial_stock"]),
                                 p["initial_cash"], v["currency"]),
             "Each day you may order from the %s with %s (any number of calls; %s undoes today's order), "
             "then close the day with %s: the order is paid, demand arrives, unmet demand is lost." % (
                 v["supplier"], n["place_order"], n["cancel_order"], n["end_day"]),
-            "Storage holds %d %s, counting what is on hand, in transit and ordered today. Stock left after "
-            "the last day is sold off; orders still in transit then are lost." % (p["capacity"], v["unit"]),
+            "Storage holds %s, counting what is on hand, in transit and ordered today. Stock left after "
+            "the last day is sold off; orders still in transit then are lost." % self._count(p["capacity"]),
             "Your score is the cash you gain by the end. You have %d turns: every successful tool call uses "
             "its turn cost; when they run out, the remaining days pass with no new orders." % turn_budget,
         ]

@@ -617,8 +617,9 @@ class World(BaseWorld):
                 "",
                 "Revenue per day of running, by working condition 0 to %d: %s." % (
                     failed - 1, ", ".join(str(x) for x in p["revenue"])),
-                "Maintenance costs %d and restores %d state(s); replacement costs %d; downtime penalty %d per day "
-                "failed." % (p["maintenance_cost"], p["repair_steps"], p["replacement_cost"], p["downtime_penalty"]),
+                "Maintenance costs %d and restores %s; replacement costs %d; downtime penalty %d per day "
+                "failed." % (p["maintenance_cost"], self._count(p["repair_steps"], "states", "state"),
+                             p["replacement_cost"], p["downtime_penalty"]),
                 "Salvage value by final condition 0 to %d: %s." % (failed, ", ".join(str(x) for x in p["salvage"])),
                 "Wear: a day of running in condition c moves the machine to condition c' with these probabilities:",
             ]

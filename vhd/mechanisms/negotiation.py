@@ -378,6 +378,12 @@ class World(BaseWorld):
         while not self.over():
             self._close_round("pass (turns ran out)")
 
+    def after_run_out(self, answer):
+        answer = super().after_run_out(answer)
+        if "status" in answer:  # the rounds left passed with no offers: the deal expired
+            answer.update(status=World.STATUS[self._get("status")], rounds_left=0)
+        return answer
+
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Read the market survey of the buyer: the possible reservation values for {item} in {currency} "
           "and their probabilities.", reveals=("value_points", "value_weights"))

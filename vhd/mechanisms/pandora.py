@@ -567,8 +567,9 @@ class World(BaseWorld):
             raise AgentError("box %d is already open" % box)
         used = self._opened_count()
         if used >= self.p["max_open"]:
-            raise AgentError("at most %d boxes may be opened and %d already are; call %s"
-                             % (self.p["max_open"], used, self.name["stop_and_take"]))
+            raise AgentError("at most %s may be opened and %d already %s; call %s"
+                             % (self._count(self.p["max_open"], "boxes", "box"), used, "is" if used == 1 else "are",
+                                self.name["stop_and_take"]))
         prize = self.prizes[box]
         self.db.execute("UPDATE %s SET opened = 1 WHERE box_id = ?" % self.t["boxes"], (box,))
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % self.t["openings"], (used, box, prize, fee))
@@ -594,9 +595,10 @@ class World(BaseWorld):
             "one prize worth a whole number of %s, drawn at random from that box's own prize table; opening a "
             "box costs its fee and shows its prize." % (v["site"], p["n_boxes"], v["item"], v["sku"],
                                                          v["supplier"], p["n_boxes"] - 1, v["currency"]),
-            "Open boxes one at a time with %s (at most %d boxes in all, each once), then call %s to keep the "
+            "Open boxes one at a time with %s (at most %s in all, each once), then call %s to keep the "
             "single best prize found, or the fallback prize of %d %s if nothing opened beats it." % (
-                n["open_box"], p["max_open"], n["stop_and_take"], p["fallback"], v["currency"]),
+                n["open_box"], self._count(p["max_open"], "boxes", "box"), n["stop_and_take"], p["fallback"],
+                v["currency"]),
             "Your score is the prize you keep minus every fee you paid. You have %d turns: every successful "
             "tool call uses its turn cost; when they run out, you keep the best prize found so far." % turn_budget,
         ]

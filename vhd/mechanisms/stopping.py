@@ -319,7 +319,7 @@ class World(BaseWorld):
         amount, status = self.db.execute("SELECT amount, status FROM %s WHERE day = ?" % self.t["offers"],
                                          (day,)).fetchone()
         return {"day": day, "amount": amount, "status": status, "currency": self.v["currency"],
-                "net_if_accepted_today": None if status != "open" else "amount minus storage fee × %d" % today}
+                "storage_fee_days_if_accepted_today": today if status == "open" else None}
 
     @tool("observe", "List the offers already declined (or accepted) with their amounts.")
     def tool_view_offer_history(self):
