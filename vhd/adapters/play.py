@@ -14,7 +14,7 @@ F with — on the one-call trajectory, so a plan not of the family's form scores
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from vhd.adapters.gym import TextToolEnv
 
@@ -48,6 +48,22 @@ def parse_line(line: str) -> dict:
     return {"tool": name, "arguments": arguments}
 
 
+def calls(lines: TextIO, out: Callable[[str], None], help_text: str, tools_text: str) -> Iterator[dict]:
+    """The calls typed in `lines` until `quit` or end of input; `help` and `tools` are answered
+    and a line that is no call gets a one-line error, here, and the player goes on."""
+    for raw in lines:
+        line = raw.strip()
+        if line == "quit":
+            return
+        if line in ("help", "tools"):
+            out(help_text if line == "help" else tools_text)
+        elif line:
+            try:
+                yield parse_line(line)
+            except ValueError as exc:
+                out(f"error: {exc}")
+
+
 def play(env: TextToolEnv, lines: TextIO, out: Callable[[str], None]) -> float:
     """Play from `lines` until the episode ends, `quit` or end of input; return the reward."""
     observation, info = env.reset()
@@ -55,23 +71,7 @@ def play(env: TextToolEnv, lines: TextIO, out: Callable[[str], None]) -> float:
     out("")
     out(describe_tools(env))
     out(f"\n{info['turn_budget']} turns. {HELP}")
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
-        if line == "help":
-            out(HELP)
-            continue
-        if line == "tools":
-            out(describe_tools(env))
-            continue
-        if line == "quit":
-            break
-        try:
-            call = parse_line(line)
-        except ValueError as exc:
-            out(f"error: {exc}")
-            continue
+    for call in calls(lines, out, HELP, describe_tools(env)):
         observation, r, terminated, truncated, info = env.step(call)
         out(observation)
         if terminated:
@@ -136,23 +136,7 @@ def play_written(row: dict[str, Any], lines: TextIO, out: Callable[[str], None])
     out("")
     out(describe_tools(episode.tools))
     out(f"\nOne submission. {HELP_F}")
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
-        if line == "help":
-            out(HELP_F)
-            continue
-        if line == "tools":
-            out(describe_tools(episode.tools))
-            continue
-        if line == "quit":
-            break
-        try:
-            call = parse_line(line)
-        except ValueError as exc:
-            out(f"error: {exc}")
-            continue
+    for call in calls(lines, out, HELP_F, describe_tools(episode.tools)):
         refused = episode.refusal(call)
         if refused is not None:
             out(f"error: {refused}")

@@ -19,6 +19,7 @@ The splits follow the reference paper: `train` (the three training families), `h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
@@ -83,11 +84,17 @@ def paper(families: list[Family], scale: float = 1.0) -> Preset:
                   ("A",), tuple(s for s in slots if s.target > 0))
 
 
-def diagnostic(families: list[Family], scale: float = 1.0) -> Preset:
+def _needs(families: list[Family], names: Iterable[str], preset_name: str) -> dict[str, Family]:
+    """The families by name; a ValueError naming those of `names` missing."""
     known = {f.name: f for f in families}
-    missing = [n for n in DIAGNOSTIC_FAMILIES if n not in known]
+    missing = [n for n in names if n not in known]
     if missing:
-        raise ValueError(f"the diagnostic preset needs families {missing}")
+        raise ValueError(f"the {preset_name} preset needs families {missing}")
+    return known
+
+
+def diagnostic(families: list[Family], scale: float = 1.0) -> Preset:
+    known = _needs(families, DIAGNOSTIC_FAMILIES, "diagnostic")
     per = _scaled(DIAGNOSTIC_PER_FAMILY, scale)
     slots = tuple(Slot(n, known[n].split, per) for n in DIAGNOSTIC_FAMILIES)
     return Preset("diagnostic", f"the five-family F/I/A diagnostic: {per} environments per family over "
@@ -106,10 +113,7 @@ SCALING_PER_CELL = 20
 
 
 def scaling(families: list[Family], scale: float = 1.0) -> Preset:
-    known = {f.name: f for f in families}
-    missing = [n for n in SCALING_CELLS if n not in known]
-    if missing:
-        raise ValueError(f"the scaling preset needs families {missing}")
+    known = _needs(families, SCALING_CELLS, "scaling")
     per = _scaled(SCALING_PER_CELL, scale)
     slots = tuple(Slot(name, known[name].split, per, (("horizon", m), ("size", n)))
                   for name, cells in SCALING_CELLS.items() for n, m in cells)
