@@ -202,9 +202,9 @@ class Family:
 
             >>> Family.of({"__doc__": "A toy family."}, name="toy")
             Traceback (most recent call last):
-            TypeError: family 'toy' defines no Params, sample, solve, ..., World (Family.of takes them from its module)
+            TypeError: family 'toy' defines no Params, sample, solve, ..., World, turn_budget, HIDDEN (Family.of takes them from its module)
 
-        The names are `CONVENTION`'s: `World` becomes `world` and the module docstring `doc`;
+        The names are `CONVENTION`'s: `World` becomes `world`, `HIDDEN` `hidden` and the module docstring `doc`;
         plan_spec, boundary_calls and the three decision-reward functions are optional. A keyword
         wins over a name found in `namespace`."""
         found = {key: namespace[name] for key, name in CONVENTION.items() if namespace.get(name) is not None}
@@ -259,9 +259,9 @@ CONVENTION = {"Params": "Params", "sample": "sample", "solve": "solve", "default
               "idle_policy": "idle_policy", "random_policy": "random_policy", "evaluate": "evaluate",
               "simulate": "simulate", "plan_spec": "plan_spec", "boundary_calls": "boundary_calls",
               "decision_values": "decision_values", "decision_state": "decision_state", "advantage": "advantage",
-              "world": "World", "doc": "__doc__"}
+              "world": "World", "doc": "__doc__", "turn_budget": "turn_budget", "hidden": "HIDDEN"}
 REQUIRED = ("Params", "sample", "solve", "default_policy", "idle_policy", "random_policy", "evaluate", "simulate",
-            "world", "doc")
+            "world", "doc", "turn_budget", "hidden")
 
 
 class Registry:

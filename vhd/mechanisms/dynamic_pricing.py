@@ -567,12 +567,10 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon revenue-management MDP (perishable stock, price menu, time-varying demand)",
     solver="backward Bellman recursion (exact integer-scaled rationals, python int)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = salvage of the whole stock: below −1 never selling
     # would score over 0.5; above 0.95 the myopic fixed price already nearly solves the instance
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (3, 12), "horizon": (24, 60)},
-    turn_budget=turn_budget,
     plan_format=(
         "an integer array of shape [horizon, capacity + 1]: entry [t, n] is the action in period t when n units are "
         "left, an index into prices (the level posted) or len(prices) for sales closed; column n = 0 is ignored."

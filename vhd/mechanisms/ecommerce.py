@@ -955,12 +955,10 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
     # default (middle price, no ads, order-up-to) already nearly solves the instance
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 12), "horizon": (60, 365)},
-    turn_budget=turn_budget,
     plan_format=(
         "an integer array of shape [horizon, capacity + 1, cash_cap + 1, 3]: entry [d, s, c] is the plan for day d "
         "when it opens with s units in stock and cash c, as (order quantity q, price level 0–2 indexing "

@@ -676,12 +676,10 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = buy-back of the initial charge: below −1 never
     # trading would score over 0.5; above 0.95 the mean-price threshold already nearly solves it
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 40), "horizon": (12, 72)},
-    turn_budget=turn_budget,
     plan_format="an integer array of shape [horizon, capacity + 1, len(regime_prices)]: entry [t, s, r] is the "
                 "signed number of units traded in hour t when the battery holds s units and the regime is r "
                 "(k > 0 charges k, k < 0 discharges −k, 0 idles), with |k| ≤ power and 0 ≤ s + k ≤ capacity "

@@ -464,13 +464,11 @@ register(Family.of(
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    hidden=HIDDEN,
     # z = (u_default − u_idle) / (u* − u_idle): below −3 the null plan (depot 0 alone) would beat the
     # default by three times the room above it (a default that bad teaches nothing); above 0.97 the
     # plain rule already nearly solves the instance. About 89% of sampled θ fall inside.
     default_band=(-3.0, 0.97),
     knob_ranges={"size": (5, 8), "horizon": (4, 12)},
-    turn_budget=turn_budget,
     plan_format=(
         'a 0/1 integer vector of length n_sites: entry k is 1 if depot k is opened (at least one); every town'
         ' is served by its cheapest open depot.'

@@ -553,7 +553,6 @@ register(Family.of(
     # above 0.95 the default is already near-optimal (no room to learn)
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 30), "horizon": (7, 120)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer table of shape [horizon, S]: row d is day d, column s a start-of-day state; with '
         "lead_time 0 or 1 state s is 'on hand = s' (S = capacity + 1); with lead_time 2 the states are the "

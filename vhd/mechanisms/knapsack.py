@@ -533,13 +533,11 @@ register(Family.of(
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    hidden=HIDDEN,
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0 (the empty selection): z ≥ 0 always, since
     # any selection is worth ≥ 0; above 0.95 the index-order first fit already nearly solves it
     default_band=(0.0, 0.95),
     knob_ranges={"size": (6, 14), "horizon": (1, 11)},
-    turn_budget=turn_budget,
     plan_format=(
         'a 0/1 integer vector of length n_items: entry i is 1 if lot i is selected; the selection must fit '
         'every capacity.'

@@ -567,7 +567,6 @@ register(Family.of(
     # two products are allowed by Params, but sampling starts at three: with two, filling the
     # best seller first is optimal more than half the time and the default band rejects it
     knob_ranges={"size": (3, 8), "horizon": (2, 6)},
-    turn_budget=turn_budget,
     plan_format=(
         'a vector of n = products real numbers: x[j] is the quantity of product j (0 ≤ x[j] ≤ demand[j]; the '
         'resource hours usage · x must fit capacity).'

@@ -645,12 +645,10 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
     # 0.5; above 0.95 running to failure already nearly solves the instance
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 12), "horizon": (20, 120)},
-    turn_budget=turn_budget,
     plan_format=(
         "an integer table of shape [horizon, n_conditions]: entry [d, c] is the action taken on day d when the "
         "machine starts the day in condition c, 0 = run (a failed machine, c = n_conditions − 1, then stands idle "

@@ -521,12 +521,10 @@ register(Family.of(
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
     # above 0.95 the default is already near-optimal (no room to learn)
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (3, 12), "horizon": (2, 12)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer table of shape [horizon, max_price + 1]: entry [t, b] is the action in round t when b is '
         'the highest value the buyer may still have (b = max_price before any rejection, else the lowest '

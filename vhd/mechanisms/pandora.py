@@ -623,12 +623,10 @@ register(Family.of(
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
     # above 0.95 the fee-blind exhaustive search in index order already nearly solves it
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 7), "horizon": (2, 7)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer table of shape [2^n_boxes, L]: row m is the set of boxes already opened as a bit mask '
         '(bit i = box i), column k the best prize in hand, as the index k into the sorted distinct values of '

@@ -604,7 +604,6 @@ register(Family.of(
     # the default (trivial); above 0.95 the equal split is already near-optimal (nothing to learn)
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (2, 8), "horizon": (1, 6)},
-    turn_budget=turn_budget,
     plan_format=(
         'a vector of `assets` real numbers: the amount allocated to each project (0 ≤ x[i] ≤ caps[i], summing'
         ' to at most the budget).'

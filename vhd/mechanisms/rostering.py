@@ -829,7 +829,6 @@ register(Family.of(
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    hidden=HIDDEN,
     stochastic=False,
     # z = (u_default − u_idle) / (u* − u_idle), u_idle = −penalty × total demand (empty roster). The greedy
     # staffs shifts even with bank staff dearer than the penalty, so z < 0 happens (about 4 % of draws below
@@ -837,7 +836,6 @@ register(Family.of(
     # already nearly solves the instance (about 8 % of draws). About 90 % of sampled θ fall inside.
     default_band=(-0.5, 0.97),
     knob_ranges={"size": (4, 10), "horizon": (3, 10)},
-    turn_budget=turn_budget,
     plan_format="an integer array of shape [n_staff, horizon]: entry [s, d] is the shift staff member s works on "
                 "day d (0 … n_shifts − 1, in the order of shift_names) or −1 if s is off that day; every worked "
                 "entry must be available, each row may hold at most max_shifts[s] worked days, and a night "

@@ -592,12 +592,10 @@ register(Family.of(
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
     # 0.5 (trivial); above 0.95 nearest-neighbour already nearly solves it (no room to learn)
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (5, 9), "horizon": (5, 15)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer vector of length n_stops: the stops to visit in order (numbers 1 … n_stops, each at most '
         'once, every leg obeying the time-budget rule), padded at the end with −1; all −1 means stay at the '

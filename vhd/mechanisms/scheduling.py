@@ -453,7 +453,6 @@ register(Family.of(
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",
-    hidden=HIDDEN,
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle), idle = everything on machine 0 (makespan Σp). List
     # scheduling is a 2 − 1/m approximation, so z sits high (typically 0.8–0.95); it is often
@@ -461,7 +460,6 @@ register(Family.of(
     # is within a unit or so of π* on a large instance; below 0 it would do worse than idling.
     default_band=(0.0, 0.99),
     knob_ranges={"size": (6, 10), "horizon": (2, 4)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer vector of length n_jobs: entry j is the machine (0 … n_machines − 1) of job j, or −1 for '
         'unassigned (it then goes on machine 0).'

@@ -426,13 +426,11 @@ register(Family.of(
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",
-    hidden=HIDDEN,
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = E[offer] (accept the first one): below −1 taking
     # the first offer would score over 0.5 (waiting for the mean is a trap, nothing to learn
     # beyond "take it"); above 0.95 the mean threshold already nearly solves the instance
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (5, 12), "horizon": (18, 30)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer vector of length horizon: entry d is the lowest offer accepted on day d (max(values) + 1 '
         'means decline every offer that day).'

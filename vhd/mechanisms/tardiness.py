@@ -447,14 +447,12 @@ register(Family.of(
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
-    hidden=HIDDEN,
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle), idle = index order. WSPT is optimal when every job is late
     # anyway (then ΣwT = ΣwC − Σwd), so z near 1 means tight due dates with nothing to learn; above
     # 0.97 Smith's rule nearly solves it. Below −1 idling beats Smith's rule by more than π* beats idling.
     default_band=(-1.0, 0.97),
     knob_ranges={"size": (4, 10), "horizon": (5, 10)},
-    turn_budget=turn_budget,
     plan_format=(
         'an integer vector of at most n_jobs distinct job numbers: the processing order; jobs left out are '
         'appended in index order.'
