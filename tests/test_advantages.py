@@ -88,3 +88,39 @@ def test_the_advantages_sum_to_the_utility_less_the_noise(name):
         if what == "default":
             spread = 4 * totals.std(ddof=1) / math.sqrt(SEEDS) + 1e-6 * max(1.0, abs(s.u_star))
             assert abs(totals.mean() - (s.u_default - s.u_star)) <= spread, (totals.mean(), s.u_default - s.u_star)
+
+
+@pytest.mark.parametrize("name,bug,why", [
+    ("stopping", "losses turned gains", "positive advantage"),  # V* is the best Q*: no A* above 0
+    ("knapsack", "π*'s decisions lose", "π*'s decisions have advantage"),
+    ("knapsack", "losses doubled", "not its utility less u*"),  # a deterministic Σ A* is u − u*
+])
+def test_the_decision_reward_gate_fails_on_wrong_advantages(name, bug, why):
+    """The gate judges the family's advantage code on each candidate: the correct code passes,
+    and each wrong one fails it by the invariant it breaks."""
+    import dataclasses
+
+    from family_kit import failed, gated
+    from vhd.tasks.check import check_batch
+
+    family = registry.get(name)
+    run = gated(family, models=2)
+    output = run.outputs[0]
+    mine = [c for c in run.candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    right = family.advantage
+
+    def wrong(theta, values, before, call, after):
+        value = right(theta, values, before, call, after)
+        if call is None:
+            return value
+        if bug == "losses turned gains":
+            return abs(value)
+        if bug == "π*'s decisions lose":
+            return value - 1.0 if value == 0.0 else value
+        return 2.0 * value
+
+    broken = dataclasses.replace(family, advantage=wrong)
+    assert "decision_reward" not in failed(check_batch(family, output, mine, every_candidate=True))
+    verdicts = check_batch(broken, output, mine, every_candidate=True)
+    reasons = [g.message for v in verdicts for g in v.gates if g.name == "decision_reward" and not g.passed]
+    assert reasons and all(why in r for r in reasons), reasons

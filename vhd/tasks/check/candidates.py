@@ -20,7 +20,7 @@ from vhd.tasks.sample import episode_seed
 from vhd.tasks.setters.template import narrative
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "7"  # what the gates prove (CHANGELOG.md lists each version's change)
+CHECKER_VERSION = "8"  # what the gates prove (CHANGELOG.md lists each version's change)
 ANNOTATOR_VERSION = "1"  # how annotate.py builds an environment record from a verdict
 # an environment's id covers the code that judged it: new gates (a CHECKER_VERSION bump) give new ids
 CODE_VERSION = f"{ANNOTATOR_VERSION}+checker{CHECKER_VERSION}"

@@ -25,7 +25,9 @@ from vhd.tasks.check.evidence import FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, 
 from vhd.tasks.check.planning import default_band
 from vhd.tasks.solve import unpack_policy
 
-DECISION_SEEDS = 12  # episode seeds, beside the candidate's, on which the decision reward is checked
+DECISION_SEEDS = 3  # episode seeds, beside the candidate's, on which π*'s decision reward is checked
+# (each replay of a plan on the reference World costs ~10 ms of the flow's own CPU; 12 seeds of three
+# plans added ~300 s to the paper preset, over its 10-minute bar)
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES_REQUIRED = ("probe", "decision", "clock")
 
@@ -213,8 +215,8 @@ def gate_decision_reward(ev: Evidence) -> tuple[bool, str]:
     """The decision reward is exact on this θ, by invariants that hold on every seed: replayed on the
     family's own World, π*'s decisions have advantage 0 (reward 1) on the candidate's episode seed
     and DECISION_SEEDS others; no decision of the default or of a random plan has a positive
-    advantage there (V* is the best of the Q*); and in a deterministic family their advantages sum
-    to u − u* exactly. (That the default's sum averages E[u_default] − u* over seeds is a property
+    advantage on the candidate's seed (V* is the best of the Q*); and in a deterministic family
+    their advantages sum to u − u* exactly. (That the default's sum averages E[u_default] − u* over seeds is a property
     of the family's advantage code, tested over many seeds in tests/test_advantages.py: a
     per-environment sample of a few seeds would reject correct environments on rare draws.) Fails
     on a nonzero advantage of π*, a positive one, a deterministic sum that is not u − u*, or a
@@ -229,7 +231,7 @@ def gate_decision_reward(ev: Evidence) -> tuple[bool, str]:
     tolerance = 1e-6 * max(1.0, abs(s.u_star))
     for seed in seeds if family.stochastic else seeds[:1]:
         config = dict(candidate.config(), episode_seed=seed)
-        for name, plan in plans.items():
+        for name, plan in plans.items() if seed == candidate.episode_seed else [("π*", plans["π*"])]:
             steps = step_advantages(family, config, family.simulate(theta, plan, seed).calls)
             if name == "π*" and (steps.total != 0.0 or any(steps.per_call)):
                 return False, f"π*'s decisions have advantage {steps.total:.6g} on episode seed {seed}, not 0"
@@ -239,7 +241,7 @@ def gate_decision_reward(ev: Evidence) -> tuple[bool, str]:
                 return False, (f"{name}'s advantages sum to {steps.total:.6g}, not its utility less u* "
                                f"({steps.utility - s.u_star:.6g})")
     checked = len(seeds) if family.stochastic else 1
-    return True, f"π*'s advantages 0 and no positive advantage on {checked} episode seed(s)"
+    return True, f"π*'s advantages 0 on {checked} episode seed(s), no positive advantage on the candidate's"
 
 
 def gate_determinism(ev: Evidence) -> tuple[bool, str]:
