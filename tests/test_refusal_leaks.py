@@ -143,8 +143,8 @@ def test_a_stochastic_refusal_that_shows_the_lead_time_is_rejected():
     output, candidates = candidates_of("inventory_dp", 2)
     leaky = mutated(output, 'with %d more, on hand, in transit and ordered today would exceed it"',
                     'with %d more, on hand, in transit and ordered today would exceed it (lead time %d)"')
-    leaky = mutated(leaky, '% (self.p["capacity"], self.v["unit"], quantity))',
-                    '% (self.p["capacity"], self.v["unit"], quantity, self.p["lead_time"]))')
+    leaky = mutated(leaky, '% (self._count(self.p["capacity"]), quantity))',
+                    '% (self._count(self.p["capacity"]), quantity, self.p["lead_time"]))')
     for gate in hiding(check_batch(family, leaky, candidates, every_candidate=True)):
         assert not gate.passed and "refusal of" in gate.message, gate.message
 

@@ -1,7 +1,7 @@
 """What check judges: a candidate environment, the simulator's episodes on its seed, its verdict.
 
     >>> CODE_VERSION  # in every candidate's environment id: new gates give new ids
-    '1+checker7'
+    '1+checker8'
 
 Candidates are built here (`make_candidates`), before check, and re-exported by annotate.
 """
