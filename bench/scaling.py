@@ -12,25 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
+from solve_scaling import timed_solves  # bench/ is on the path when a bench script runs
 from vhd.mechanisms import registry
 from vhd.tasks.presets import SCALING_CELLS, SCALING_PAPER_CELLS
 from vhd.tasks.sample import draw
 
 
 def measure(family, knobs: dict[str, int], thetas: int, repeats: int) -> dict:
-    seconds, spaces, gaps = [], [], []
-    for seed in range(thetas):
-        _, theta = draw(family, 10_000 + seed, knobs)
-        runs = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            solution = family.solve(theta)
-            runs.append(time.perf_counter() - started)
-        seconds.append(statistics.median(runs))
-        spaces.append(solution.certificate.state_space)
-        gaps.append(solution.u_star - solution.u_default)
+    seconds, spaces, gaps = timed_solves(family, knobs, thetas, repeats)
     return {"median": statistics.median(seconds), "max": max(seconds), "state_space": statistics.median(spaces),
             "gap": statistics.fmean(gaps)}
 

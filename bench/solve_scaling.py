@@ -22,9 +22,9 @@ def corner(family, which: str) -> dict[str, int]:
     return {name: (lo if which == "low" else hi) for name, (lo, hi) in family.knob_ranges.items()}
 
 
-def measure(family, which: str, seeds: int, repeats: int) -> dict:
-    knobs = corner(family, which)
-    family.solve(draw(family, 9_999, knobs)[1])  # warm-up: the first solve pays the solver's imports
+def timed_solves(family, knobs: dict[str, int], seeds: int, repeats: int) -> tuple[list, list, list]:
+    """Per θ drawn with `knobs` pinned (seeds 10,000 …): the median seconds of `repeats` solves,
+    the certificate's state space and the gap u* − u₀."""
     seconds, spaces, gaps = [], [], []
     for seed in range(seeds):
         _, theta = draw(family, 10_000 + seed, knobs)
@@ -36,6 +36,13 @@ def measure(family, which: str, seeds: int, repeats: int) -> dict:
         seconds.append(statistics.median(runs))
         spaces.append(solution.certificate.state_space)
         gaps.append(solution.u_star - solution.u_default)
+    return seconds, spaces, gaps
+
+
+def measure(family, which: str, seeds: int, repeats: int) -> dict:
+    knobs = corner(family, which)
+    family.solve(draw(family, 9_999, knobs)[1])  # warm-up: the first solve pays the solver's imports
+    seconds, spaces, gaps = timed_solves(family, knobs, seeds, repeats)
     return {"knobs": knobs, "seconds": statistics.median(seconds), "state_space": statistics.median(spaces),
             "gap": statistics.fmean(gaps)}
 
