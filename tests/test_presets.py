@@ -154,3 +154,12 @@ def test_a_cell_pins_its_knobs_and_its_models_are_drawn_again_from_seed_and_batc
     assert all(draw(family, m.seed, cell_knobs(m.batch)) == (m.knobs, m.theta) for m in models)
     ordinary = sample_models(family, 3, 7, "2026-12-04")  # an ordinary batch still draws from the knob ranges
     assert all(family.knob_ranges["size"][0] <= m.knobs["size"] <= family.knob_ranges["size"][1] for m in ordinary)
+
+
+def test_a_malformed_cell_batch_key_is_one_line():
+    from vhd.schemas.errors import InvalidParams
+    from vhd.tasks.sample import cell_knobs
+
+    for batch in ("b+cell:size", "b+cell:size=x", "b+cell:=3", "b+cell:"):
+        with pytest.raises(InvalidParams, match="knob=integer pairs"):
+            cell_knobs(batch)

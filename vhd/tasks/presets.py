@@ -48,8 +48,7 @@ class Slot:
     @property
     def key(self) -> str:
         """A name for the slot unique within a preset: the family, `+heldout`, and a cell's knobs."""
-        key = self.family + HELDOUT_SUFFIX if self.split == "heldout" else self.family
-        return cell_batch(key, dict(self.knobs)) if self.knobs else key
+        return self.batch(self.family)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from vhd.mechanisms import Family
+from vhd.schemas.errors import InvalidParams
 from vhd.schemas.hashing import sha256_hex
 from vhd.schemas.records import ModelRecord
 
@@ -67,6 +68,9 @@ def cell_knobs(batch: str) -> dict[str, int] | None:
     if CELL not in batch:
         return None
     pairs = [item.partition("=") for item in batch.rpartition(CELL)[2].split(",")]
+    if not all(name and value.lstrip("-").isdigit() for name, _, value in pairs):
+        raise InvalidParams(f"batch key {batch[:80]!r} names a cell ({CELL}) but not as knob=integer pairs; "
+                            "expected e.g. 2026-12-04+cell:horizon=5,size=6")
     return {name: int(value) for name, _, value in pairs}
 
 
