@@ -215,19 +215,31 @@ def _family_row(f) -> dict[str, Any]:
             "tools": len(f.tools), "roles": {role: [t.name for t in f.tools if t.role == role]
                                              for role in ("probe", "decision", "clock", "observe")},
             "hidden": list(f.hidden), "noisy_probes": [t.name for t in f.tools if t.noisy],
+            "per_entry_probes": [t.name for t in f.tools if t.role == "probe" and t.input_schema.get("required")],
+            "probes": [{"name": t.name, "turn_cost": t.turn_cost, "reveals": list(t.reveals), "noisy": t.noisy,
+                        "per_entry": bool(t.input_schema.get("required")),
+                        "arguments": list(t.input_schema.get("required", []))}
+                       for t in f.tools if t.role == "probe"],
             "stochastic": f.stochastic, "plan_format": f.plan_format, "presentations": ["F", "I", "A"]}
 
 
+def _probe_cell(probe: dict[str, Any]) -> str:
+    """"`inspect_item` (per item, noisy, 1 turn)": a probe of the FAMILIES.md table."""
+    kind = [f"per {', '.join(probe['arguments'])}"] if probe["per_entry"] else []
+    kind += ["noisy"] if probe["noisy"] else []
+    turns = f"{probe['turn_cost']} turn{'s' if probe['turn_cost'] != 1 else ''}"
+    return f"`{probe['name']}` ({', '.join(kind + [turns])})"
+
+
 def _families_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| family | group | model | solver | knobs | tools | what A hides (probes; noisy) |",
+    lines = ["| family | group | model | solver | knobs | tools | what A hides (through which probes) |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         knobs = "; ".join(f"`{k}` {lo}–{hi}" for k, (lo, hi) in r["knobs"].items())
         tools = ", ".join(f"{n} {role}" for role, names in r["roles"].items() for n in [len(names)] if n)
-        probes = ", ".join(f"`{name}`" for name in r["roles"]["probe"])
-        noisy = ", ".join(f"`{name}`" for name in r["noisy_probes"]) or "none"
+        probes = ", ".join(_probe_cell(probe) for probe in r["probes"])
         lines.append(f"| {r['name']} | {r['group']} | {r['model_class']} | {r['solver']} | {knobs} | "
-                     f"{r['tools']} ({tools}) | {', '.join(r['hidden'])} (through {probes}; noisy: {noisy}) |")
+                     f"{r['tools']} ({tools}) | {', '.join(r['hidden'])} (through {probes}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -835,7 +847,8 @@ def play(env_id: str = typer.Argument(..., help="environment id (or a unique pre
 @handles_errors
 def eval_(
     agent: str = typer.Option(..., "--agent", help="scripted: oracle (π*'s calls), default, idle, random (seeded "
-                              "valid random policy), greedy (a myopic heuristic per family); or an LLM: "
+                              "valid random policy), greedy (a myopic heuristic per family), prober (in A reads "
+                              "the probes it can afford, then plays the optimum of what it read); or an LLM: "
                               "anthropic:MODEL (Messages tool use) or openai:BASE_URL:MODEL (chat completions)"),
     preset_name: str = typer.Option("diagnostic", "--preset", help="which families to evaluate (diagnostic: "
                                     "inventory_dp, knapsack, lp, qp, routing)"),

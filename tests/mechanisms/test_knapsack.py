@@ -21,6 +21,7 @@ from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
 
 FAM = registry.get("knapsack")
+ROOMY = 60  # a turn budget for the tests that look at everything (the family's own affords π* and a few probes)
 HIDDEN = ("values", "weights", "capacities")
 
 
@@ -293,7 +294,7 @@ def test_the_module_plays_a_plan_in_one_turn_per_lot_and_one_to_submit(k):
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[0]
     out, _ = generated(FAM, 0)
-    env = env_of(FAM, 0, theta, "A")
+    env = env_of(FAM, 0, theta, "A", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     lot = call("inspect_item", item=3)
     assert lot["ok"] and lot["value"] == theta["values"][3]
@@ -369,10 +370,10 @@ def test_in_i_the_headroom_and_the_sums_count_every_lot_from_the_start():
     first"): the headroom is shown at once and the selection's sums count every lot."""
     theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
     out, _ = generated(FAM, 1)
-    env = env_of(FAM, 1, theta, "I")
+    env = env_of(FAM, 1, theta, "I", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     assert call("view_headroom") == {"headroom": {"floor space": 6, "handling hours": 4}, "not_counted": [],
-                                     "ok": True, "turns_left": FAM.turn_budget(theta) - 1}
+                                     "ok": True, "turns_left": ROOMY - 1}
     assert call("add_item", item=2)["ok"]
     assert call("view_selection")["value"] == 3 and call("view_selection")["not_counted"] == []
     assert list(call("view_headroom")["headroom"].values()) == [4, 1]
@@ -610,7 +611,7 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
     rng = np.random.default_rng(19)
     for _ in range(12):
         calls, expected, chosen, submitted = _random_calls(theta, rng, 14)
-        steps = step_advantages(FAM, _config(theta), calls)
+        steps = step_advantages(FAM, _config(theta, budget=ROOMY), calls)
         finish = 0 if submitted else worth(theta, chosen) - best_reachable(theta, chosen)
         assert steps.per_call == [float(a) for a in expected] and steps.finish == finish
         assert steps.utility == worth(theta, chosen) and steps.total == steps.utility - u_star
@@ -624,3 +625,16 @@ def test_running_out_of_turns_adds_the_submission_advantage_to_the_last_call():
              {"tool": "add_item", "arguments": {"item": 2}}, {"tool": "add_item", "arguments": {"item": 3}}]
     steps = step_advantages(FAM, _config(theta, budget=3), calls)
     assert steps.per_call == [0.0, 0.0, 8.0 - 9.0, 0.0] and steps.finish == 0.0 and steps.utility == 8.0
+
+
+def test_lot_arguments_are_bounded_by_the_instance():
+    """Issue 16: "item maximum 49 for 6 lots" — the schemas the module shows and checks stop at n − 1."""
+    theta = MODULE_THETAS[0]
+    out, _ = generated(FAM, 0)
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("inspect_item", "add_item", "remove_item"):
+            assert schemas[out.tool_name(tool)]["item"]["maximum"] == theta["n_items"] - 1
+        refused = env.call(out.tool_name("add_item"), {"item": theta["n_items"]})
+        assert refused["ok"] is False and f"must be <= {theta['n_items'] - 1}" in refused["error"]

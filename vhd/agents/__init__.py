@@ -11,6 +11,7 @@
 | `idle` | the family's idle policy (do nothing: order nothing, take nothing, stay home) |
 | `random` | a valid random policy of the family (`Family.random_policy`, seeded by (episode seed, episode index)), cut at the turn budget |
 | `greedy` | a myopic heuristic per family (`vhd/agents/greedy.py`); in A it first pays for every no-argument probe |
+| `prober` | in A, reads every probe it can afford after keeping back π*'s turns, then plays the exact optimum of what it read (`vhd/agents/prober.py`); in F and I, where θ is told, π* |
 
 A policy (π*, default, idle, random, greedy) is a feedback rule over the world's state (an
 order per (day, stock) for inventory, a plan for the one-shot families). It is turned into
@@ -34,7 +35,7 @@ from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
 
-SCRIPTED = ("oracle", "default", "idle", "random", "greedy")
+SCRIPTED = ("oracle", "default", "idle", "random", "greedy", "prober")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
         return t.family.idle_policy(theta)
     if agent == "random":
         return t.family.random_policy(theta, np.random.default_rng([t.env.episode_seed, episode, 0xA6E7]))
+    if agent == "prober":  # presentation F tells θ: the prober's plan is π*
+        return t.family.solve(theta).policy
     from vhd.agents.greedy import greedy_policy
 
     return greedy_policy(t.family, theta)
@@ -78,6 +81,13 @@ def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
         return list(t.env.reference_trajectory)
     if agent == "default":
         return list(t.env.default_trajectory)
+    if agent == "prober" and t.env.presentation != "F":
+        from vhd.agents.prober import probe_then_play
+        from vhd.tasks.check import to_calls
+
+        read, play = probe_then_play(t.family, t.model.theta, t.env.presentation, t.env.turn_budget,
+                                     t.env.episode_seed)
+        return to_calls(t.setter_output, read + play)
     policy = _policy(agent, t, episode)
     if t.env.presentation == "F":
         from vhd.tasks import written

@@ -194,6 +194,13 @@ class Family:
     decision_values: Callable[[dict[str, Any]], Any] | None = None
     decision_state: Callable[[dict[str, Any], Any], Any] | None = None
     advantage: Callable[[dict[str, Any], Any, Any, dict[str, Any] | None, Any], float] | None = None
+    # presentation A (the `prober` agent, vhd/agents/prober.py): `probe_calls(θ)` is every canonical probe
+    # call that shows something not shown yet, in the order a methodical player reads them; `belief(θ,
+    # read)` is θ as a player knows it after the accepted probe calls `read`: what they showed is θ's,
+    # every other hidden entry the family's stated guess (a sticker's estimate, the range's middle),
+    # with θ's form (belief(θ, probe_calls(θ)) == θ; belief(θ, []) does not depend on hidden θ)
+    probe_calls: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    belief: Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, namespace: dict[str, Any], **data: Any) -> Family:
@@ -205,7 +212,7 @@ class Family:
             TypeError: family 'toy' defines no Params, sample, solve, ..., World, turn_budget, HIDDEN (Family.of takes them from its module)
 
         The names are `CONVENTION`'s: `World` becomes `world`, `HIDDEN` `hidden` and the module docstring `doc`;
-        plan_spec, boundary_calls and the three decision-reward functions are optional. A keyword
+        plan_spec, boundary_calls, the three decision-reward functions, probe_calls and belief are optional. A keyword
         wins over a name found in `namespace`."""
         found = {key: namespace[name] for key, name in CONVENTION.items() if namespace.get(name) is not None}
         found.update(data)
@@ -259,6 +266,7 @@ CONVENTION = {"Params": "Params", "sample": "sample", "solve": "solve", "default
               "idle_policy": "idle_policy", "random_policy": "random_policy", "evaluate": "evaluate",
               "simulate": "simulate", "plan_spec": "plan_spec", "boundary_calls": "boundary_calls",
               "decision_values": "decision_values", "decision_state": "decision_state", "advantage": "advantage",
+              "probe_calls": "probe_calls", "belief": "belief",
               "world": "World", "doc": "__doc__", "turn_budget": "turn_budget", "hidden": "HIDDEN"}
 REQUIRED = ("Params", "sample", "solve", "default_policy", "idle_policy", "random_policy", "evaluate", "simulate",
             "world", "doc", "turn_budget", "hidden")

@@ -52,6 +52,9 @@ class BaseWorld:
     - `run_out()`: end the episode as the instruction says it ends when the turns run out (the
       answer of the call that used the last turn then passes through `after_run_out`);
     - `instruction(presentation, turn_budget)`: what the player reads ("I": θ given, "A": probed);
+    - optionally `limits(presentation)`: the bounds of this θ's tool arguments (an id below the
+      number of lots, an amount below the capacity), which `Env` writes into the tool schemas it
+      shows and checks: θ's own in I, and in A only what the instruction tells (never a hidden number);
     - one `tool_<canonical name>` method per tool, declared with `vhd.mechanisms.tool` (the
       declarations are the family's tool table; the template setter leaves them out of modules,
       whose skin carries the tools). A player's mistake raises `AgentError`.
@@ -150,6 +153,26 @@ class BaseWorld:
     def instruction(self, presentation, turn_budget):
         raise NotImplementedError
 
+    def limits(self, presentation):
+        """{canonical tool: {argument: (low, high)}}: the instance's bounds of tool arguments, which
+        narrow the family's schema (never widen it). In presentation A a bound may only use what the
+        instruction tells: a leak check compares the A tool list of worlds that differ in hidden θ."""
+        return {}
+
+
+def fitted(schema, bounds):
+    """`schema` with each argument's minimum and maximum narrowed to `bounds` {argument: (low, high)}
+    (a copy; arguments not named keep the family's bounds)."""
+    if not bounds:
+        return schema
+    properties = dict(schema["properties"])
+    for name, (low, high) in bounds.items():
+        spec = dict(properties[name])
+        spec["minimum"] = max(spec.get("minimum", low), low)
+        spec["maximum"] = max(spec["minimum"], min(spec.get("maximum", high), high))
+        properties[name] = spec
+    return dict(schema, properties=properties)
+
 
 _JSON_TYPES = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -229,11 +252,11 @@ class Env:
         self._lock = threading.RLock()
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._world = World(self._db, config["params"], config["episode_seed"], SKIN)  # noqa: F821  (both follow)
-        self._specs = {tool["name"]: tool for tool in SKIN["tools"]}  # noqa: F821
-        self.tools = [
-            {"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
-            for t in SKIN["tools"]  # noqa: F821
-        ]
+        limits = self._world.limits(self._presentation)
+        self._specs = {tool["name"]: dict(tool, input_schema=fitted(tool["input_schema"], limits.get(tool["canonical"])))
+                       for tool in SKIN["tools"]}  # noqa: F821
+        self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
+                      for t in self._specs.values()]
         self.instruction = "%s\n\n%s" % (self._world.instruction(self._presentation, self._budget), self.rules())
 
     def rules(self):

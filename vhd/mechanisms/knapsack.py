@@ -276,8 +276,36 @@ decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
-    """Inspect every lot, read the capacities, add every lot, submit, and some room to spare."""
-    return 3 * theta["n_items"] + 12
+    """Add every lot and submit, and one turn more: room for any selection, but in presentation A
+    not for reading every lot as well (n + 1 probes): what to inspect is a choice."""
+    return theta["n_items"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states the ranges): an uninspected lot uses LOAD_GUESS units of every resource and is worth
+# VALUE_GUESS; unread capacities are half the guessed total load, as the generator draws them.
+
+LOAD_GUESS, VALUE_GUESS = 10, 60  # the middle of the loads 0…20 and the values 10…110 the instruction states
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the capacities, then inspect the lots in index order."""
+    return [{"tool": "read_capacities", "arguments": {}}] + [
+        {"tool": "inspect_item", "arguments": {"item": i}} for i in range(theta["n_items"])]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: inspected lots exact, the others the stated guess."""
+    n, m = theta["n_items"], theta["n_resources"]
+    seen = {call["arguments"]["item"] for call in read if call["tool"] == "inspect_item"}
+    values = [theta["values"][i] if i in seen else VALUE_GUESS for i in range(n)]
+    weights = [[row[i] if i in seen else LOAD_GUESS for i in range(n)] for row in theta["weights"]]
+    if any(call["tool"] == "read_capacities" for call in read):
+        capacities = list(theta["capacities"])
+    else:
+        capacities = [max(sum(row) // 2, 1) for row in weights]
+    return {**theta, "n_items": n, "n_resources": m, "values": values, "weights": weights, "capacities": capacities}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,6 +401,11 @@ class World(BaseWorld):
     def run_out(self):
         self._log("submitted (turns ran out)")
         self._set("submitted", 1)
+
+    def limits(self, presentation):
+        """Lot numbers run 0 … n − 1 (the instruction tells n in both presentations)."""
+        lot = {"item": (0, self.p["n_items"] - 1)}
+        return {"inspect_item": lot, "add_item": lot, "remove_item": lot}
 
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Inspect one candidate lot of {item}: its value in {currency} and the units it uses of every "
@@ -522,14 +555,16 @@ class World(BaseWorld):
     def _probe_lines(self):
         """Presentation A: what is hidden, and the probes that reveal it."""
         return ["The lots' values and loads and the resources' capacities are not given: %s reveals one lot's "
-                "value and loads, %s the capacities, each at the cost of a turn from the same budget."
-                % (self.name["inspect_item"], self.name["read_capacities"])]
+                "value and loads, %s the capacities, each at the cost of a turn from the same budget. Every lot "
+                "uses 0 to 20 units of each resource and is worth 10 to 110 %s, more for heavier lots; each "
+                "capacity is about half the total load of all the lots on that resource."
+                % (self.name["inspect_item"], self.name["read_capacities"], self.v["currency"])]
 
 
 register(Family.of(
     globals(),
     name="knapsack",
-    version="5",
+    version="6",
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",

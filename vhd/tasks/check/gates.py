@@ -287,7 +287,8 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
     (`perturbed`). Nothing the player reads without probing may tell the two apart:
 
     - every probe must cost at least one turn (calling each once uses the sum of their costs);
-    - the instruction, and the first answer of every argument-free observation tool, are the same;
+    - the instruction, the tool list (the schemas' bounds fitted to the instance), and the first
+      answer of every argument-free observation tool, are the same;
     - the twin plays every call sequence (`tailed`) the candidate played, and wherever both
       worlds refuse the call at the same position, the refusal texts are identical: a refusal
       names the rule that was broken, never a hidden number (a cap, a travel time) nor which of
@@ -318,6 +319,8 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
         return True, "probes cost turns; hidden θ could not be perturbed for this module (leak check not run)"
     if twin["describe"]["instruction"] != ev.first["describe"]["instruction"]:
         return False, "the A instruction changes when only hidden parameters change: it leaks them"
+    if twin["describe"].get("tools") != ev.first["describe"].get("tools"):
+        return False, "the A tool list (its argument bounds) changes when only hidden parameters change: it leaks them"
     if ev.twin_trajectory(LOOKS)["obs_digest"] != ev.trajectory(LOOKS)["obs_digest"]:
         return False, "an observation tool's first answer changes when only hidden parameters change: it leaks them"
     roles = {t.name: t.role for t in ev.family.tools}

@@ -1,0 +1,73 @@
+"""The `prober`: reads every probe it can afford, then plays the exact optimum of what it read.
+
+    >>> from vhd.mechanisms import registry
+    >>> from vhd.tasks.sample import draw
+    >>> knapsack = registry.get("knapsack")
+    >>> _, theta = draw(knapsack, 3)
+    >>> read, play = probe_then_play(knapsack, theta, "A", knapsack.turn_budget(theta), episode_seed=0)
+    >>> [call["tool"] for call in read][:3]      # what it paid for, in the family's reading order
+    ['read_capacities', 'inspect_item', 'inspect_item']
+    >>> play[-1]["tool"]
+    'submit_selection'
+
+It is the measuring stick of presentation A (issue 16): in I, θ is told, so it reads nothing and
+plays π* (reward 1); in A it keeps back the turns that π*'s own play uses on the episode seed,
+spends the rest on `Family.probe_calls(θ)` in order (skipping a probe it cannot afford), forms
+`Family.belief(θ, read)` — what it read, and the family's stated guess for everything else — and
+plays the exact optimum of that belief with the family's own solver. What it loses in A is the
+value of what the budget left unread. It reads the probes' answers through `belief`, never
+through π* or θ's unread entries.
+
+Its play is the belief-optimal plan turned into calls by the family's simulator on the true θ
+(a feedback rule observes the true states, as every scripted agent's does); a plan the true θ
+refuses (a selection that overflows a capacity the prober guessed) is offered call by call as
+simulated on its belief, and the world refuses what does not fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vhd.mechanisms import Family
+from vhd.schemas.errors import InvalidParams
+
+
+def reads_probes(family: Family) -> bool:
+    """Whether the family tells the prober what its probes show (`probe_calls` and `belief`)."""
+    return family.probe_calls is not None and family.belief is not None
+
+
+def turns_of(family: Family, calls: list[dict[str, Any]]) -> int:
+    """The turns canonical `calls` use if every one is accepted."""
+    return sum(family.tool(call["tool"]).turn_cost for call in calls)
+
+
+def affordable(family: Family, theta: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+    """The probe calls, in the family's reading order, that fit in `budget` turns (a probe that
+    does not fit is skipped; a cheaper one after it may still fit)."""
+    read, used = [], 0
+    for call in family.probe_calls(theta):
+        cost = family.tool(call["tool"]).turn_cost
+        if used + cost <= budget:
+            read.append(call)
+            used += cost
+    return read
+
+
+def probe_then_play(family: Family, theta: dict[str, Any], presentation: str, turn_budget: int,
+                    episode_seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the probe calls it reads, the calls it then plays), canonical names, on one episode."""
+    optimum = family.solve(theta)
+    if presentation != "A":
+        return [], family.simulate(theta, optimum.policy, episode_seed).calls
+    if not reads_probes(family):
+        raise InvalidParams(f"{family.name} does not declare probe_calls and belief; the prober cannot play its A")
+    reserve = turns_of(family, family.simulate(theta, optimum.policy, episode_seed).calls)
+    read = affordable(family, theta, max(turn_budget - reserve, 0))
+    guess = family.belief(theta, read)
+    plan = family.solve(guess).policy
+    try:
+        play = family.simulate(theta, plan, episode_seed).calls
+    except ValueError:  # the true θ refuses the belief's plan as a whole: offer it call by call
+        play = family.simulate(guess, plan, episode_seed).calls
+    return read, play
