@@ -10,7 +10,7 @@
 | `default` | the stored default trajectory (the family's naive default policy) |
 | `idle` | the family's idle policy (do nothing: order nothing, take nothing, stay home) |
 | `random` | a valid random policy of the family (`Family.random_policy`, seeded by (episode seed, episode index)), cut at the turn budget |
-| `greedy` | a myopic heuristic per family (`vhd/agents/greedy.py`); in A it first pays for every no-argument probe |
+| `greedy` | a myopic heuristic per family (`vhd/agents/greedy.py`); in A, like the prober, it reads the probes it can afford and applies the heuristic to what it read (a family without `probe_calls`/`belief`: it pays for every no-argument probe and reads θ) |
 | `prober` | in A, reads every probe it can afford after keeping back π*'s turns, then plays the exact optimum of what it read (`vhd/agents/prober.py`); in F and I, where θ is told, π* |
 
 A policy (π*, default, idle, random, greedy) is a feedback rule over the world's state (an
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vhd.agents.prober import probe_then_play, reads_probes
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
@@ -61,7 +62,7 @@ def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
         return t.family.idle_policy(theta)
     if agent == "random":
         return t.family.random_policy(theta, np.random.default_rng([t.env.episode_seed, episode, 0xA6E7]))
-    if agent == "prober":  # presentation F tells θ: the prober's plan is π*
+    if agent == "prober":  # θ is told (F, I), or the family declares no probe beliefs: π*
         return t.family.solve(theta).policy
     from vhd.agents.greedy import greedy_policy
 
@@ -81,12 +82,12 @@ def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
         return list(t.env.reference_trajectory)
     if agent == "default":
         return list(t.env.default_trajectory)
-    if agent == "prober" and t.env.presentation != "F":
-        from vhd.agents.prober import probe_then_play
+    if agent in ("prober", "greedy") and t.env.presentation == "A" and reads_probes(t.family):
+        from vhd.agents.greedy import greedy_policy
         from vhd.tasks.check import to_calls
 
-        read, play = probe_then_play(t.family, t.model.theta, t.env.presentation, t.env.turn_budget,
-                                     t.env.episode_seed)
+        plan_of = (lambda known: greedy_policy(t.family, known)) if agent == "greedy" else None
+        read, play = probe_then_play(t.family, t.model.theta, "A", t.env.turn_budget, t.env.episode_seed, plan_of)
         return to_calls(t.setter_output, read + play)
     policy = _policy(agent, t, episode)
     if t.env.presentation == "F":

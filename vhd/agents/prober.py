@@ -26,7 +26,9 @@ simulated on its belief, and the world refuses what does not fit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
@@ -54,18 +56,24 @@ def affordable(family: Family, theta: dict[str, Any], budget: int) -> list[dict[
     return read
 
 
-def probe_then_play(family: Family, theta: dict[str, Any], presentation: str, turn_budget: int,
-                    episode_seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(the probe calls it reads, the calls it then plays), canonical names, on one episode."""
-    optimum = family.solve(theta)
+def probe_then_play(family: Family, theta: dict[str, Any], presentation: str, turn_budget: int, episode_seed: int,
+                    plan_of: Callable[[dict[str, Any]], np.ndarray] | None = None,
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the probe calls it reads, the calls it then plays), canonical names, on one episode.
+    `plan_of(θ̂)` is the plan it plays for what it knows: the exact optimum by default (the
+    `prober`); the `greedy` agent passes its heuristic."""
+    def optimum(known: dict[str, Any]) -> np.ndarray:
+        return family.solve(known).policy
+
+    plan_of = plan_of or optimum
     if presentation != "A":
-        return [], family.simulate(theta, optimum.policy, episode_seed).calls
+        return [], family.simulate(theta, plan_of(theta), episode_seed).calls
     if not reads_probes(family):
-        raise InvalidParams(f"{family.name} does not declare probe_calls and belief; the prober cannot play its A")
-    reserve = turns_of(family, family.simulate(theta, optimum.policy, episode_seed).calls)
+        raise InvalidParams(f"{family.name} does not declare probe_calls and belief; an agent cannot read its A probes")
+    reserve = turns_of(family, family.simulate(theta, optimum(theta), episode_seed).calls)
     read = affordable(family, theta, max(turn_budget - reserve, 0))
     guess = family.belief(theta, read)
-    plan = family.solve(guess).policy
+    plan = plan_of(guess)
     try:
         play = family.simulate(theta, plan, episode_seed).calls
     except ValueError:  # the true θ refuses the belief's plan as a whole: offer it call by call
