@@ -720,3 +720,36 @@ def test_one_unit_is_singular_in_the_instruction_and_the_refusals():
                                                      {"tool": "charge", "arguments": {"units": 1}}])
     assert charge["ok"] and "a charge of 1 unit is scheduled this hour" in discharge["error"]
     assert "the power limit is 1 unit per hour; 1 already scheduled" in more["error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas fitted to the instance (issue 16: "hour maximum 167 for 30 hours").
+
+
+def test_hour_and_unit_arguments_are_bounded_by_the_instance():
+    """The schemas the module shows and checks stop at the instance's last hour, its H hours of
+    listing and its power limit, in I and A alike (both instructions tell them); past them the
+    call is refused with the schema's message."""
+    out, _ = generated(FAM, 1)
+    name = out.tool_name
+    for theta in SIM[:3]:
+        last, power = theta["horizon"] - 1, theta["power"]
+        assert last < es.MAX_HORIZON - 1 and power < es.MAX_CAPACITY
+        for presentation in ("I", "A"):
+            env = env_of(FAM, 1, theta, presentation)
+            schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+            assert (schemas[name("view_price")]["hour"]["minimum"], schemas[name("view_price")]["hour"]["maximum"]) \
+                == (0, last)
+            assert schemas[name("view_price_history")]["last_hours"]["maximum"] == theta["horizon"]
+            assert schemas[name("view_trades")]["limit"]["maximum"] == theta["horizon"]
+            for trade in ("charge", "discharge"):
+                assert (schemas[name(trade)]["units"]["minimum"], schemas[name(trade)]["units"]["maximum"]) \
+                    == (1, power)
+            before = env.state_digest()
+            for tool, args, bound in [("view_price", {"hour": last + 1}, last),
+                                      ("charge", {"units": power + 1}, power),
+                                      ("view_price_history", {"last_hours": theta["horizon"] + 1}, theta["horizon"])]:
+                refused = env.call(name(tool), args)
+                assert refused["ok"] is False and f"must be <= {bound}" in refused["error"], (tool, refused)
+            assert env.state_digest() == before
+            assert env.call(name("view_price"), {"hour": 0})["ok"] and env.call(name("charge"), {"units": power})["ok"]

@@ -33,7 +33,9 @@ Tools
     transition probabilities), the battery spec sheet (efficiency, wear cost, buy-back price);
     decisions: schedule a charge, schedule a discharge, cancel this hour's schedule; clock: end
     the hour; observations: battery, cash, trade log, clock (hour, regime), the price of an hour,
-    the price history.
+    the price history. The tool schemas are fitted to the instance (the same in I and A, from what
+    both instructions tell): hours stop at H − 1, listings at H rows, and a charge or a discharge
+    at the power limit.
 
 Reward
     utility = cash at the end − cash at the start = sales × efficiency − purchases − wear +
@@ -467,6 +469,14 @@ class World(BaseWorld):
     def run_out(self):
         self._idle_to_end(self.tool_end_hour, scheduled=0)
 
+    def limits(self, presentation):
+        """Hours run 0 … H − 1 (at most H of them, or H trades, to list) and one hour's trade is at most
+        the power limit (θ's power ≤ capacity): both instructions tell H and the power."""
+        p = self.p
+        hours, trade = (1, p["horizon"]), {"units": (1, p["power"])}
+        return {"view_price": {"hour": (0, p["horizon"] - 1)}, "view_price_history": {"last_hours": hours},
+                "view_trades": {"limit": hours}, "charge": trade, "discharge": trade}
+
     # -- probes -----------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s electricity tariff sheet: the exact base price in {currency} per energy unit "
           "of every price regime and the add-on for each hour of day. Costs 2 turns.",
@@ -672,7 +682,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="energy_storage",
-    version="3",
+    version="4",
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",
