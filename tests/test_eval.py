@@ -78,6 +78,14 @@ def test_random_and_greedy_fall_strictly_between(diagnostic_db, agent, episodes)
             assert out["n"][family][p] == len(stored)
 
 
+def test_prober_scores_one_where_theta_is_told_and_less_in_a(diagnostic_db):
+    """The prober (issue 16): π* in F and I; in A it reads what its budget affords and plays the optimum
+    of what it read, which on these environments loses reward."""
+    out = _eval(diagnostic_db, "--agent", "prober")
+    assert all(cells["F"] == cells["I"] == 1.0 for cells in out["families"].values()), out["families"]
+    assert out["mean"]["A"] < 1.0 and out["gaps"]["I-A"] > 0.0
+
+
 def test_episodes_are_stored_with_lineage_and_rerun_adds_no_rows(diagnostic_db):
     first = _eval(diagnostic_db, "--agent", "oracle", "--presentations", "I", "--per-cell", "1")
     with Warehouse.open(diagnostic_db, read_only=True) as wh:
