@@ -814,3 +814,41 @@ def test_one_unit_in_the_instruction_is_singular_and_end_day_shows_what_arrives_
     assert stock["on_hand"] == day["on_hand"] + 2 and stock["in_transit"] == 0
     quiet = kit.play(FAM, 0, env, [{"tool": "end_day", "arguments": {}}])[0]
     assert quiet["arriving_tomorrow"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas fitted to the instance (issue 16: the agent should not learn the real range from refusals).
+
+
+def test_order_and_listing_arguments_are_bounded_by_the_instance():
+    """An order stops at the warehouse capacity (both instructions tell it) and, in I, at what the
+    cash cap can pay with the fee (A tells neither the fee nor the unit cost, so its schema does not
+    move with them); the order and sales listings stop at the H days. Past a bound the call is
+    refused with the schema's message."""
+    out, _ = generated(FAM, 1)
+    name = out.tool_name
+
+    def bounds(env):
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        return (schemas[name("place_order")]["quantity"]["maximum"], schemas[name("view_orders")]["limit"]["maximum"],
+                schemas[name("view_sales")]["last_days"]["maximum"])
+
+    for theta in SIM_THETAS[:3]:  # the sampler's cash cap pays a full warehouse and the fee
+        for presentation in ("I", "A"):
+            env = env_of(FAM, 1, theta, presentation)
+            assert bounds(env) == (theta["capacity"], theta["horizon"], theta["horizon"])
+            before = env.state_digest()
+            refused = env.call(name("place_order"), {"quantity": theta["capacity"] + 1})
+            assert refused["ok"] is False and f"must be <= {theta['capacity']}" in refused["error"]
+            listing = env.call(name("view_sales"), {"last_days": theta["horizon"] + 1})
+            assert listing["ok"] is False and f"must be <= {theta['horizon']}" in listing["error"]
+            assert env.state_digest() == before
+    # a cash cap of 17 with a fee of 4 pays at most (17 − 4) // 3 = 4 units at 3 each: fewer than the 5 the warehouse holds
+    theta = dict(SIM_THETAS[0], cash_cap=17, order_fee=4, unit_cost=3, initial_cash=17, initial_stock=0)
+    assert theta["capacity"] == 5
+    told, probed = env_of(FAM, 1, theta, "I"), env_of(FAM, 1, theta, "A")
+    assert bounds(told)[0] == 4 and bounds(probed)[0] == 5
+    refused = told.call(name("place_order"), {"quantity": 5})
+    assert refused["ok"] is False and "must be <= 4" in refused["error"]
+    assert told.call(name("place_order"), {"quantity": 4})["order_cost"] == 4 + 3 * 4 == 16
+    assert "would cost more than the cash" in probed.call(name("place_order"), {"quantity": 5})["error"]  # the World's rule

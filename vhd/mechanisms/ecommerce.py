@@ -57,7 +57,10 @@ Tools
     forecast (exact distributions, 2 turns) and a demand estimate (a noisy estimate of the
     mean demands, 1 turn, fresh noise each call); decisions: set price level, set ad level,
     place an order, cancel today's order; clock: close the day; observations: stock, cash,
-    storefront, calendar, orders, sales, ledger.
+    storefront, calendar, orders, sales, ledger. The tool schemas are fitted to the instance: an
+    order is at most the warehouse capacity (in I also at most what the cash cap can pay, fee
+    included: (cash_cap − order_fee) // unit_cost; A does not tell the fee or the unit cost), and
+    the order and sales listings stop at H rows (at most one order and one sales row a day).
 
 Reward
     utility = owner's account + final cash − initial cash (sales − purchases − fees −
@@ -689,6 +692,17 @@ class World(BaseWorld):
     def run_out(self):
         self._idle_to_end(self.tool_end_day, pending=0)
 
+    def limits(self, presentation):
+        """An order fits the warehouse (both instructions tell its capacity) and, in I, today's cash,
+        which never opens above the cash cap; at most one order and one sales row a day, H days."""
+        p = self.p
+        most = p["capacity"]
+        if presentation == "I":
+            most = min(most, (p["cash_cap"] - p["order_fee"]) // p["unit_cost"])
+        days = (1, p["horizon"])
+        return {"place_order": {"quantity": (1, most)}, "view_orders": {"limit": days},
+                "view_sales": {"last_days": days}}
+
     # -- probes -----------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s price list for {item}: the unit price in {currency} of each price level "
           "(low, middle, high).", reveals=("price_levels",))
@@ -951,7 +965,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="ecommerce",
-    version="4",
+    version="5",
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",
