@@ -541,7 +541,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("assign_shift", {"staff": 0, "day": 0, "shift": 0}),      # already works day 0
         ("assign_shift", {"staff": 0, "day": 1, "shift": 1}),      # over the limit of 2
         ("assign_shift", {"staff": 1, "day": 1, "shift": 0}),      # not available
-        ("assign_shift", {"staff": 2, "day": 0, "shift": 0}),      # no staff 2 (S = 2): the World refuses
+        ("assign_shift", {"staff": 2, "day": 0, "shift": 0}),      # no staff 2 (S = 2): the fitted schema refuses
         ("assign_shift", {"staff": 1, "day": 3, "shift": 0}),      # no day 3
         ("assign_shift", {"staff": 1, "day": 0, "shift": 2}),      # no shift 2 (K = 2)
         ("assign_shift", {"staff": 1, "day": 0, "shift": 3}),      # beyond the schema maximum
@@ -817,3 +817,35 @@ def test_the_instruction_counts_one_day_one_staff_member_and_one_shift_in_the_si
     assert "for 3 days, numbered 0 to 2. There are 2 staff members, numbered 0 to 1 (Ada, Bram)," in text
     assert "at most 3 shifts;" in text
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas fitted to the instance (issue 16: the agent should not learn the real range from refusals).
+
+
+def test_staff_day_and_shift_arguments_are_bounded_by_the_instance():
+    """Staff numbers stop at S − 1, days at D − 1 and shifts at K − 1 in every tool that takes them,
+    in I and A alike (both instructions tell S, D and K); past them the call is refused with the
+    schema's message."""
+    out, _ = generated(FAM, 1)
+    name = out.tool_name
+    takes = {"read_availability": ("staff",), "view_date": ("day",), "assign_shift": ("staff", "day", "shift"),
+             "unassign_shift": ("staff", "day"), "clear_date": ("day",)}
+    for theta in MODULE_THETAS[:3]:
+        last = {"staff": theta["n_staff"] - 1, "day": theta["horizon"] - 1, "shift": theta["n_shifts"] - 1}
+        for presentation in ("I", "A"):
+            env = env_of(FAM, 1, theta, presentation)
+            schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+            for tool, arguments in takes.items():
+                for argument in arguments:
+                    bound = schemas[name(tool)][argument]
+                    assert (bound["minimum"], bound["maximum"]) == (0, last[argument]), (tool, argument)
+            before = env.state_digest()
+            for argument in ("staff", "day", "shift"):
+                call = dict({"staff": 0, "day": 0, "shift": 0}, **{argument: last[argument] + 1})
+                refused = env.call(name("assign_shift"), call)
+                assert refused["ok"] is False and f"must be <= {last[argument]}" in refused["error"], refused
+            refused = env.call(name("view_date"), {"day": theta["horizon"]})
+            assert refused["ok"] is False and f"must be <= {last['day']}" in refused["error"]
+            assert env.state_digest() == before
+            assert env.call(name("view_date"), {"day": last["day"]})["ok"]

@@ -45,6 +45,8 @@ Tools
     day, clear a day (every shift of it); clock: publish the roster (ends the episode); observations: list the staff,
     view the roster, view one day, view the coverage (heads per shift, shortfall once the sheet is
     read), view the costs so far (the parts whose terms were read), view the action log.
+    The tool schemas are fitted to the instance, in I and A alike (both instructions tell S, D
+    and K): staff numbers stop at S − 1, days at D − 1 and shifts at K − 1.
 
 Reward
     utility = −(wages of the published roster + shortage_penalty × uncovered heads), higher is
@@ -555,6 +557,14 @@ class World(BaseWorld):
         self._log("published (turns ran out)")
         self._set("published", 1)
 
+    def limits(self, presentation):
+        """Staff run 0 … S − 1, days 0 … D − 1 and shifts 0 … K − 1 (both instructions tell S, D and K)."""
+        p = self.p
+        staff, day, shift = (0, p["n_staff"] - 1), (0, p["horizon"] - 1), (0, p["n_shifts"] - 1)
+        return {"read_availability": {"staff": staff}, "view_date": {"day": day},
+                "assign_shift": {"staff": staff, "day": day, "shift": shift},
+                "unassign_shift": {"staff": staff, "day": day}, "clear_date": {"day": day}}
+
     # -- probes -----------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s coverage requirement sheet: the exact number of heads every shift of every "
           "day needs (uses %d turns)." % SHEET_COST, reveals=("demand",), turn_cost=SHEET_COST)
@@ -825,7 +835,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="rostering",
-    version="5",
+    version="6",
     group="beyond",
     model_class="staff rostering with coverage shortfall (integer program)",
     solver="roster MILP, branch and bound (scipy.optimize.milp, HiGHS)",
