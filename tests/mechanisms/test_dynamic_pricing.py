@@ -569,3 +569,32 @@ def test_one_unit_bought_back_is_singular():
     answers = kit.play(FAM, 0, env, [{"tool": "close_sales", "arguments": {}}] +
                        [{"tool": "end_period", "arguments": {}}] * theta["horizon"])
     assert answers[-1]["season_over"] == f"last period: 1 {vocab['unit_one']} bought back", answers
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas fitted to the instance (issue 16: the agent should not learn the real range from refusals).
+
+
+def test_level_and_period_arguments_are_bounded_by_the_instance():
+    """A price level stops at the menu's last level and the sales history at the H periods, in I and
+    A alike (both instructions tell the menu and H); past them the call is refused with the schema's
+    message."""
+    out, _ = generated(FAM, 1)
+    name = out.tool_name
+    short_menu = {**SIM[1], **{key: SIM[1][key][:3] for key in ("prices", "buy_early", "buy_late")}}
+    assert len(SIM[0]["prices"]) == 5 < dp.MAX_LEVELS  # menus shorter than the schema's own six levels
+    for theta in SIM + [short_menu]:
+        top = len(theta["prices"]) - 1
+        for presentation in ("I", "A"):
+            env = env_of(FAM, 1, theta, presentation)
+            schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+            assert (schemas[name("set_price")]["level"]["minimum"], schemas[name("set_price")]["level"]["maximum"]) \
+                == (0, top)
+            assert schemas[name("view_sales")]["last_periods"]["maximum"] == theta["horizon"]
+            before = env.state_digest()
+            refused = env.call(name("set_price"), {"level": top + 1})
+            assert refused["ok"] is False and f"must be <= {top}" in refused["error"]
+            refused = env.call(name("view_sales"), {"last_periods": theta["horizon"] + 1})
+            assert refused["ok"] is False and f"must be <= {theta['horizon']}" in refused["error"]
+            assert env.state_digest() == before
+            assert env.call(name("set_price"), {"level": top})["posted_price"] == theta["prices"][top]

@@ -37,6 +37,8 @@ Tools
     estimate of the same rates from 50 respondents per rate, 1 turn, fresh noise each time),
     the buy-back terms (salvage value); decisions: post a price level, close sales; clock: end
     the period; observations: stock, posted price, price menu, calendar, sales history, revenue.
+    The tool schemas are fitted to the instance, in I and A alike (both instructions tell the menu
+    and H): a price level stops at K − 1 and the sales history at H periods.
 
 Reward
     utility = revenue from sales + salvage_value × units left at the end of the season.
@@ -400,6 +402,11 @@ class World(BaseWorld):
     def run_out(self):
         self._idle_to_end(self.tool_end_period, posted=-1)
 
+    def limits(self, presentation):
+        """Menu levels run 0 … K − 1 and the season has H periods (both instructions tell the menu and H)."""
+        return {"set_price": {"level": (0, len(self.p["prices"]) - 1)},
+                "view_sales": {"last_periods": (1, self.p["horizon"])}}
+
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Commission the demand study for {item}: the exact probability of a sale at every price level "
           "in the first and in the last period of the season (linear in between).", reveals=("buy_early", "buy_late"),
@@ -563,7 +570,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="dynamic_pricing",
-    version="3",
+    version="4",
     group="beyond",
     model_class="finite-horizon revenue-management MDP (perishable stock, price menu, time-varying demand)",
     solver="backward Bellman recursion (exact integer-scaled rationals, python int)",
