@@ -382,7 +382,7 @@ def test_probes_and_observations_report_theta_and_state():
     day1 = call("end_day")  # runs in condition 0: earns 12, wears by the day-1 ticket
     u, row = tickets(theta, 4)[1], theta["wear_weights"][0]
     assert day1["revenue"] == 12 and day1["condition"] == next(k for k in range(4) if sum(row[:k + 1]) > u * 10)
-    log = call("view_work_log", last_days=5)["days"]
+    log = call("view_work_log", last_days=theta["horizon"])["days"]  # every day (the schema stops at H)
     assert [d["work"] for d in log] == ["ran", "maintenance"] and log[1]["condition_after"] == 0
     assert call("replace_machine")["ok"] and call("end_day")["cash"] == -2 + 12 - 20 + 10  # salvage of a new one
     assert env.done and env.outcome()["utility"] == 0
@@ -623,3 +623,25 @@ def test_one_repair_step_is_singular():
     theta = draw(FAM, 0)[1]
     for steps, words in ((1, "restores 1 state;"), (2, "restores 2 states;")):
         assert words in env_of(FAM, 0, dict(theta, repair_steps=steps)).instruction
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas fitted to the instance (issue 16: the agent should not learn the real range from refusals).
+
+
+def test_the_work_log_is_bounded_by_the_horizon():
+    """The work log lists at most the H days, in I and A alike (both instructions tell H); a longer
+    listing is refused with the schema's message."""
+    out, _ = generated(FAM, 1)
+    name = out.tool_name
+    for theta in SIM:
+        for presentation in ("I", "A"):
+            env = env_of(FAM, 1, theta, presentation)
+            schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+            assert (schemas[name("view_work_log")]["last_days"]["minimum"],
+                    schemas[name("view_work_log")]["last_days"]["maximum"]) == (1, theta["horizon"])
+            before = env.state_digest()
+            refused = env.call(name("view_work_log"), {"last_days": theta["horizon"] + 1})
+            assert refused["ok"] is False and f"must be <= {theta['horizon']}" in refused["error"]
+            assert env.state_digest() == before
+            assert env.call(name("view_work_log"), {"last_days": theta["horizon"]})["days"] == []

@@ -37,7 +37,9 @@ Tools
     condition), revenue table, a quick inspection (a noisy estimate of each working condition's daily
     deterioration probability, 1 turn) and the engineering reliability report (the exact wear
     probabilities, 2 turns); decisions: schedule maintenance, replace the machine, cancel today's work;
-    clock: end the day; observations: the machine, cash, work log, calendar.
+    clock: end the day; observations: the machine, cash, work log, calendar. The tool schemas are
+    fitted to the instance, in I and A alike (both instructions tell H): the work log lists at most
+    the H days. No tool takes an id or an amount.
 
 Reward
     utility = revenue − maintenance − replacement − downtime penalties + salvage (cash at the end; the
@@ -453,6 +455,10 @@ class World(BaseWorld):
     def run_out(self):
         self._idle_to_end(self.tool_end_day, work=0)
 
+    def limits(self, presentation):
+        """The work log has at most one row a day, H days (both instructions tell H)."""
+        return {"view_work_log": {"last_days": (1, self.p["horizon"])}}
+
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Read the {site}'s maintenance cost sheet in {currency}: maintenance fee and how many condition "
           "states it restores, replacement cost, downtime penalty per failed day and the salvage value by final "
@@ -641,7 +647,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="maintenance",
-    version="3",
+    version="4",
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",
