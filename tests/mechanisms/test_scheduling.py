@@ -5,7 +5,7 @@ The brute force is written from the module docstring's Model section, not from t
 job goes on one of m identical machines, a machine's load is the sum of its jobs' processing
 times, the makespan is the largest load; u* is minus the least makespan over all m^n
 assignments. A plan gives each job a machine or −1 (unassigned); on dispatch the unassigned jobs
-go on machine 0.
+go on machine 0. The job list (a sticker) shows each time as the middle of its block of five.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from vhd.schemas.errors import InvalidParams
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("scheduling")
+ROOMY = 40  # a turn budget for the tests that look at everything (the family's own affords π*, the list and n // 2 jobs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,14 +46,20 @@ def brute_force(theta):
     return -best, {a for a, s in spans.items() if s == best}
 
 
+def listed(p):
+    """The job list's estimate, from the docstring: 1–5 shows 3, 6–10 shows 8, 11–15 13, 16–20 18."""
+    return {0: 3, 1: 8, 2: 13, 3: 18}[(p - 1) // 5]
+
+
 def list_scheduling(theta):
-    """The default's docstring: jobs in index order, each to the least-loaded machine (lowest on ties)."""
+    """The default's docstring: jobs in index order, each to the machine least loaded by the job
+    list's estimates (lowest on ties)."""
     loads = [0] * theta["n_machines"]
     plan = []
     for p in theta["processing"]:
         k = loads.index(min(loads))
         plan.append(k)
-        loads[k] += p
+        loads[k] += listed(p)
     return plan
 
 
@@ -71,7 +78,7 @@ TINY = [
     make([1, 1, 1, 1], 2),                 # perfectly balanced: 2
     make([3, 3, 2, 2, 2], 2),              # classic: list/LPT give 7, optimum 6
     make([20, 1, 1, 1], 3),                # one long job dominates: 20
-    make([5, 5, 4, 4, 3, 3, 3], 3),        # LPT gives 11, optimum 9
+    make([5, 5, 4, 4, 3, 3, 3], 3),        # LPT gives 11, optimum 9; every time reads 3 on the list: 12
     make([2, 2, 3, 3, 10], 2),             # list scheduling puts 10 on a loaded machine: 14 vs 10
     make([7, 7, 7], 3),                    # one job per machine
     make([1, 2, 3, 4, 5, 6, 7], 2),        # P = 28, optimum 14
@@ -117,7 +124,7 @@ def test_solver_matches_brute_force(theta):
 
 
 def test_hand_instances_have_the_known_optimum_and_default():
-    expected = [(-2, -2), (-6, -7), (-20, -20), (-9, -11), (-10, -15), (-7, -7), (-14, -16)]
+    expected = [(-2, -2), (-6, -7), (-20, -20), (-9, -12), (-10, -15), (-7, -7), (-14, -16)]
     for theta, (u_star, u_default) in zip(TINY, expected):
         sol = FAM.solve(theta)
         assert (sol.u_star, sol.u_default) == (u_star, u_default), theta
@@ -151,6 +158,9 @@ def test_default_and_idle_follow_their_docstrings():
         assert FAM.idle_policy(theta).tolist() == [-1] * theta["n_jobs"]
     # list scheduling in index order, not LPT: LPT would put the 10 first and reach 10
     assert FAM.default_policy(TINY[4]).tolist() == [0, 1, 0, 1, 0]
+    # it reads the list: 5, 5, 4, 4 all read 3, so the two 4s join the 5s (exact times would put them
+    # on machine 2) and the last three 3s go round again: loads 5+4+3, 5+3, 4+3
+    assert FAM.default_policy(TINY[3]).tolist() == [0, 1, 2, 0, 1, 2, 0]
 
 
 def test_random_policies_are_valid_and_vary():
@@ -265,7 +275,7 @@ def test_a_replayed_plan_scores_its_makespan_one_turn_a_call(k):
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[1]
     out, _ = generated(FAM, 0)
-    env = env_of(FAM, 0, theta, "A")
+    env = env_of(FAM, 0, theta, "A", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     fresh = {t.name: call(t.name) for t in FAM.tools if t.role == "observe"}
     assert [m["load"] for m in fresh["view_machine_loads"]["machines"]] == [0, 0, 0]
@@ -277,8 +287,9 @@ def test_probes_and_observations_report_theta():
     assert [j["inspected"] for j in call("list_unassigned")["unassigned"]] == [j == 3 for j in range(9)]
     before = call("view_log")["turns_left"]
     sheet = call("get_job_list")
-    assert before - sheet["turns_left"] == 3
-    assert [j["processing_time"] for j in sheet["jobs"]] == theta["processing"]
+    assert before - sheet["turns_left"] == 3 and sheet["exact"] is False
+    assert [j["estimated_processing_time"] for j in sheet["jobs"]] == [listed(p) for p in theta["processing"]]
+    assert [j["job"] for j in call("view_inspected")["jobs"]] == [3]  # the list inspects nothing
     plan = FAM.solve(theta).policy.tolist()
     for j in range(5):
         assert call("assign_job", job=j, machine=plan[j])["ok"]
@@ -306,8 +317,8 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("assign_job", {"job": 2, "machine": 1})["ok"]
     bad = [
         ("assign_job", {"job": 2, "machine": 0}),     # already assigned
-        ("assign_job", {"job": 5, "machine": 0}),     # no job 5 (n = 5): the World refuses
-        ("assign_job", {"job": 0, "machine": 2}),     # no machine 2 (m = 2): the World refuses
+        ("assign_job", {"job": 5, "machine": 0}),     # no job 5 (n = 5): the fitted schema refuses
+        ("assign_job", {"job": 0, "machine": 2}),     # no machine 2 (m = 2): the fitted schema refuses
         ("assign_job", {"job": 0, "machine": 4}),     # beyond the schema maximum
         ("assign_job", {"job": 10, "machine": 0}),
         ("assign_job", {"job": -1, "machine": 0}),
@@ -327,7 +338,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
         assert env.state_digest() == before, (tool, args)
     assert "already assigned to machine 1" in call("assign_job", {"job": 2, "machine": 0})["error"]
-    assert "2 machines" in call("assign_job", {"job": 0, "machine": 3})["error"]
+    assert "must be <= 1" in call("assign_job", {"job": 0, "machine": 3})["error"]
     assert call("assign_job", {"job": 0, "machine": 1})["ok"] and call("dispatch", {})["ok"] and env.done
     before = env.state_digest()
     assert call("assign_job", {"job": 1, "machine": 1})["ok"] is False and env.state_digest() == before
@@ -546,3 +557,57 @@ def test_running_out_of_turns_adds_the_dispatch_advantage_to_the_last_call():
              {"tool": "assign_job", "arguments": {"job": 2, "machine": 1}}]
     steps = step_advantages(FAM, _config(theta, budget=3), calls)  # jobs 2, 3, 4 join job 0: makespan 9
     assert steps.per_call == [0.0, 0.0, -9.0 + 6.0, 0.0] and steps.finish == 0.0 and steps.utility == -9.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 16: schemas fitted to the instance, and what one probe call shows in presentation A.
+
+
+def test_job_and_machine_arguments_are_bounded_by_the_instance():
+    """"item maximum 49 for 6 lots": the schemas the module shows and checks stop at n − 1 jobs and
+    m − 1 machines, in both presentations (the instruction tells n and m), and the World behind
+    them still refuses what a direct call gets wrong."""
+    theta = MODULE_THETAS[0]  # 6 jobs, 2 machines
+    n, m = theta["n_jobs"], theta["n_machines"]
+    out, module = generated(FAM, 0)
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("inspect_job", "assign_job", "unassign_job"):
+            job = schemas[out.tool_name(tool)]["job"]
+            assert (job["minimum"], job["maximum"]) == (0, n - 1)
+        assert schemas[out.tool_name("assign_job")]["machine"]["maximum"] == m - 1
+        before = env.state_digest()
+        refused = env.call(out.tool_name("assign_job"), {"job": n, "machine": 0})
+        assert refused["ok"] is False and "argument 'job' must be <= %d, got %d" % (n - 1, n) in refused["error"]
+        refused = env.call(out.tool_name("assign_job"), {"job": 0, "machine": m})
+        assert refused["ok"] is False and "argument 'machine' must be <= %d, got %d" % (m - 1, m) in refused["error"]
+        assert env.call(out.tool_name("inspect_job"), {"job": n})["ok"] is False and env.state_digest() == before
+        assert env.call(out.tool_name("assign_job"), {"job": n - 1, "machine": m - 1})["ok"]
+    world = module.World(sqlite3.connect(":memory:", isolation_level=None), theta, 0, module.SKIN)
+    with pytest.raises(module.AgentError, match="there are 2 machines"):
+        world.tool_assign_job(job=0, machine=2)
+
+
+def test_in_a_one_probe_call_shows_one_job_or_the_list_estimates():
+    """inspect_job shows one job's exact time; the job list (3 turns) shows every job's estimate, the
+    middle of its block of five, off by at most 2, as the A instruction states; the default plays
+    list scheduling on those estimates, so a list that misleads it costs it."""
+    theta = make([5, 6, 11, 15, 16, 20, 1, 10], 2)
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    assert "off by at most 2" in env.instruction and "from 1 to 20" in env.instruction
+    job = call("inspect_job", job=4)
+    assert {k: v for k, v in job.items() if k not in ("ok", "turns_left", "label")} == {"job": 4, "processing_time": 16}
+    assert call("view_inspected")["jobs"] == [{"job": 4, "label": job["label"], "processing_time": 16}]
+    sheet = call("get_job_list")
+    estimates = [j["estimated_processing_time"] for j in sheet["jobs"]]
+    assert estimates == [3, 8, 13, 13, 18, 18, 3, 8] and sheet["exact"] is False
+    assert all(abs(e - p) <= 2 for e, p in zip(estimates, theta["processing"]))
+    assert [j for j in sheet["jobs"] if "processing_time" in j] == []  # no exact time on the list
+    assert FAM.belief(theta, [{"tool": "get_job_list", "arguments": {}}])["processing"] == estimates
+    # what the list says is what the default plays: jobs 0 (5, reads 3) and 6 (1, reads 3) look alike
+    assert FAM.default_policy(theta).tolist() == list_scheduling(dict(theta, processing=estimates))
+    assert FAM.solve(theta).u_default == -makespan(theta, list_scheduling(theta))
+    assert FAM.belief(theta, [])["processing"] == [10] * 8  # nothing read: the middle of the stated 1 … 20

@@ -21,17 +21,26 @@ State
     (dispatched or not).
 
 Tools
-    probes: inspect one job (its processing time), read the whole job list (every job at once,
-    for a higher turn cost); decisions: assign a job to a machine, unassign a job, clear every
-    assignment; clock: dispatch the plan (ends the episode); observations: view the machine
-    loads, list the unassigned jobs, view the current makespan, view the assignment table, view
-    the inspected jobs, view the action log. The observations describe only assigned jobs (in
-    presentation A, assigning a job and reading the loads is itself a costly probe).
+    probes: inspect one job (its exact processing time, 1 turn), read the job list (an estimate
+    of every job's time, a "forecast sticker", SHEET_COST = 3 turns); decisions: assign a job to
+    a machine, unassign a job, clear every assignment; clock: dispatch the plan (ends the
+    episode); observations: view the machine loads, list the unassigned jobs, view the current
+    makespan, view the assignment table, view the inspected jobs, view the action log. The
+    observations describe only assigned jobs (in presentation A, assigning a job and reading the
+    loads is itself a costly probe). The schemas shown bound job numbers by n − 1 and machine
+    numbers by m − 1 (`World.limits`; the instruction tells n and m in both presentations).
+
+    Presentation A hides every processing time. The job list shows each job's time only as the
+    middle of the block of five that holds it (1–5 shows 3, 6–10 shows 8, 11–15 shows 13, 16–20
+    shows 18: off by at most 2, `World.listed`); `inspect_job` shows one job's exact time. The A
+    instruction states the range 1 … 20 and the list's error, so a job neither inspected nor
+    listed is guessed at PROCESSING_GUESS = 10 and a listed one at its estimate (`belief`).
 
 Reward
     utility = −makespan of the dispatched plan (an integer, ≤ −ceil(Σp / m)). r = clip01((u −
-    u_default) / (u* − u_default)), where u_default is list scheduling in index order (each job,
-    0, 1, …, n − 1, to the currently least-loaded machine, ties to the lowest machine number).
+    u_default) / (u* − u_default)), where u_default is list scheduling in index order as the job
+    list reads (each job, 0, 1, …, n − 1, to the machine least loaded by the list's estimates so
+    far, ties to the lowest machine number): the default reads the sticker and is misled by it.
 
 Advantages
     The solver's state is (dispatched, plan): the state table's flag and the machine of every
@@ -46,7 +55,10 @@ Advantages
 
 Episode end
     after `dispatch`, or when the turn budget runs out: the plan is then dispatched as it stands,
-    with every unassigned job put on machine 0 (no further decisions).
+    with every unassigned job put on machine 0 (no further decisions). The budget is
+    n + 1 + SHEET_COST + n // 2 turns, shown in both presentations: every job assigned and the
+    dispatch (π*'s and the default's play), the job list and about half the jobs inspected; in A
+    not every exact time can be bought, so which jobs to inspect is a choice.
 """
 
 from __future__ import annotations
@@ -63,7 +75,8 @@ from vhd.mechanisms._theta import ThetaCheck
 MIN_JOBS, MAX_JOBS = 4, 10
 MIN_MACHINES, MAX_MACHINES = 2, 4
 MAX_PROCESSING = 20
-SHEET_COST = 3
+SHEET_COST = 3  # the job list: an estimate of every job at once
+PROCESSING_GUESS = 10  # presentation A: a job neither inspected nor listed, the middle of the stated 1 … 20
 HIDDEN = ("processing",)
 
 
@@ -187,14 +200,16 @@ def solve(theta: dict) -> Solution:
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """List scheduling in index order (not LPT): jobs 0, 1, …, n − 1 each go to the machine with the
-    least load so far, ties to the lowest machine number."""
+    """List scheduling in index order (not LPT) on the job list's estimates: jobs 0, 1, …, n − 1
+    each go to the machine with the least estimated load so far (`World.listed` of each time, the
+    middle of its block of five), ties to the lowest machine number. It reads the sticker, not the
+    exact times, so it is misled by it."""
     loads = [0] * theta["n_machines"]
     plan = []
     for j in range(theta["n_jobs"]):
         k = min(range(theta["n_machines"]), key=lambda i: (loads[i], i))
         plan.append(k)
-        loads[k] += theta["processing"][j]
+        loads[k] += World.listed(theta["processing"][j])
     return np.array(plan, dtype=np.int8)
 
 
@@ -226,8 +241,33 @@ decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
-    """Inspect every job, read the list, assign every job, dispatch, and room to spare."""
-    return 2 * theta["n_jobs"] + SHEET_COST + 13
+    """Assign every job and dispatch (π*'s and the default's play, n + 1 turns), read the job list,
+    and inspect about half the jobs (n // 2): in presentation A not every exact time can be bought
+    (the list and every job cost SHEET_COST + n), so which jobs to inspect is a choice."""
+    n = theta["n_jobs"]
+    return n + 1 + SHEET_COST + n // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states the range 1 … 20 and the job list's error): a listed job is at the list's estimate, a
+# job neither listed nor inspected at PROCESSING_GUESS.
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the job list, then inspect the jobs in index order."""
+    return [{"tool": "get_job_list", "arguments": {}}] + [
+        {"tool": "inspect_job", "arguments": {"job": j}} for j in range(theta["n_jobs"])]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: inspected jobs exact, listed ones the list's
+    estimate, the others the stated guess."""
+    seen = {call["arguments"]["job"] for call in read if call["tool"] == "inspect_job"}
+    listed = any(call["tool"] == "get_job_list" for call in read)
+    processing = [p if j in seen else World.listed(p) if listed else PROCESSING_GUESS
+                  for j, p in enumerate(theta["processing"])]
+    return {**theta, "processing": processing}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +284,13 @@ class World(BaseWorld):
 
     PARAMS = ("n_jobs", "n_machines", "processing")
     STATE = (("dispatched", 0),)
+    BLOCK = 5  # the job list shows the middle of the block of BLOCK time units that holds each time
+
+    @staticmethod
+    def listed(processing):
+        """The job list's estimate of a processing time: the middle of its block of five (1–5 → 3,
+        6–10 → 8, 11–15 → 13, 16–20 → 18), off by at most 2."""
+        return World.BLOCK * ((processing - 1) // World.BLOCK) + World.BLOCK // 2 + 1
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
@@ -311,6 +358,12 @@ class World(BaseWorld):
     def over(self):
         return self._get("dispatched") == 1
 
+    def limits(self, presentation):
+        """Jobs run 0 … n − 1 and machines 0 … m − 1 (the instruction tells n and m in both presentations)."""
+        job, machine = (0, self.p["n_jobs"] - 1), (0, self.p["n_machines"] - 1)
+        return {"inspect_job": {"job": job}, "assign_job": {"job": job, "machine": machine},
+                "unassign_job": {"job": job}}
+
     def utility(self):
         return -self._makespan()
 
@@ -329,10 +382,16 @@ class World(BaseWorld):
     def tool_inspect_job(self, job):
         return self._inspect(self._job(job))
 
-    @tool("probe", "Read the {site}'s whole job list: the processing time of every job (costs %d turns)." % SHEET_COST,
-          reveals=("processing",), turn_cost=SHEET_COST)
+    @tool("probe", "Read the {site}'s job list: an estimate of every job's processing time, the middle of its "
+          "block of five time units (1-5 shows 3, 6-10 shows 8, ...), off by at most 2 (costs %d turns)." % SHEET_COST,
+          reveals=("processing",), turn_cost=SHEET_COST, noisy=True)
     def tool_get_job_list(self):
-        return {"jobs": [self._inspect(j) for j in range(self.p["n_jobs"])], "time_unit": "time units"}
+        jobs = self.db.execute("SELECT job_id, label, processing FROM %s ORDER BY job_id" % self.t["jobs"]).fetchall()
+        return {"jobs": [{"job": j, "label": label, "estimated_processing_time": World.listed(proc)}
+                         for j, label, proc in jobs],
+                "time_unit": "time units", "exact": False,
+                "note": "an estimate: each time may be off by up to 2; %s shows one job's exact time"
+                        % self.name["inspect_job"]}
 
     # -- decisions --------------------------------------------------------------------------
     @tool("decision", "Put one job on a machine (refused if the job is already assigned or the machine does not "
@@ -440,8 +499,11 @@ class World(BaseWorld):
                 lines.append("  job %d: processing %d" % (j, p["processing"][j]))
         else:
             cost = [t.get("turn_cost", 1) for t in self.skin["tools"] if t["canonical"] == "get_job_list"]
-            lines += ["", "The jobs' processing times are not given: %s reveals one job (1 turn), %s every job at "
-                      "once (%d turns), at the cost of turns from the same budget."
+            lines += ["", "The jobs' processing times are not given: %s reveals one job's exact time (1 turn), %s "
+                      "an estimate of every job's time (%d turns), at the cost of turns from the same budget. "
+                      "Every processing time is a whole number from 1 to 20; the list shows the middle of the "
+                      "block of five that holds it (1-5 shows 3, 6-10 shows 8, 11-15 shows 13, 16-20 shows 18), "
+                      "so it is off by at most 2."
                       % (n["inspect_job"], n["get_job_list"], cost[0] if cost else 1)]
         return "\n".join(lines)
 
@@ -449,14 +511,15 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="scheduling",
-    version="4",
+    version="5",
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle), idle = everything on machine 0 (makespan Σp). List
-    # scheduling is a 2 − 1/m approximation, so z sits high (typically 0.8–0.95); it is often
-    # optimal outright, which the band gate's realized-gap check rejects. Above 0.99 the default
+    # scheduling is a 2 − 1/m approximation, and on the job list's estimates (off by at most 2
+    # each) not much worse, so z sits high (typically 0.8–0.95); it is often optimal outright,
+    # which the band gate's realized-gap check rejects. Above 0.99 the default
     # is within a unit or so of π* on a large instance; below 0 it would do worse than idling.
     default_band=(0.0, 0.99),
     knob_ranges={"size": (6, 10), "horizon": (2, 4)},
