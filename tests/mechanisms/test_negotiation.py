@@ -27,6 +27,7 @@ from vhd.tasks.advantage import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("negotiation")
+ROOMY = 40  # a turn budget for the tests that look at everything (the family's own affords an offer a round and a probe)
 TOL = 1e-9
 WALK, PASS = -1, -2
 
@@ -86,9 +87,11 @@ def expectation(theta, table):
 # Instances.
 
 
-def make(points, weights, horizon, delay_cost, outside_option, max_price=None):
+def make(points, weights, horizon, delay_cost, outside_option, max_price=None, survey=None):
+    """A θ by hand; the survey sticker is exact unless given."""
     return dict(horizon=horizon, max_price=max(points) if max_price is None else max_price, value_points=list(points),
-                value_weights=list(weights), delay_cost=delay_cost, outside_option=outside_option)
+                value_weights=list(weights), survey_weights=list(weights if survey is None else survey),
+                delay_cost=delay_cost, outside_option=outside_option)
 
 
 HAND = [
@@ -101,6 +104,7 @@ HAND = [
     make([0, 1, 2, 3], [1, 2, 3, 4], 3, 0, 2),  # a buyer worth 0, outside option above most values
     make([1, 3, 5], [1, 1, 1], 3, 0, 4),   # outside option beats selling to low buyers
     make([1, 2, 4], [2, 2, 6], 2, 1, 0, max_price=5),
+    make([2, 4, 6], [5, 3, 2], 3, 1, 0, survey=[1, 2, 7]),  # a sticker that overstates the high buyers
 ]
 
 
@@ -112,8 +116,9 @@ def random_instances(seed, count):
         n = int(rng.integers(2, 4))
         points = sorted(int(x) for x in rng.choice(top + 1, size=n, replace=False))
         weights = [int(w) for w in rng.integers(1, 10, size=n)]
+        survey = [int(w) for w in rng.integers(1, 10, size=n)]
         out.append(make(points, weights, int(rng.integers(2, 4)), int(rng.integers(0, 3)), int(rng.integers(0, top)),
-                        max_price=top))
+                        max_price=top, survey=survey))
     return out
 
 
@@ -158,8 +163,9 @@ def test_reference_policies_evaluate_to_plain_expectation(theta):
 
 
 @pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
-def test_default_offers_the_rounded_prior_mean_every_round(theta):
-    mean = sum(Fraction(v) * p for v, p in prior(theta))
+def test_default_offers_the_rounded_survey_mean_every_round(theta):
+    """The default reads the survey sticker, not the true weights."""
+    mean = sum(Fraction(v) * p for v, p in prior(dict(theta, value_weights=theta["survey_weights"])))
     price = math.floor(mean + Fraction(1, 2))
     assert (FAM.default_policy(theta) == price).all()
 
@@ -265,7 +271,7 @@ def test_simulate_matches_plain_replay(theta):
             assert episode.utility == utility, (name, seed)
             assert episode.decisions == decisions
             assert episode.calls == expected_calls(decisions)
-            assert 1 <= len(episode.calls) <= theta["horizon"] <= FAM.turn_budget(theta) - 12
+            assert 1 <= len(episode.calls) <= theta["horizon"] == FAM.turn_budget(theta) - 1
 
 
 def test_draw_is_deterministic_and_follows_the_weights():
@@ -313,11 +319,12 @@ def test_sample_respects_params_and_solves(size, horizon):
             values = value if isinstance(value, list) else [value]
             assert all(type(x) is int for x in values), key
         points, weights = theta["value_points"], theta["value_weights"]
-        assert theta["horizon"] == horizon and len(points) == len(weights) == size
+        assert theta["horizon"] == min(horizon, size) and len(points) == len(weights) == size
         step = points[0]
         assert 3 <= step <= 12 and points == [step * (k + 1) for k in range(size)] and theta["max_price"] == points[-1]
         assert all(w >= 1 for w in weights) and sum(weights) == neg.WEIGHT_TOTAL
-        assert 1 <= theta["delay_cost"] <= theta["max_price"] // (4 * horizon) + 1
+        assert all(max(1, w - 8) <= s <= w + 8 for w, s in zip(weights, theta["survey_weights"]))
+        assert 1 <= theta["delay_cost"] <= theta["max_price"] // (4 * theta["horizon"]) + 1
         assert 0 <= theta["outside_option"] <= theta["max_price"] // 8 < points[0] * size
         sol = FAM.solve(theta)
         assert sol.u_star > sol.u_idle and sol.u_star >= sol.u_default - TOL
@@ -384,9 +391,9 @@ def test_probes_and_observations_report_theta_and_the_episode():
     theta = make([10, 20, 30], [2, 3, 5], 4, 3, 4)
     out, _ = generated(FAM, 0)
     seed = seed_for_each_value(theta)[20]
-    env = env_of(FAM, 0, theta, "A", seed=seed)
+    env = env_of(FAM, 0, theta, "A", seed=seed, budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
-    survey = call("read_buyer_survey")["reservation_value_distribution"]
+    survey = [call("read_buyer_survey", point=k) for k in range(3)]
     assert [(r["value"], r["weight"]) for r in survey] == [(10, 2), (20, 3), (30, 5)]
     assert call("read_carrying_terms")["delay_cost_per_round"] == 3
     assert call("read_outside_bid")["outside_option"] == 4
@@ -410,8 +417,8 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in names else tool, args)
     assert call("make_offer", {"price": 30})["ok"]
     bad = [
-        ("make_offer", {"price": 31}),        # above the item's maximum price: the World refuses
-        ("make_offer", {"price": 1001}),      # above the schema maximum
+        ("make_offer", {"price": 31}),        # above the item's maximum price: the fitted schema refuses
+        ("make_offer", {"price": 1001}),      # above the family's schema maximum
         ("make_offer", {"price": -1}),
         ("make_offer", {"price": 2.5}),
         ("make_offer", {"price": "10"}),
@@ -427,7 +434,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         result = call(tool, args)
         assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
         assert env.state_digest() == before, (tool, args)
-    assert "0 to 30" in call("make_offer", {"price": 31})["error"]
+    assert "must be <= 30" in call("make_offer", {"price": 31})["error"]
     assert call("walk_away", {})["ok"] and env.done
     for tool, args in (("make_offer", {"price": 1}), ("pass_round", {}), ("walk_away", {})):
         before = env.state_digest()
@@ -458,18 +465,21 @@ def test_running_out_of_turns_passes_the_remaining_rounds():
 
 
 def test_presentation_a_hides_the_numbers_that_i_states():
-    theta = make([13, 26, 39, 52], [17, 23, 29, 31], 5, 7, 11)
-    other = dict(theta, value_points=[14, 27, 40, 52], value_weights=[18, 24, 30, 32], delay_cost=8, outside_option=12)
+    theta = make([13, 26, 39, 52], [17, 23, 29, 31], 4, 2, 5, survey=[12, 25, 30, 33])
+    other = dict(theta, value_weights=[18, 24, 30, 32], delay_cost=3, outside_option=6)
     for k in range(len(PASSAGES)):
         out, _ = generated(FAM, k)
         i_text, a_text = env_of(FAM, k, theta, "I").instruction, env_of(FAM, k, theta, "A").instruction
         assert env_of(FAM, k, other, "A").instruction == a_text
         assert env_of(FAM, k, other, "I").instruction != i_text
-        for number in ("13: ", "26: ", "17, 23, 29, 31", "Delay cost: 7", "Outside option: 11"):
+        for number in ("13: ", "26: ", "17, 23, 29, 31", "Delay cost: 2", "Outside option: 5"):
             assert number in i_text and number not in a_text, number
         for probe in ("read_buyer_survey", "read_carrying_terms", "read_outside_bid"):
             assert out.tool_name(probe) in a_text
-        assert " 52 " in a_text and " 5 rounds" in a_text  # the price range and horizon are public
+        assert " 52 " in a_text and " 4 rounds" in a_text  # the price range and horizon are public
+        # the possible values, the sticker with its stated error, and the ranges the guesses come from
+        assert "13, 26, 39, 52" in a_text and "12, 25, 30, 33" in a_text and "at most 8 either way" in a_text
+        assert "from 1 to 4 " in a_text and "from 0 to 6 " in a_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -620,3 +630,67 @@ def test_the_last_turns_answer_says_the_deal_expired():
     assert env.done and rejected["answer"] == "rejected"
     assert rejected["status"] == "expired" and rejected["rounds_left"] == 0 and "episode_over" in rejected
     assert env.outcome()["utility"] == theta["outside_option"] - theta["horizon"] * theta["delay_cost"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A as the paper specifies it, and schemas fitted to the instance (issue 16).
+
+
+def test_price_and_survey_arguments_are_bounded_by_the_instance():
+    """Issue 16: "offer price 1000 against a real limit of 30" — the schemas the module shows and
+    checks stop at the top price and at the last possible value, in both presentations (both told)."""
+    theta = make([10, 20, 30], [2, 3, 5], 3, 1, 4, survey=[3, 3, 4])
+    out, _ = generated(FAM, 0)
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        assert schemas[out.tool_name("make_offer")]["price"] == dict(
+            schemas[out.tool_name("make_offer")]["price"], minimum=0, maximum=30)
+        assert schemas[out.tool_name("read_buyer_survey")]["point"]["maximum"] == 2
+        for tool, args, bound in (("make_offer", {"price": 31}, 30), ("read_buyer_survey", {"point": 3}, 2)):
+            before = env.state_digest()
+            refused = env.call(out.tool_name(tool), args)
+            assert refused["ok"] is False and f"must be <= {bound}" in refused["error"], refused
+            assert env.state_digest() == before
+    # what bounds the A schemas is told: a twin with other hidden numbers shows the same tool list
+    twin = dict(theta, value_weights=[5, 3, 2], delay_cost=2, outside_option=1)
+    assert env_of(FAM, 0, twin, "A").tools == env_of(FAM, 0, theta, "A").tools
+
+
+def test_one_survey_call_shows_one_value_and_the_budget_leaves_part_of_the_probing():
+    """In A a survey call shows one possible value's exact weight (and its sticker estimate), a
+    turn each; the budget H + 1 fits an offer every round and a probe, never all K + 2 probes."""
+    theta = make([10, 20, 30], [2, 3, 5], 3, 1, 4, survey=[3, 3, 4])
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "A")
+    assert FAM.turn_budget(theta) == 4
+    answer = env.call(out.tool_name("read_buyer_survey"), {"point": 1})
+    assert answer["ok"] and answer["turns_left"] == 3
+    assert (answer["point"], answer["value"], answer["weight"], answer["sticker_weight"]) == (1, 20, 3, 3)
+    assert not {"value_weights", "reservation_value_distribution"} & set(answer)
+    assert FAM.tool("read_buyer_survey").reveals == ("value_weights",)
+    for probe in ("read_buyer_survey", "read_carrying_terms", "read_outside_bid"):
+        assert FAM.tool(probe).turn_cost == 1 and not FAM.tool(probe).noisy
+    calls = FAM.probe_calls(theta)
+    assert len(calls) == 3 + 2 > FAM.turn_budget(theta) - 1
+
+
+def test_belief_is_the_sticker_and_the_ranges_middle_until_read():
+    theta = make([10, 20, 30, 40], [2, 3, 5, 90], 4, 2, 3, survey=[9, 1, 5, 85])
+    blind = FAM.belief(theta, [])
+    # delay cost 1 … ⌊40/16⌋ + 1 = 3: middle 2; outside option 0 … ⌊40/8⌋ = 5: middle 2 (rounded down)
+    assert (blind["value_weights"], blind["delay_cost"], blind["outside_option"]) == ([9, 1, 5, 85], 2, 2)
+    some = FAM.belief(theta, [{"tool": "read_buyer_survey", "arguments": {"point": 1}},
+                              {"tool": "read_outside_bid", "arguments": {}}])
+    assert (some["value_weights"], some["delay_cost"], some["outside_option"]) == ([9, 3, 5, 85], 2, 3)
+    assert FAM.belief(theta, FAM.probe_calls(theta)) == theta
+
+
+def test_the_default_reads_the_sticker_so_a_misleading_survey_costs_it():
+    """The survey overstates the high buyers: the default asks more than the true mean and is
+    refused more often; with the exact sticker it is the old prior-mean default."""
+    exact = make([2, 4, 6], [5, 3, 2], 3, 1, 0)
+    misled = dict(exact, survey_weights=[1, 2, 7])
+    assert (FAM.default_policy(exact) == 3).all() and (FAM.default_policy(misled) == 5).all()
+    assert FAM.solve(misled).u_star == FAM.solve(exact).u_star
+    assert FAM.solve(misled).u_default < FAM.solve(exact).u_default

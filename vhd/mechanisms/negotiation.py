@@ -15,10 +15,15 @@ Model
     gets: after rejections the posterior of v is the prior truncated to v ≤ b, where
     b = (lowest rejected price) − 1 (b = V before any rejection). Solved exactly by backward
     recursion over (round, b), in integer arithmetic on weight-scaled values.
+    The market survey's sticker `survey_weights` is a noisy estimate of the weights (each within
+    ±World.SURVEY_ERROR = 8 of the true weight, never below 1; drawn by `sample`): the default policy
+    prices by it, and presentation A shows it instead of the weights. The sampler uses
+    H = min(horizon knob, K) rounds: π* makes at most one offer per support point (a rejection
+    rules out at least one), so rounds past K change neither u* nor π*'s play.
     Limits: solve() takes 1 … 12 rounds, a top price of 1 … MAX_PRICE_SCHEMA = 1000 (a state of
     the recursion), 1 … 12 distinct increasing whole support points within 0 … max_price with
-    whole weights ≥ 1, a whole delay cost ≥ 0 and a whole outside option; any other θ is refused
-    with InvalidParams before anything is allocated (`check_theta`).
+    whole weights ≥ 1 and whole survey weights ≥ 1, a whole delay cost ≥ 0 and a whole outside
+    option; any other θ is refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the round, the deal status (open, sold, walked away, expired), the offer history (every
@@ -26,10 +31,15 @@ State
     ledger of every booked amount (delay costs, the sale, the outside option).
 
 Tools
-    probes: the buyer survey (value distribution), the carrying terms (delay cost per round),
-    the outside bid (salvage value); decision: make an offer; clock: pass the round, walk away;
-    observations: the round clock, the offer history, the costs so far, the item card, the
-    deal status, the ledger.
+    probes (1 turn each): the buyer survey of one possible value (its exact weight: one entry per
+    call), the carrying terms (delay cost per round), the outside bid (salvage value); decision:
+    make an offer; clock: pass the round, walk away; observations: the round clock, the offer
+    history, the costs so far, the item card, the deal status, the ledger. The price runs 0 … V
+    and the survey's value numbers 0 … K − 1 in the tool schemas (`World.limits`).
+    Presentation A tells the horizon, the price range, the possible values and the survey
+    sticker (with its stated error), the delay cost's range 1 … ⌊V/(4H)⌋ + 1 and the outside
+    option's 0 … ⌊V/8⌋; it hides the weights, the delay cost and the outside option. The stated
+    guess for what is unread (`belief`): the sticker's weight, the middle of each range.
 
 Reward
     utility = sale price − delay costs paid (or outside option − delay costs paid when no deal
@@ -49,7 +59,9 @@ Advantages
 Episode end
     after an accepted offer, after `walk_away`, or after the last round passes with no deal;
     when the turn budget runs out the remaining rounds pass with no offers (no deal: the
-    outside option minus H delay costs).
+    outside option minus H delay costs). The budget is H + 1 turns: an offer every round (π*'s
+    and the default's longest play) and one turn more; in A every probe read is a round's offer
+    risked, and the K + 2 probes never all fit after π*'s play (H ≤ K).
 """
 
 from __future__ import annotations
@@ -67,8 +79,9 @@ from vhd.mechanisms._theta import ThetaCheck
 
 WEIGHT_TOTAL = 100
 WALK, PASS = -1, -2  # policy codes besides prices 0 … V
-HIDDEN = ("value_points", "value_weights", "delay_cost", "outside_option")
+HIDDEN = ("value_weights", "delay_cost", "outside_option")
 MAX_PRICE_SCHEMA = 1000
+MAX_POINTS = 12
 
 
 class Params(BaseModel):
@@ -77,25 +90,32 @@ class Params(BaseModel):
 
     size: int = Field(6, ge=3, le=12, description="number of support points of the buyer's value distribution "
                                                     "(distinct values step, 2·step, …, V in currency units)")
-    horizon: int = Field(6, ge=2, le=12, description="number of negotiation rounds (at most one offer per round)")
+    horizon: int = Field(6, ge=2, le=12, description="number of negotiation rounds (at most one offer per round; "
+                                                      "θ uses min(horizon, size): π* never needs more)")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
-    """Draw θ: points step, 2·step, …, V = step · size with step 3…12; weights ≥ 1 summing to 100
-    (a Dirichlet(1.5) draw); delay cost 1 … ⌊V/(4·horizon)⌋ + 1 per round; outside option 0 … ⌊V/8⌋."""
+    """Draw θ: H = min(horizon, size) rounds; points step, 2·step, …, V = step · size with step
+    3…12; weights ≥ 1 summing to 100 (a Dirichlet(1.5) draw); delay cost 1 … ⌊V/(4H)⌋ + 1 per
+    round; outside option 0 … ⌊V/8⌋; the survey sticker: every weight plus an error drawn
+    uniformly from −8 … 8 (World.SURVEY_ERROR), at least 1."""
     n = params.size
+    horizon = min(params.horizon, n)
     step = int(rng.integers(3, 13))
     top = step * n
     shares = rng.dirichlet(np.full(n, 1.5))
     weights = 1 + rng.multinomial(WEIGHT_TOTAL - n, shares)
-    return {
-        "horizon": params.horizon,
+    theta = {
+        "horizon": horizon,
         "max_price": top,
         "value_points": [step * (k + 1) for k in range(n)],
         "value_weights": [int(w) for w in weights],
-        "delay_cost": int(rng.integers(1, top // (4 * params.horizon) + 2)),
+        "delay_cost": int(rng.integers(1, top // (4 * horizon) + 2)),
         "outside_option": int(rng.integers(0, top // 8 + 1)),
     }
+    errors = rng.integers(-World.SURVEY_ERROR, World.SURVEY_ERROR + 1, size=n)
+    theta["survey_weights"] = [max(1, int(w + e)) for w, e in zip(weights, errors)]
+    return theta
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,17 +169,18 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
 
 def check_theta(theta: dict) -> None:
     """InvalidParams unless θ is what the family declares: 1 … 12 rounds, a top price of 1 …
-    MAX_PRICE_SCHEMA = 1000 (a state of the recursion), 1 … 12 distinct increasing whole support
-    points within 0 … max_price with whole weights ≥ 1, a whole delay cost ≥ 0 and a whole
-    outside option."""
+    MAX_PRICE_SCHEMA = 1000 (a state of the recursion), 1 … MAX_POINTS = 12 distinct increasing
+    whole support points within 0 … max_price with whole weights ≥ 1 and whole survey weights ≥ 1,
+    a whole delay cost ≥ 0 and a whole outside option."""
     check = ThetaCheck("negotiation", theta)
     check.count("horizon", 1, 12)
     top = check.count("max_price", 1, MAX_PRICE_SCHEMA)
-    k = check.length("value_points", 1, 12)
+    k = check.length("value_points", 1, MAX_POINTS)
     check.whole("value_points", (k,), low=0, high=top)
     check.require(all(a < b for a, b in zip(theta["value_points"], theta["value_points"][1:])), "value_points",
                   "distinct support points in increasing order")
     check.whole("value_weights", (k,), low=1)
+    check.whole("survey_weights", (k,), low=1)
     check.whole("delay_cost", low=0)
     check.whole("outside_option")
 
@@ -211,14 +232,15 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
 
 
 def _mean_price(theta: dict) -> int:
-    """The prior mean of v rounded half up, in integers."""
-    total = sum(theta["value_weights"])
-    first = sum(p * w for p, w in zip(theta["value_points"], theta["value_weights"]))
+    """The survey sticker's mean of v rounded half up, in integers."""
+    total = sum(theta["survey_weights"])
+    first = sum(p * w for p, w in zip(theta["value_points"], theta["survey_weights"]))
     return (2 * first + total) // (2 * total)
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """Offer the prior mean of v (rounded half up) in every round, whatever was rejected."""
+    """Offer the mean of v by the survey sticker (rounded half up) in every round, whatever was
+    rejected: it reads the sticker, so a misleading survey misleads it."""
     return np.full((theta["horizon"], theta["max_price"] + 1), _mean_price(theta), dtype=np.int16)
 
 
@@ -303,8 +325,32 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
 
 
 def turn_budget(theta: dict) -> int:
-    """One call per round, every probe, and room for looks."""
-    return 2 * theta["horizon"] + 12
+    """An offer in every round (π*'s and the default's longest play) and one turn more: in
+    presentation A there is room for a probe or two, not for the K + 2 of them (H ≤ K)."""
+    return theta["horizon"] + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states it): an unread weight is the survey sticker's, an unread delay cost or outside option the
+# middle of its stated range (delay cost 1 … ⌊V/(4H)⌋ + 1, outside option 0 … ⌊V/8⌋), rounded down.
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the carrying terms and the outside bid, then the survey of every value in order."""
+    return [{"tool": "read_buyer_survey", "arguments": {"point": k}} for k in range(len(theta["value_points"]))] + [
+        {"tool": "read_carrying_terms", "arguments": {}}, {"tool": "read_outside_bid", "arguments": {}}]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    seen = {call["tool"] for call in read}
+    points = {call["arguments"]["point"] for call in read if call["tool"] == "read_buyer_survey"}
+    top, horizon = theta["max_price"], theta["horizon"]
+    weights = [w if k in points else s for k, (w, s) in enumerate(zip(theta["value_weights"], theta["survey_weights"]))]
+    delay = theta["delay_cost"] if "read_carrying_terms" in seen else (top // (4 * horizon) + 2) // 2
+    outside = theta["outside_option"] if "read_outside_bid" in seen else top // 8 // 2
+    return {**theta, "value_weights": weights, "delay_cost": delay, "outside_option": outside}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,14 +361,17 @@ def turn_budget(theta: dict) -> int:
 class World(BaseWorld):
     """The negotiation desk: catalog (the item card), offers, rounds, ledger and a state table."""
 
-    PARAMS = ("horizon", "max_price", "value_points", "value_weights", "delay_cost", "outside_option")
+    PARAMS = ("horizon", "max_price", "value_points", "value_weights", "survey_weights", "delay_cost",
+              "outside_option")
     STATE = (("round", 0), ("status", 0))  # status: an index into STATUS
     STATUS = ("open", "sold", "walked away", "expired")
+    SURVEY_ERROR = 8  # the survey sticker's weights are each within ± this of the true weight (never below 1)
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
-        if len(params["value_points"]) != len(params["value_weights"]) or not params["value_points"]:
-            raise ValueError("value_points and value_weights must be non-empty lists of one length")
+        if len(params["value_points"]) != len(params["value_weights"]) or not params["value_points"] \
+                or len(params["survey_weights"]) != len(params["value_points"]):
+            raise ValueError("value_points, value_weights and survey_weights must be non-empty lists of one length")
         self.value = World.draw(params, episode_seed)  # the buyer's reservation value: fixed, never shown
         t = self.t
         db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, max_price INTEGER)" % t["catalog"])
@@ -385,14 +434,16 @@ class World(BaseWorld):
         return answer
 
     # -- tools ------------------------------------------------------------------------------
-    @tool("probe", "Read the market survey of the buyer: the possible reservation values for {item} in {currency} "
-          "and their probabilities.", reveals=("value_points", "value_weights"))
-    def tool_read_buyer_survey(self):
-        total = float(sum(self.p["value_weights"]))
-        return {"reservation_value_distribution": [
-            {"value": point, "probability": weight / total, "weight": weight}
-            for point, weight in zip(self.p["value_points"], self.p["value_weights"])],
-            "currency": self.v["currency"], "note": "the buyer's value is drawn once and stays fixed"}
+    @tool("probe", "Read the full market survey of one possible reservation value for {item}: its exact weight "
+          "(the chance of a value is its weight over the sum of all the weights).", reveals=("value_weights",),
+          point=integer(0, MAX_POINTS - 1, "number of the possible value (0 is the lowest)"))
+    def tool_read_buyer_survey(self, point):
+        points = self.p["value_points"]
+        if not 0 <= point < len(points):
+            raise AgentError("the possible values are numbered 0 to %d; got %d" % (len(points) - 1, point))
+        return {"point": point, "value": points[point], "weight": self.p["value_weights"][point],
+                "sticker_weight": self.p["survey_weights"][point], "currency": self.v["currency"],
+                "note": "the buyer's value is drawn once and stays fixed"}
 
     @tool("probe", "Read the {site}'s carrying terms: the delay cost in {currency} paid for every round that "
           "passes without a deal.", reveals=("delay_cost",))
@@ -478,6 +529,11 @@ class World(BaseWorld):
         self._set("status", 2)
         return {"walked_away_in_round": rnd, "balance": self._total()}
 
+    def limits(self, presentation):
+        """Prices run 0 … V and the possible values 0 … K − 1 (both told in either presentation)."""
+        return {"make_offer": {"price": (0, self.p["max_price"])},
+                "read_buyer_survey": {"point": (0, len(self.p["value_points"]) - 1)}}
+
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
         p, v, n = self.p, self.v, self.name
@@ -509,15 +565,29 @@ class World(BaseWorld):
                 "(integer weights %s out of %d)." % (", ".join(str(w) for w in p["value_weights"]), int(total)),
             ]
         else:
-            hidden = "The buyer's value distribution, the delay cost per round and the outside option"
-            lines += ["", self._not_given(hidden, ("read_buyer_survey", "read_carrying_terms", "read_outside_bid"))]
+            top, horizon = p["max_price"], p["horizon"]
+            hidden = "The weights of the possible values, the delay cost per round and the outside option"
+            lines += [
+                "",
+                "The reservation value is one of %d possible values, numbered 0 to %d: %s %s." % (
+                    len(p["value_points"]), len(p["value_points"]) - 1,
+                    ", ".join(str(point) for point in p["value_points"]), v["currency"]),
+                "The survey sticker estimates their weights (a value's chance is its weight over the sum of the "
+                "weights) as %s, in that order; each estimate is off from the true weight by at most %d either way "
+                "(any error in between as likely), and never below 1." % (
+                    ", ".join(str(w) for w in p["survey_weights"]), World.SURVEY_ERROR),
+                "The delay cost is a whole number from 1 to %d %s per round; the outside option a whole number from "
+                "0 to %d %s." % (top // (4 * horizon) + 1, v["currency"], top // 8, v["currency"]),
+                self._not_given(hidden, ("read_buyer_survey", "read_carrying_terms", "read_outside_bid")),
+                "%s shows the exact weight of one possible value per call." % n["read_buyer_survey"],
+            ]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="negotiation",
-    version="4",
+    version="5",
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",
