@@ -21,6 +21,7 @@ from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
 
 FAM = registry.get("facility")
+ROOMY = 60  # a turn budget for the tests that look at everything (the family's own affords π* and a few probes)
 HIDDEN = ("opening_costs", "service_costs")
 
 
@@ -268,19 +269,23 @@ def test_the_module_replays_every_plan_one_turn_a_depot(k):
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[0]
     out, _ = generated(FAM, 0)
-    env = env_of(FAM, 0, theta, "A")
+    env = env_of(FAM, 0, theta, "A", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     assert call("view_network")["total_cost"] is None
     assert [d["opening_cost"] for d in call("list_sites")["depots"]] == [None] * theta["n_sites"]
-    sites = call("get_site_costs")
-    assert [d["opening_cost"] for d in sites["depots"]] == theta["opening_costs"]
+    assert call("get_site_costs", site=3)["opening_cost"] == theta["opening_costs"][3]
+    shown = [d["opening_cost"] for d in call("list_sites")["depots"]]
+    assert shown == [theta["opening_costs"][3] if s == 3 else None for s in range(theta["n_sites"])]
+    for s in range(theta["n_sites"]):
+        assert call("get_site_costs", site=s)["opening_cost"] == theta["opening_costs"][s]
     assert [d["opening_cost"] for d in call("list_sites")["depots"]] == theta["opening_costs"]
     assert call("survey_town", town=2)["service_costs"] == theta["service_costs"][2]
     assert [t["town"] for t in call("view_surveys")["surveyed"]] == [2]
     before = env.outcome()["turns_used"]
-    assert call("get_cost_matrix")["service_costs"] == theta["service_costs"]
-    assert env.outcome()["turns_used"] == before + 3
-    assert len(call("view_surveys")["surveyed"]) == theta["n_towns"]
+    for t in range(theta["n_towns"]):
+        assert call("survey_town", town=t)["service_costs"] == theta["service_costs"][t]
+    assert env.outcome()["turns_used"] == before + theta["n_towns"]
+    assert [t["service_costs"] for t in call("view_surveys")["surveyed"]] == theta["service_costs"]
     for s in (1, 3):
         assert call("open_site", site=s)["ok"]
     net = call("view_network")
@@ -338,7 +343,7 @@ def test_running_out_of_turns_finalizes_the_network_as_it_stands():
     assert env.call(out.tool_name("open_site"), {"site": 6})["ok"]
     assert env.done and env.outcome().items() >= {"utility": float(-cost(theta, [4, 6])), "terminal": True, "turns_used": 3}.items()
     env = env_of(FAM, 2, theta, "I", budget=2)  # nothing open when the turns run out: depot 0 alone
-    assert env.call(out.tool_name("get_site_costs"), {})["ok"] and env.call(out.tool_name("view_log"), {})["ok"]
+    assert env.call(out.tool_name("get_site_costs"), {"site": 1})["ok"] and env.call(out.tool_name("view_log"), {})["ok"]
     assert env.done and env.outcome()["utility"] == -cost(theta, [0])
 
 
@@ -356,8 +361,61 @@ def test_presentation_a_hides_the_numbers_that_i_states():
         for t, row in enumerate(theta["service_costs"]):
             line = "town %d: %s" % (t, ", ".join(str(c) for c in row))
             assert line in i_text and line not in a_text
-        for tool in ("get_site_costs", "survey_town", "get_cost_matrix"):
+        for tool in ("get_site_costs", "survey_town"):
             assert out.tool_name(tool) in a_text
+        assert "between 20 and %d" % (30 * theta["n_towns"] + 20) in a_text and "between 0 and 705" in a_text
+
+
+def test_arguments_are_bounded_by_the_instance():
+    """Issue 16 ("item maximum 49 for 6 lots"): depot numbers stop at n − 1 and town numbers at
+    m − 1 in the schemas the module shows and checks, in both presentations (A tells n and m)."""
+    theta = MODULE_THETAS[0]  # 5 depots, 6 towns: the family's schemas allow 8 and 12
+    out, _ = generated(FAM, 0)
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("get_site_costs", "open_site", "close_site"):
+            assert schemas[out.tool_name(tool)]["site"]["minimum"] == 0
+            assert schemas[out.tool_name(tool)]["site"]["maximum"] == theta["n_sites"] - 1
+        assert schemas[out.tool_name("survey_town")]["town"]["maximum"] == theta["n_towns"] - 1
+        before = env.state_digest()
+        refused = env.call(out.tool_name("open_site"), {"site": theta["n_sites"]})
+        assert refused["ok"] is False and f"must be <= {theta['n_sites'] - 1}" in refused["error"]
+        refused = env.call(out.tool_name("survey_town"), {"town": theta["n_towns"]})
+        assert refused["ok"] is False and f"must be <= {theta['n_towns'] - 1}" in refused["error"]
+        assert env.state_digest() == before and env.outcome()["turns_used"] == 0
+
+
+def test_one_probe_in_a_shows_one_entry_or_one_row():
+    """Presentation A as the paper specifies: a depot's probe shows that depot's opening cost and
+    nothing else, a town's survey that town's row; the budget n + 2 leaves π* room for only part
+    of the n + m probes."""
+    theta = MODULE_THETAS[0]
+    out, _ = generated(FAM, 0)
+    env = env_of(FAM, 0, theta, "A")
+    answer = env.call(out.tool_name("get_site_costs"), {"site": 2})
+    assert {k: v for k, v in answer.items() if k not in ("ok", "turns_left")} == {
+        "site": 2, "label": "D2", "opening_cost": theta["opening_costs"][2], "currency": answer["currency"]}
+    assert [d["opening_cost"] is not None for d in env.call(out.tool_name("list_sites"), {})["depots"]] == [
+        s == 2 for s in range(theta["n_sites"])]
+    row = env.call(out.tool_name("survey_town"), {"town": 4})
+    assert row["town"] == 4 and row["service_costs"] == theta["service_costs"][4]
+    assert env.outcome()["turns_used"] == 3  # two probes and a look, a turn each
+    assert {FAM.tool(name).turn_cost for name in ("get_site_costs", "survey_town")} == {1}
+    assert [spec.name for spec in FAM.tools_with_role("probe")] == ["get_site_costs", "survey_town"]
+    optimum = FAM.solve(theta)
+    spare = FAM.turn_budget(theta) - len(FAM.simulate(theta, optimum.policy, 0).calls)
+    assert 1 <= spare < theta["n_sites"] + theta["n_towns"] == len(FAM.probe_calls(theta))
+
+
+def test_belief_is_what_was_read_and_the_stated_middle_elsewhere():
+    theta = MODULE_THETAS[0]
+    n, m = theta["n_sites"], theta["n_towns"]
+    read = [{"tool": "survey_town", "arguments": {"town": 1}}, {"tool": "get_site_costs", "arguments": {"site": 4}}]
+    guess = FAM.belief(theta, read)
+    assert guess["opening_costs"] == [theta["opening_costs"][4] if s == 4 else 15 * m + 20 for s in range(n)]
+    assert guess["service_costs"] == [theta["service_costs"][1] if t == 1 else [352] * n for t in range(m)]
+    assert FAM.belief(theta, FAM.probe_calls(theta)) == theta
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from vhd.tasks.sample import draw
 
 FAM = registry.get("lp")
 TOL = 1e-9
+ROOMY = 60  # a turn budget for the tests that look at everything (the family's own affords π* and a few probes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +337,7 @@ def test_generated_module_replays_the_reference_plans_exactly(k):
 def test_invalid_calls_are_refused_and_leave_state_unchanged(k):
     out, _ = generated(FAM, k)
     theta = HAND[0]  # products 0, 1; capacities 8, 9; demand 5, 5
-    env = env_of(FAM, k, theta)
+    env = env_of(FAM, k, theta, budget=ROOMY)
     n = out.tool_name
     assert env.call(n("set_production"), {"product": 0, "quantity": 2.5})["ok"]
     digest = env.state_digest()
@@ -364,7 +365,9 @@ def test_invalid_calls_are_refused_and_leave_state_unchanged(k):
     # a plan that uses a resource exactly is accepted, observations report it (once the usage is read)
     assert env.call(n("set_production"), {"product": 0, "quantity": 3})["ok"]
     assert env.call(n("view_resource_use"), {})["ok"] is False
-    assert env.call(n("get_usage_table"), {})["ok"]
+    assert env.call(n("get_usage_table"), {"resource": 1})["ok"]
+    assert [u["hours"] for u in env.call(n("view_resource_use"), {})["hours_used"]] == [None, 9.0]
+    assert env.call(n("get_usage_table"), {"resource": 0})["ok"]
     use = env.call(n("view_resource_use"), {})
     assert [u["hours"] for u in use["hours_used"]] == [3.0, 9.0]
     assert env.call(n("set_production"), {"product": 1, "quantity": 1e-10})["ok"]  # within 1e-9
@@ -401,9 +404,10 @@ def test_presentation_a_hides_what_i_states(k):
     for probe in ("get_profit_sheet", "get_usage_table", "get_capacity_sheet"):
         assert out.tool_name(probe) in inst_a
     assert "product 0: 9" in inst_a and "product 0: 9" in inst_i  # demand limits are public
-    env = env_of(FAM, k, theta, "A")
-    assert [r["profit"] for r in env.call(out.tool_name("get_profit_sheet"), {})["profit_per_unit"]] == [17, 23, 29]
-    table = env.call(out.tool_name("get_usage_table"), {})["hours_per_unit"]
+    env = env_of(FAM, k, theta, "A", budget=ROOMY)
+    assert [env.call(out.tool_name("get_profit_sheet"), {"product": j})["profit"] for j in range(3)] == [17, 23, 29]
+    table = [{key: answer[key] for key in ("resource", "hours_by_product")}
+             for answer in (env.call(out.tool_name("get_usage_table"), {"resource": i}) for i in range(2))]
     # the orientation of I's table (issue 16: A answered a row per product): a row per resource
     assert table == [{"resource": 0, "hours_by_product": [4, 1, 6]}, {"resource": 1, "hours_by_product": [2, 5, 3]}]
     assert "Hours per unit (a row per resource, a column per product):" in inst_i
@@ -438,11 +442,14 @@ def test_before_a_probe_decisions_and_observations_show_no_hidden_number():
     out, _ = generated(FAM, 1)
     answers = []
     for theta in _twins():
-        env = env_of(FAM, 1, theta, "A")
+        env = env_of(FAM, 1, theta, "A", budget=ROOMY)
         call = lambda tool, **args: env.call(out.tool_name(tool), args)
         seen = [call("set_production", product=1, quantity=2), call("view_plan"), call("view_resource_use")]
         assert seen[0]["ok"] and "hours_used" not in seen[0] and seen[2]["ok"] is False
-        assert call("get_usage_table")["ok"]
+        assert call("get_usage_table", resource=1)["ok"]
+        after = call("set_production", product=1, quantity=3)  # the hours of the row read, not the other
+        assert after["hours_used"] == [{"resource": 1, "hours": 3.0 * theta["usage"][1][1]}]
+        assert call("get_usage_table", resource=0)["ok"]
         after = call("set_production", product=1, quantity=3)
         assert [u["hours"] for u in after["hours_used"]] == [3.0 * row[1] for row in theta["usage"]]
         answers.append([{k: v for k, v in a.items() if k != "turns_left"} for a in seen])
@@ -538,7 +545,7 @@ def _random_lp_calls(theta, rng, length):
                                "get_profit_sheet", "view_plan", "close_plan"], p=[.35, .15, .15, .05, .1, .1, .1]))
         j = int(rng.integers(0, n + 1))  # product n does not exist: refused
         args = {"product": j, "quantity": float(rng.choice([0.0, 1.0, 2.5, 3.0, 4.0, 7.0]))} \
-            if tool == "set_production" else {"product": j} if tool == "clear_production" else {}
+            if tool == "set_production" else {"product": j} if tool in ("clear_production", "get_profit_sheet") else {}
         calls.append({"tool": tool, "arguments": args})
     return calls
 
@@ -553,10 +560,10 @@ def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
     # close of a worse plan costs what it misses
     bad = [{"tool": "set_production", "arguments": {"product": 1, "quantity": 4.0}},
            {"tool": "close_plan", "arguments": {}}]
-    steps = step_advantages(FAM, _advantage_config(theta), bad)
+    steps = step_advantages(FAM, _advantage_config(theta, budget=ROOMY), bad)
     assert steps.per_call == [0.0, 20.0 - 21.0] and steps.finish == 0.0 and steps.utility == 20.0
     undone = bad[:1] + [{"tool": "reset_plan", "arguments": {}}] + FAM.simulate(theta, FAM.solve(theta).policy, 0).calls
-    steps = step_advantages(FAM, _advantage_config(theta), undone)
+    steps = step_advantages(FAM, _advantage_config(theta, budget=ROOMY), undone)
     assert set(steps.per_call) == {0.0} and steps.utility == 21.0
     rng = np.random.default_rng(19)
     for theta in HAND[:5]:
@@ -571,7 +578,7 @@ def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
                 else:
                     plan = plan if closed else _accepted(theta, plan, call)
                     expected.append(0.0)
-            steps = step_advantages(FAM, _advantage_config(theta), calls)
+            steps = step_advantages(FAM, _advantage_config(theta, budget=ROOMY), calls)
             finish = 0.0 if closed else plain_value(theta, plan) - best
             assert steps.per_call == pytest.approx(expected, abs=1e-9) and steps.finish == pytest.approx(finish)
             assert steps.utility == pytest.approx(plain_value(theta, plan), abs=1e-12)
@@ -588,3 +595,60 @@ def test_running_out_of_turns_adds_the_close_advantage_to_the_last_call():
              {"tool": "close_plan", "arguments": {}}]
     steps = step_advantages(FAM, _advantage_config(theta, budget=3), calls)
     assert steps.per_call == [0.0, 0.0, 13.0 - 21.0, 0.0] and steps.finish == 0.0 and steps.utility == 13.0
+
+
+def test_arguments_are_bounded_by_the_instance():
+    """Issue 16 (ids and amounts far past the instance): product numbers stop at n − 1, resource
+    numbers at m − 1 and quantities at the largest demand limit, in the schemas the module shows
+    and checks, in both presentations (both tell n, m and the demands)."""
+    out, _ = generated(FAM, 0)
+    theta = make([17, 23, 29], [[4, 1, 6], [2, 5, 3]], [41, 37], [9, 8, 7])
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("set_production", "clear_production", "get_profit_sheet"):
+            assert (schemas[out.tool_name(tool)]["product"]["minimum"], schemas[out.tool_name(tool)]["product"]["maximum"]) == (0, 2)
+        assert schemas[out.tool_name("get_usage_table")]["resource"]["maximum"] == 1
+        assert schemas[out.tool_name("set_production")]["quantity"]["maximum"] == 9
+        before = env.state_digest()
+        refused = env.call(out.tool_name("set_production"), {"product": 3, "quantity": 1})
+        assert refused["ok"] is False and "must be <= 2" in refused["error"]
+        refused = env.call(out.tool_name("set_production"), {"product": 0, "quantity": 10})
+        assert refused["ok"] is False and "must be <= 9" in refused["error"]
+        refused = env.call(out.tool_name("get_usage_table"), {"resource": 2})
+        assert refused["ok"] is False and "must be <= 1" in refused["error"]
+        assert env.state_digest() == before and env.outcome()["turns_used"] == 0
+
+
+def test_one_probe_in_a_shows_one_entry_or_one_row():
+    """Presentation A as the paper specifies: a profit probe shows one product's profit, a usage
+    probe one resource's row, the capacity sheet one row; the budget n + 2 leaves π* room for only
+    part of the n + m + 1 probes."""
+    out, _ = generated(FAM, 0)
+    theta = make([17, 23, 29], [[4, 1, 6], [2, 5, 3]], [41, 37], [9, 8, 7])
+    env = env_of(FAM, 0, theta, "A")
+    shown = lambda answer: {k: v for k, v in answer.items() if k not in ("ok", "turns_left", "currency")}
+    assert shown(env.call(out.tool_name("get_profit_sheet"), {"product": 1})) == {"product": 1, "code": env.call(
+        out.tool_name("view_products"), {})["products"][1]["code"], "profit": 23}
+    assert shown(env.call(out.tool_name("get_usage_table"), {"resource": 1})) == {"resource": 1,
+                                                                                  "hours_by_product": [2, 5, 3]}
+    caps = env.call(out.tool_name("get_capacity_sheet"), {})["capacity_hours"]
+    assert [c["capacity"] for c in caps] == [41, 37]
+    assert {FAM.tool(name).turn_cost for name in ("get_profit_sheet", "get_usage_table", "get_capacity_sheet")} == {1}
+    assert FAM.turn_budget(theta) == 5 and len(FAM.probe_calls(theta)) == 3 + 2 + 1
+    for candidate in SAMPLED[:8]:
+        spare = FAM.turn_budget(candidate) - len(FAM.simulate(candidate, FAM.solve(candidate).policy, 0).calls)
+        assert 1 <= spare < len(FAM.probe_calls(candidate)) == candidate["products"] + candidate["resources"] + 1
+
+
+def test_belief_is_what_was_read_and_the_stated_guess_elsewhere():
+    theta = make([17, 23, 29], [[4, 1, 6], [2, 5, 3]], [41, 37], [9, 8, 7])
+    blind = FAM.belief(theta, [])
+    assert blind["usage"] == [[3, 3, 3], [3, 3, 3]] and blind["profit"] == [18, 18, 18]
+    assert blind["capacity"] == [round(Fraction(3, 10) * 3 * 24)] * 2 == [22, 22]
+    read = [{"tool": "get_usage_table", "arguments": {"resource": 1}},
+            {"tool": "get_profit_sheet", "arguments": {"product": 2}}]
+    guess = FAM.belief(theta, read)
+    assert guess["usage"] == [[3, 3, 3], [2, 5, 3]] and guess["profit"] == [15, 24, 29]
+    assert guess["capacity"] == [22, round(Fraction(3, 10) * (18 + 40 + 21))] == [22, 24]
+    assert FAM.belief(theta, FAM.probe_calls(theta)) == theta

@@ -21,14 +21,24 @@ Model
 State
     the depot table (label, opening cost, open flag, whether its cost has been read), the town
     table (label, whether surveyed), the town-by-depot service-cost table, an action log and a
-    state table (whether the opening costs were read and whether the network is final).
+    state table (whether the network is final).
 
 Tools
-    probes: read every depot's opening cost, survey one town (its service cost from every depot),
-    read the whole service-cost matrix at once (costs 3 turns); decisions: open a depot, close a
-    depot; clock: finalize the network (ends the episode); observations: list the depots, view the
-    network (open depots and the total cost if every town uses its cheapest open depot), view the
-    town-by-town assignment, view the surveyed towns, view the action log.
+    probes, a turn each: read one depot's opening cost (one entry), survey one town (one row: its
+    service cost from every depot); decisions: open a depot, close a depot; clock: finalize the
+    network (ends the episode); observations: list the depots (with the opening costs read so
+    far), view the network (open depots and the total cost if every town uses its cheapest open
+    depot), view the town-by-town assignment, view the surveyed towns, view the action log. Depot
+    numbers run 0 … n − 1 and town numbers 0 … m − 1 in the schemas (both presentations tell n, m).
+    Presentation A hides every opening cost and every service cost; n + m probes (one per depot,
+    one per town) reveal all of them. The A instruction states the ranges: an opening cost is
+    20 … 30m + 20, a service cost 0 … 705 (demand 1 … 5 times a distance 0 … 141 on the 100 × 100
+    map); an entry not read is guessed at the middle of its range (15m + 20, 352). No probe is
+    noisy and there are no stickers: the default rule reads the true costs. The budget n + 2 fits
+    any network (n openings and the finalization) and one turn more, so after π*'s own |S*| + 1
+    turns only n + 1 − |S*| of the n + m probes can be paid for: which towns and depots to look at
+    is a choice. A town not surveyed is, to that guess, equally dear from every depot, so it does
+    not sway the choice of depots at all.
 
 Reward
     utility = −C(S) for the finalized network S (higher is better). The idle plan is depot 0
@@ -68,7 +78,6 @@ from vhd.mechanisms._theta import ThetaCheck
 
 MAX_SITES = 8  # Params, tool schema and solve() bound
 MAX_TOWNS = 12  # Params, tool schema and solve() bound
-MATRIX_COST = 3
 HIDDEN = ("opening_costs", "service_costs")
 
 
@@ -208,6 +217,26 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return np.array([mask >> s & 1 for s in range(n)], dtype=np.int8)
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary calls for the reference_agreement gate: each id argument at its first and last
+    valid number (town 0 and m − 1, depot 0 and n − 1), a probe twice, a depot opened and closed,
+    then the matching observation. (The gate's edge sequences try ids from the largest down, each
+    twice, and the tight budget n + 2 ends them before they reach id 0.) The rng is not used."""
+    first_town, last_town, first_site, last_site = 0, theta["n_towns"] - 1, 0, theta["n_sites"] - 1
+
+    def call(tool, **arguments):
+        return {"tool": tool, "arguments": arguments}
+
+    return [
+        [call("survey_town", town=first_town), call("survey_town", town=last_town),
+         call("survey_town", town=first_town), call("view_surveys")],
+        [call("get_site_costs", site=first_site), call("get_site_costs", site=last_site),
+         call("get_site_costs", site=first_site), call("list_sites")],
+        [call("open_site", site=first_site), call("close_site", site=first_site), call("open_site", site=last_site),
+         call("close_site", site=last_site), call("view_network")],
+    ]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Play an open vector: open its depots in index order, then finalize. Deterministic (the
     episode seed is accepted and ignored)."""
@@ -227,9 +256,39 @@ decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
-    """Every probe (the opening costs, every town's survey, the matrix), open every depot,
-    finalize, and room to spare."""
-    return 2 * theta["n_sites"] + theta["n_towns"] + MATRIX_COST + 12
+    """Open every depot and finalize, and one turn more: room for any network (π*'s and the
+    default's), but in presentation A not for reading every depot and town as well (n + m
+    probes): what to look at is a choice."""
+    return theta["n_sites"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states the ranges): an unread opening cost is the middle of 20 … 30m + 20, an unsurveyed
+# town's service cost from every depot the middle of 0 … 705.
+
+SERVICE_GUESS = 352  # the middle of the service costs 0 … 705 the instruction states
+
+
+def opening_guess(n_towns: int) -> int:
+    """The middle of the opening costs 20 … 30m + 20 the instruction states."""
+    return 15 * n_towns + 20
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Survey the towns in index order, then read the depots' opening costs in index order."""
+    return [{"tool": "survey_town", "arguments": {"town": t}} for t in range(theta["n_towns"])] + [
+        {"tool": "get_site_costs", "arguments": {"site": s}} for s in range(theta["n_sites"])]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: read entries exact, the others the stated guess."""
+    n, m = theta["n_sites"], theta["n_towns"]
+    sites = {call["arguments"]["site"] for call in read if call["tool"] == "get_site_costs"}
+    towns = {call["arguments"]["town"] for call in read if call["tool"] == "survey_town"}
+    opening = [theta["opening_costs"][s] if s in sites else opening_guess(m) for s in range(n)]
+    service = [list(theta["service_costs"][t]) if t in towns else [SERVICE_GUESS] * n for t in range(m)]
+    return {**theta, "n_sites": n, "n_towns": m, "opening_costs": opening, "service_costs": service}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,10 +300,11 @@ class World(BaseWorld):
     """The site's relational world: depots, towns, service costs, log, state."""
 
     PARAMS = ("n_sites", "n_towns", "opening_costs", "service_costs")
-    STATE = (("opening_read", 0), ("final", 0))
+    STATE = (("final", 0),)
     # the World's tables and their columns, other tables named by their canonical names
     SCHEMA = (
-        ("depots", "site_id INTEGER PRIMARY KEY, label TEXT, opening_cost INTEGER, is_open INTEGER"),
+        ("depots", "site_id INTEGER PRIMARY KEY, label TEXT, opening_cost INTEGER, is_open INTEGER, "
+                   "cost_read INTEGER"),
         ("towns", "town_id INTEGER PRIMARY KEY, label TEXT, surveyed INTEGER"),
         ("service", "town_id INTEGER REFERENCES %(towns)s(town_id), site_id INTEGER REFERENCES %(depots)s(site_id), "
                     "cost INTEGER, PRIMARY KEY (town_id, site_id)"),
@@ -260,7 +320,7 @@ class World(BaseWorld):
         t = self.t
         for table, columns in World.SCHEMA:
             db.execute("CREATE TABLE %s (%s)" % (t[table], columns % t))
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["depots"],
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0, 0)" % t["depots"],
                        [(s, "D%d" % s, params["opening_costs"][s]) for s in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, 0)" % t["towns"], [(k, "T%d" % k) for k in range(m)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["service"],
@@ -328,15 +388,21 @@ class World(BaseWorld):
     def run_out(self):
         self._finalize("finalized (turns ran out)")
 
+    def limits(self, presentation):
+        """Depot numbers run 0 … n − 1 and town numbers 0 … m − 1 (the instruction tells n and m in
+        both presentations)."""
+        site, town = {"site": (0, self.p["n_sites"] - 1)}, {"town": (0, self.p["n_towns"] - 1)}
+        return {"get_site_costs": site, "open_site": site, "close_site": site, "survey_town": town}
+
     # -- tools ------------------------------------------------------------------------------
-    @tool("probe", "Read the one-off opening cost in {currency} of every candidate depot of the {site}.",
-          reveals=("opening_costs",))
-    def tool_get_site_costs(self):
-        self._set("opening_read", 1)
-        rows = self.db.execute("SELECT site_id, label, opening_cost FROM %s ORDER BY site_id"
-                               % self.t["depots"]).fetchall()
-        return {"depots": [{"site": s, "label": label, "opening_cost": f} for s, label, f in rows],
-                "currency": self.v["currency"]}
+    @tool("probe", "Read the one-off opening cost in {currency} of one candidate depot of the {site}.",
+          reveals=("opening_costs",), site=integer(0, MAX_SITES - 1, "number of the depot (0-based)"))
+    def tool_get_site_costs(self, site):
+        site = self._site(site)
+        self.db.execute("UPDATE %s SET cost_read = 1 WHERE site_id = ?" % self.t["depots"], (site,))
+        label, f = self.db.execute("SELECT label, opening_cost FROM %s WHERE site_id = ?"
+                                   % self.t["depots"], (site,)).fetchone()
+        return {"site": site, "label": label, "opening_cost": f, "currency": self.v["currency"]}
 
     @tool("probe", "Survey one customer town: the cost in {currency} of serving its demand for {item} from each "
           "candidate depot.", reveals=("service_costs",),
@@ -348,26 +414,13 @@ class World(BaseWorld):
                                                    % self.t["service"], (town,))]
         return {"town": town, "service_costs": costs, "currency": self.v["currency"]}
 
-    @tool("probe", "Read the whole town-by-depot service-cost matrix in {currency} at once (uses %d turns)."
-          % MATRIX_COST, reveals=("service_costs",), turn_cost=MATRIX_COST)
-    def tool_get_cost_matrix(self):
-        self.db.execute("UPDATE %s SET surveyed = 1" % self.t["towns"])
-        n = self.p["n_sites"]
-        rows = self.db.execute("SELECT town_id, site_id, cost FROM %s ORDER BY town_id, site_id"
-                               % self.t["service"]).fetchall()
-        matrix = [[0] * n for _ in range(self.p["n_towns"])]
-        for town, site, cost in rows:
-            matrix[town][site] = cost
-        return {"service_costs": matrix, "rows": "towns", "columns": "depots", "currency": self.v["currency"]}
-
     @tool("observe", "List the candidate depots with their labels, whether each is open and (once read) its "
           "opening cost.")
     def tool_list_sites(self):
-        read = bool(self._get("opening_read"))
-        rows = self.db.execute("SELECT site_id, label, opening_cost, is_open FROM %s ORDER BY site_id"
+        rows = self.db.execute("SELECT site_id, label, opening_cost, is_open, cost_read FROM %s ORDER BY site_id"
                                % self.t["depots"]).fetchall()
         return {"depots": [{"site": s, "label": label, "open": bool(o), "opening_cost": f if read else None}
-                           for s, label, f, o in rows], "towns": self.p["n_towns"]}
+                           for s, label, f, o, read in rows], "towns": self.p["n_towns"]}
 
     @tool("observe", "Show the open depots and the network's total cost in {currency} if every town is served by "
           "its cheapest open depot.")
@@ -450,17 +503,18 @@ class World(BaseWorld):
             for k in range(p["n_towns"]):
                 lines.append("  town %d: %s" % (k, ", ".join(str(c) for c in p["service_costs"][k])))
         else:
-            lines += ["", "The opening and service costs are not given: %s reveals every depot's opening cost, "
-                      "%s one town's service cost from every depot, and %s the whole service-cost matrix (it uses "
-                      "more turns), each at the cost of turns from the same budget."
-                      % (n["get_site_costs"], n["survey_town"], n["get_cost_matrix"])]
+            lines += ["", "The opening and service costs are not given: %s reveals one depot's opening cost and "
+                      "%s one town's service cost from every depot, each at the cost of a turn from the same budget. "
+                      "Every opening cost is between 20 and %d %s; every service cost is between 0 and 705 %s (the "
+                      "town's demand, 1 to 5, times its distance from the depot, 0 to 141 on a 100 by 100 map)."
+                      % (n["get_site_costs"], n["survey_town"], 30 * p["n_towns"] + 20, v["currency"], v["currency"])]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="facility",
-    version="4",
+    version="5",
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -19,18 +19,31 @@ Model
     capacity, a general LP such as netlib's afiro) is refused with InvalidParams.
 
 State
-    the product catalog (profit, demand limit), the resources (capacity), the usage table
-    (product × resource → hours per unit), the current plan (a quantity per product), whether
-    the usage table has been read and whether the plan has been closed.
+    the product catalog (profit, demand limit), the resources
+    (capacity, whether its row of the usage table has been read), the usage table (product ×
+    resource → hours per unit), the current plan (a quantity per product) and whether the plan
+    has been closed.
 
 Tools
-    probes: profit sheet (unit profits), usage table (hours per unit on each resource),
-    capacity sheet (hours per resource); decisions: set a product's quantity, clear one
-    product, reset the whole plan; clock: close the plan (produce and sell it); observations:
-    the plan, the resource hours it uses (once the usage table is read), the product list with
-    demand limits, the resources. Nothing but the three probes shows a profit, a usage or a
-    capacity: a decision's answer reports hours used only after the usage table is read, and a
-    refused plan is told only that it needs more hours of some resource than it offers.
+    probes, a turn each: one product's unit profit, one resource's row of the usage table (the
+    hours per unit of every product on it, a row per resource as presentation I prints the
+    table), the capacity sheet (hours per resource, one row); decisions: set a product's
+    quantity, clear one product, reset the whole plan; clock: close the plan (produce and sell
+    it); observations: the plan, the resource hours it uses (on the resources whose row has been
+    read), the product list with demand limits, the resources. Nothing but the probes shows a
+    profit, a usage or a capacity: a decision's answer reports hours used only on resources whose
+    row has been read, and a refused plan is told only that it needs more hours of some resource
+    than it offers. The schemas take product numbers 0 … n − 1, resource numbers 0 … m − 1 and
+    quantities up to the largest demand limit (both presentations tell n, m and the demands).
+    Presentation A hides the profits, the usage table and the capacities; n + m + 1 probes reveal
+    all of them. The A instruction states how they are drawn, and a number not read is guessed as
+    it says: a usage entry at 3 hours (the middle of 0 … 6), a product's profit at 3 per hour of
+    its (read or guessed) total hours per unit (margins are 1 … 5 per hour), a capacity at 30 % of
+    the (read or guessed) hours that meeting every demand would need on the resource (15 … 45 %).
+    No probe is noisy and there are no stickers: the default fill reads the true θ. The budget
+    n + 2 fits any plan (a quantity per product and the close) and one turn more, so after π*'s
+    own turns (one per product it makes, and the close) only n + 1 − (products made) of the
+    n + m + 1 probes can be paid for: what to find out is a choice.
 
 Reward
     utility = Σ_j profit[j] · x[j] of the closed plan (a float, in currency). Idle (produce
@@ -328,6 +341,24 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
     return np.floor(x * scale * 1000.0) / 1000.0
 
 
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary calls for the reference_agreement gate: each probe's id at its first and last
+    valid number (resource 0 and m − 1, product 0 and n − 1), then the hours the plan uses, read
+    before and after a quantity is set. (The gate's edge sequences try ids from the largest down,
+    each twice, and the tight budget n + 2 can end them before they reach id 0 or the looks.) The
+    rng is not used."""
+    def call(tool, **arguments):
+        return {"tool": tool, "arguments": arguments}
+
+    last_resource, last_product = theta["resources"] - 1, theta["products"] - 1
+    return [
+        [call("get_usage_table", resource=0), call("get_usage_table", resource=last_resource),
+         call("view_resource_use"), call("set_production", product=0, quantity=1.0), call("view_resource_use")],
+        [call("get_profit_sheet", product=0), call("get_profit_sheet", product=last_product),
+         call("get_usage_table", resource=last_resource), call("view_resource_use")],
+    ]
+
+
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
     """Set every product with a positive quantity in index order, then close the plan.
     Deterministic: `episode_seed` is ignored."""
@@ -347,8 +378,43 @@ decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
-    """One call per product and the close, plus every probe and room for looks and changes."""
-    return 2 * theta["products"] + 12
+    """One call per product and the close, and one turn more: room for any plan (π*'s and the
+    default's), but in presentation A not for reading every profit, usage row and the capacities
+    as well (n + m + 1 probes): what to find out is a choice."""
+    return theta["products"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not, as the A instruction
+# states how θ is drawn: a usage entry not read is USAGE_GUESS hours; a profit not read is
+# MARGIN_GUESS per hour of the product's total hours per unit; a capacity not read is
+# SHARE_GUESS of the hours meeting every demand would need (demands are told).
+
+USAGE_GUESS = 3  # the middle of the hours per unit 0 … 6 the instruction states
+MARGIN_GUESS = 3  # the middle of the margins 1 … 5 per hour
+SHARE_GUESS = Fraction(3, 10)  # the middle of the capacity shares 15 … 45 %
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the capacity sheet, then the usage rows in resource order, then the profits in product order."""
+    return ([{"tool": "get_capacity_sheet", "arguments": {}}]
+            + [{"tool": "get_usage_table", "arguments": {"resource": i}} for i in range(theta["resources"])]
+            + [{"tool": "get_profit_sheet", "arguments": {"product": j}} for j in range(theta["products"])])
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    n, m = theta["products"], theta["resources"]
+    rows = {call["arguments"]["resource"] for call in read if call["tool"] == "get_usage_table"}
+    profits = {call["arguments"]["product"] for call in read if call["tool"] == "get_profit_sheet"}
+    usage = [list(theta["usage"][i]) if i in rows else [USAGE_GUESS] * n for i in range(m)]
+    hours = [sum(row[j] for row in usage) for j in range(n)]
+    profit = [theta["profit"][j] if j in profits else max(1, MARGIN_GUESS * hours[j]) for j in range(n)]
+    if any(call["tool"] == "get_capacity_sheet" for call in read):
+        capacity = list(theta["capacity"])
+    else:
+        capacity = [max(1, round(SHARE_GUESS * sum(a * d for a, d in zip(row, theta["demand"])))) for row in usage]
+    return {**theta, "products": n, "resources": m, "profit": profit, "usage": usage, "capacity": capacity}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,13 +422,14 @@ def turn_budget(theta: dict) -> int:
 
 
 _PRODUCT = integer(0, MAX_PRODUCTS - 1, "product number, from 0")
+_RESOURCE = integer(0, MAX_RESOURCES - 1, "resource number, from 0")
 
 
 class World(BaseWorld):
     """The plant: catalog, resources, usage table, plan and a state table, all in SQLite."""
 
     PARAMS = ("products", "resources", "profit", "usage", "capacity", "demand")
-    STATE = (("closed", 0), ("changes", 0), ("usage_read", 0))
+    STATE = (("closed", 0), ("changes", 0))
     TOLERANCE = 1e-9
 
     def __init__(self, db, params, episode_seed, skin):
@@ -374,7 +441,8 @@ class World(BaseWorld):
         t = self.t
         db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY, code TEXT UNIQUE, profit INTEGER, "
                    "demand INTEGER)" % t["catalog"])
-        db.execute("CREATE TABLE %s (resource INTEGER PRIMARY KEY, name TEXT, capacity INTEGER)" % t["resources"])
+        db.execute("CREATE TABLE %s (resource INTEGER PRIMARY KEY, name TEXT, capacity INTEGER, usage_read INTEGER)"
+                   % t["resources"])
         db.execute("CREATE TABLE %s (product INTEGER REFERENCES %s(product), resource INTEGER REFERENCES %s(resource), "
                    "hours INTEGER, PRIMARY KEY (product, resource))" % (t["usage"], t["catalog"], t["resources"]))
         db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY REFERENCES %s(product), quantity REAL)"
@@ -384,7 +452,8 @@ class World(BaseWorld):
                        (j, "%s-%d" % (self.v["sku"], j), params["profit"][j], params["demand"][j]))
             db.execute("INSERT INTO %s VALUES (?, ?)" % t["plan"], (j, 0.0))
         for i in range(m):
-            db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["resources"], (i, "resource %d" % i, params["capacity"][i]))
+            db.execute("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["resources"],
+                       (i, "resource %d" % i, params["capacity"][i]))
             for j in range(n):
                 db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["usage"], (j, i, params["usage"][i][j]))
 
@@ -399,6 +468,11 @@ class World(BaseWorld):
         for resource, product, hours in rows:
             used[resource] += hours * plan[product]
         return used
+
+    def _rows_read(self):
+        """The resources whose row of the usage table has been read."""
+        return {row[0] for row in self.db.execute("SELECT resource FROM %s WHERE usage_read = 1"
+                                                  % self.t["resources"])}
 
     def _product(self, product):
         if product >= self.p["products"]:
@@ -422,8 +496,9 @@ class World(BaseWorld):
         self.db.execute("UPDATE %s SET quantity = ? WHERE product = ?" % self.t["plan"], (plan[product], product))
         self._set("changes", self._get("changes") + 1)
         answer = {"product": product, "quantity": plan[product]}
-        if self._get("usage_read"):  # hours used follow from the usage table, hidden until it is read
-            answer["hours_used"] = [{"resource": r, "hours": h} for (r, _), h in zip(caps, used)]
+        read = self._rows_read()
+        if read:  # hours used follow from the usage table: shown on the resources whose row is read
+            answer["hours_used"] = [{"resource": r, "hours": h} for (r, _), h in zip(caps, used) if r in read]
         return answer
 
     # -- episode ----------------------------------------------------------------------------
@@ -441,22 +516,33 @@ class World(BaseWorld):
     def run_out(self):
         self._set("closed", 1)
 
-    # -- tools ------------------------------------------------------------------------------
-    @tool("probe", "Read the {site}'s profit per unit of each product, in {currency}.", reveals=("profit",))
-    def tool_get_profit_sheet(self):
-        rows = self.db.execute("SELECT product, code, profit FROM %s ORDER BY product" % self.t["catalog"])
-        return {"profit_per_unit": [{"product": j, "code": c, "profit": p} for j, c, p in rows],
-                "currency": self.v["currency"]}
+    def limits(self, presentation):
+        """Product numbers run 0 … n − 1, resource numbers 0 … m − 1, and no quantity can exceed the
+        largest demand limit (the instruction tells n, m and every demand in both presentations)."""
+        product = (0, self.p["products"] - 1)
+        return {"set_production": {"product": product, "quantity": (0, max(self.p["demand"]))},
+                "clear_production": {"product": product}, "get_profit_sheet": {"product": product},
+                "get_usage_table": {"resource": (0, self.p["resources"] - 1)}}
 
-    @tool("probe", "Read how many hours one unit of each product needs on each resource. The table has a row "
-          "per resource and a column per product.", reveals=("usage",))
-    def tool_get_usage_table(self):
-        self._set("usage_read", 1)
-        rows = self.db.execute("SELECT resource, hours FROM %s ORDER BY resource, product" % self.t["usage"])
-        table = [[] for _ in range(self.p["resources"])]
-        for resource, hours in rows:
-            table[resource].append(hours)
-        return {"hours_per_unit": [{"resource": i, "hours_by_product": row} for i, row in enumerate(table)]}
+    # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the {site}'s profit per unit of one product, in {currency}.", reveals=("profit",),
+          product=_PRODUCT)
+    def tool_get_profit_sheet(self, product):
+        product = self._product(product)
+        code, profit = self.db.execute("SELECT code, profit FROM %s WHERE product = ?" % self.t["catalog"],
+                                       (product,)).fetchone()
+        return {"product": product, "code": code, "profit": profit, "currency": self.v["currency"]}
+
+    @tool("probe", "Read one resource's row of the usage table: how many hours one unit of each product needs on "
+          "it.", reveals=("usage",), resource=_RESOURCE)
+    def tool_get_usage_table(self, resource):
+        if resource >= self.p["resources"]:
+            raise AgentError("there is no resource %d; resources are numbered 0 to %d"
+                             % (resource, self.p["resources"] - 1))
+        self.db.execute("UPDATE %s SET usage_read = 1 WHERE resource = ?" % self.t["resources"], (resource,))
+        row = [r[0] for r in self.db.execute("SELECT hours FROM %s WHERE resource = ? ORDER BY product"
+                                             % self.t["usage"], (resource,))]
+        return {"resource": resource, "hours_by_product": row}
 
     @tool("probe", "Read how many hours each resource of the {site} offers in this run.", reveals=("capacity",))
     def tool_get_capacity_sheet(self):
@@ -478,12 +564,15 @@ class World(BaseWorld):
         return {"plan": [{"product": j, "quantity": q} for j, q in enumerate(self._plan())],
                 "changes": self._get("changes"), "closed": bool(self._get("closed"))}
 
-    @tool("observe", "Show the hours the current plan uses on each resource (once the usage table has been read).")
+    @tool("observe", "Show the hours the current plan uses on each resource whose row of the usage table has been "
+          "read (none for the others).")
     def tool_view_resource_use(self):
-        if not self._get("usage_read"):
-            raise AgentError("the hours per unit have not been read yet; call %s first" % self.name["get_usage_table"])
+        read = self._rows_read()
+        if not read:
+            raise AgentError("no resource's hours per unit have been read yet; call %s first"
+                             % self.name["get_usage_table"])
         used = self._used(self._plan())
-        return {"hours_used": [{"resource": i, "hours": h} for i, h in enumerate(used)]}
+        return {"hours_used": [{"resource": i, "hours": h if i in read else None} for i, h in enumerate(used)]}
 
     @tool("decision", "Set the quantity of one product in the plan (replaces its previous quantity; fractions "
           "allowed). Refused if a resource or the demand limit would be exceeded.",
@@ -548,15 +637,21 @@ class World(BaseWorld):
         ] + ["  resource %d: %s" % (i, " ".join(str(a) for a in row)) for i, row in enumerate(p["usage"])]
 
     def _probe_lines(self):
-        """Presentation A: what is hidden, and the probes that reveal it."""
-        return [self._not_given("Unit profits, the hours each product needs on each resource and the resources' "
-                                "capacities", ("get_profit_sheet", "get_usage_table", "get_capacity_sheet"))]
+        """Presentation A: what is hidden, the probes that reveal it, and how it is drawn."""
+        n = self.name
+        return ["Unit profits, the hours each product needs on each resource and the resources' capacities are not "
+                "given: %s reveals one product's unit profit, %s one resource's hours per unit of every product, "
+                "and %s every resource's capacity, each at the cost of a turn from the same budget. Each product "
+                "needs 0 to 6 hours per unit on each resource and earns 1 to 5 %s per hour it needs in all; each "
+                "capacity is 15 to 45 %% of the hours that making every product up to its demand limit would need "
+                "on that resource." % (n["get_profit_sheet"], n["get_usage_table"], n["get_capacity_sheet"],
+                                        self.v["currency"])]
 
 
 register(Family.of(
     globals(),
     name="lp",
-    version="4",
+    version="5",
     group="near_ood",
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",
