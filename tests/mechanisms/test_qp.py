@@ -27,6 +27,7 @@ from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("qp")
 TOL = 1e-9
+ROOMY = 60  # a turn budget for the tests that play long (the family's own affords any plan and part of the probing)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,9 +108,11 @@ def enumerate_optimum(theta):
 # Instances.
 
 
-def theta_of(returns, caps, budget, exposures, ridge, lam):
+def theta_of(returns, caps, budget, exposures, ridge, lam, forecast=None):
+    """θ of these numbers; the forecast sticker is exact unless given."""
     return {"assets": len(returns), "factors": len(exposures), "budget": budget, "returns": returns,
-            "caps": caps, "exposures": exposures, "ridge": ridge, "risk_aversion": lam}
+            "caps": caps, "exposures": exposures, "ridge": ridge, "risk_aversion": lam,
+            "forecast": list(returns) if forecast is None else forecast}
 
 
 HAND = [
@@ -182,8 +185,8 @@ def test_u_star_equals_active_set_enumeration(theta):
 def test_reference_policies_are_exact_and_dominated(theta):
     sol = FAM.solve(theta)
     default, idle = FAM.default_policy(theta), FAM.idle_policy(theta)
-    share = theta["budget"] / theta["assets"]
-    assert default.tolist() == [min(share, c) for c in theta["caps"]]
+    total = sum(theta["forecast"])  # the default trusts the sticker: the budget in proportion to the forecast
+    assert default.tolist() == [min(theta["budget"] * f / total, c) for f, c in zip(theta["forecast"], theta["caps"])]
     assert not idle.any() and sol.u_idle == 0.0
     assert abs(sol.u_default - float(objective(theta, default))) <= TOL * max(1.0, abs(sol.u_default))
     assert sol.u_star >= sol.u_default - TOL and sol.u_star >= 0.0
@@ -351,12 +354,13 @@ def test_module_replays_reference_plans_exactly(k):
 def test_module_observations_track_the_plan():
     out, _ = generated(FAM, 0)
     theta = HAND[5]
-    env = env_of(FAM, 0, theta, "A")
+    env = env_of(FAM, 0, theta, "A", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
-    assert call("get_return_forecast")["expected_return_per_unit"] == {"0": 12, "1": 9, "2": 4}
-    assert call("get_position_limits")["cap_per_project"] == {"0": 5, "1": 6, "2": 7}
-    risk = call("get_risk_model")
-    assert risk["exposures"]["factor 1"] == {"0": 0, "1": 1, "2": 3} and risk["ridge"] == 2
+    assert call("get_return_forecast")["forecast_return_per_unit"] == {"0": 12, "1": 9, "2": 4}  # exact here
+    assert [call("inspect_project", project=i)["expected_return_per_unit"] for i in range(3)] == [12, 9, 4]
+    assert [call("get_position_limits", project=i)["cap"] for i in range(3)] == [5, 6, 7]
+    risk = call("get_risk_model", project=2)
+    assert risk["loadings"] == {"factor 0": 0, "factor 1": 3} and risk["ridge"] == 2
     assert call("allocate", project=0, amount=4.5)["left"] == 5.5
     assert call("allocate", project=2, amount=2)["allocated"] == 6.5
     assert call("allocate", project=0, amount=3.0)["allocated"] == 5.0  # replaces, does not add
@@ -390,9 +394,9 @@ def test_projects_and_factors_are_numbered_from_0_like_every_family():
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
     assert call("list_assets")["projects"] == [{"project": 0, "name": "bakery project 0"},
                                                {"project": 1, "name": "bakery project 1"}]
-    assert call("get_risk_model")["exposures"] == {"factor 0": {"0": 1, "1": 1}}
+    assert call("get_risk_model", project=1)["loadings"] == {"factor 0": 1}
     assert call("allocate", project=0, amount=1.0)["project"] == 0
-    assert "numbered 0 to 1" in call("allocate", project=2, amount=1.0)["error"]
+    assert "'project' must be <= 1" in call("allocate", project=2, amount=1.0)["error"]  # the fitted schema
     assert call("view_journal")["entries"][0]["project"] == 0
     assert call("release_asset", project=0) == {"project": 0, "amount": 0.0, "allocated": 0.0, "ok": True,
                                                 "turns_left": FAM.turn_budget(theta) - 5}
@@ -449,13 +453,14 @@ def test_presentation_a_hides_what_i_states(k):
         PASSAGES[k].vocabulary["currency"], ", ".join("%d: %d" % (i, r) for i, r in enumerate(theta["returns"])))
     caps = ", ".join("%d: %d" % (i, c) for i, c in enumerate(theta["caps"]))
     rows = ["factor %d: %s" % (f, ", ".join(str(a) for a in row)) for f, row in enumerate(theta["exposures"])]
-    lam = "Risk aversion %r" % theta["risk_aversion"]
-    for secret in [returns, caps, lam] + rows:
+    for secret in [returns, caps] + rows:
         assert secret in text_i and secret not in text_a, secret
-    assert repr(theta["risk_aversion"]) not in text_a
-    for probe in ("get_return_forecast", "get_position_limits", "get_risk_model"):
+    for probe in ("get_return_forecast", "inspect_project", "get_position_limits", "get_risk_model"):
         assert out.tool_name(probe) in text_a
-    assert str(theta["budget"]) in text_a  # the budget itself is public
+    assert str(theta["budget"]) in text_a  # the budget itself is public, and so are the risk aversion and the ridge
+    assert "Risk aversion %r; ridge %d." % (theta["risk_aversion"], theta["ridge"]) in text_a
+    assert "each within 6 of the true expected return" in text_a  # the sticker's error, stated
+    assert "from 2 to 30" in text_a and "from 2 to 12" in text_a and "from -1 to 3" in text_a  # the ranges guessed from
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,7 +581,7 @@ def _random_qp_calls(theta, rng, length):
                                "view_objective", "commit_allocation"], p=[.35, .15, .15, .05, .1, .1, .1]))
         project = int(rng.integers(0, theta["assets"] + 1))  # one past the last project: refused
         args = {"project": project, "amount": float(rng.choice([0.0, 0.5, 1.25, 2.0, 3.0, 4.0, 9.0]))} \
-            if tool == "allocate" else {"project": project} if tool == "release_asset" else {}
+            if tool == "allocate" else {"project": project} if tool in ("release_asset", "get_risk_model") else {}
         calls.append({"tool": tool, "arguments": args})
     return calls
 
@@ -610,7 +615,7 @@ def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
                 else:
                     amounts = amounts if committed else _accepted(theta, amounts, call)
                     expected.append(0.0)
-            steps = step_advantages(FAM, _advantage_config(theta), calls)
+            steps = step_advantages(FAM, _advantage_config(theta, budget=ROOMY), calls)
             finish = 0.0 if committed else float(objective(theta, amounts)) - best
             assert steps.per_call == pytest.approx(expected, abs=1e-9) and steps.finish == pytest.approx(finish, abs=1e-9)
             assert steps.utility == pytest.approx(float(objective(theta, amounts)), abs=1e-9)
@@ -630,3 +635,62 @@ def test_running_out_of_turns_adds_the_commit_advantage_to_the_last_call():
     u = float(objective(theta, [2, 1, 0]))
     assert steps.per_call[:2] == [0.0, 0.0] and steps.per_call[3] == 0.0 and steps.finish == 0.0
     assert steps.per_call[2] == pytest.approx(u - best, abs=1e-9) and steps.utility == pytest.approx(u, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 16: schemas fitted to the instance, and presentation A's probes (one project per call, or
+# the forecast sticker, whose error the instruction states).
+
+
+def test_project_and_amount_arguments_are_bounded_by_the_instance():
+    """Projects stop at n − 1; an amount at the budget in A (the instruction tells it) and at the
+    largest cap in I (when it is below the budget), plus the rules' tolerance; past that the schema
+    refuses, with its message."""
+    out, _ = generated(FAM, 0)
+    theta = HAND[5]  # caps 5, 6, 7; budget 10; three projects
+    for presentation, most in (("I", 7 + TOL), ("A", 10 + TOL)):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("allocate", "release_asset", "inspect_project", "get_risk_model", "get_position_limits"):
+            assert schemas[out.tool_name(tool)]["project"]["maximum"] == 2, (presentation, tool)
+        assert schemas[out.tool_name("allocate")]["amount"] == {**schemas[out.tool_name("allocate")]["amount"],
+                                                                "minimum": 0, "maximum": most}
+        refused = env.call(out.tool_name("inspect_project"), {"project": 3})
+        assert refused["ok"] is False and "argument 'project' must be <= 2, got 3" in refused["error"]
+        refused = env.call(out.tool_name("allocate"), {"project": 2, "amount": most + 1})
+        assert refused["ok"] is False and "argument 'amount' must be <= %s" % most in refused["error"]
+        assert env.call(out.tool_name("allocate"), {"project": 2, "amount": 7.0})["ok"]  # the largest cap fits
+
+
+def test_a_probe_shows_one_project_or_the_forecast_sticker():
+    """In A, each per-project probe shows that project only; the forecast shows every project's
+    estimate, off by at most the error the instruction states; the default trusts it."""
+    out, _ = generated(FAM, 0)
+    theta = theta_of([12, 9, 4], [5, 6, 7], 10, [[2, -1, 0], [0, 1, 3]], 2, 0.07, forecast=[6, 15, 4])
+    env = env_of(FAM, 0, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
+    assert call("get_risk_model", project=1)["loadings"] == {"factor 0": -1, "factor 1": 1}
+    assert {k: v for k, v in call("get_position_limits", project=1).items() if k not in ("ok", "turns_left")} == {
+        "project": 1, "cap": 6, "budget": 10}
+    assert call("inspect_project", project=0)["expected_return_per_unit"] == 12
+    sticker = call("get_return_forecast")
+    assert sticker["forecast_return_per_unit"] == {"0": 6, "1": 15, "2": 4}
+    assert sticker["error"] == "each forecast is within 6 of the true expected return"
+    assert "each within 6 of the true expected return" in env.instruction
+    assert FAM.tool("get_return_forecast").noisy and not FAM.tool("inspect_project").noisy
+    assert FAM.default_policy(theta).tolist() == [min(10 * f / 25, c) for f, c in zip([6, 15, 4], [5, 6, 7])]
+    with pytest.raises(InvalidParams, match="forecast"):  # a sticker off by more than it says is not this family's
+        FAM.solve(dict(theta, forecast=[5, 15, 4]))
+
+
+def test_belief_is_what_was_read_and_the_stated_guess_for_the_rest():
+    theta = theta_of([12, 9, 4], [5, 6, 9], 10, [[2, -1, 0], [0, 1, 3]], 2, 0.07, forecast=[6, 15, 4])
+    blind = FAM.belief(theta, [])
+    assert blind["returns"] == blind["forecast"] == [16] * 3 and blind["caps"] == [7] * 3
+    assert blind["exposures"] == [[1] * 3] * 2 and blind["risk_aversion"] == 0.07 and blind["ridge"] == 2
+    read = [{"tool": "get_return_forecast", "arguments": {}}, {"tool": "get_position_limits", "arguments": {"project": 2}},
+            {"tool": "get_risk_model", "arguments": {"project": 0}}, {"tool": "inspect_project", "arguments": {"project": 1}}]
+    known = FAM.belief(theta, read)
+    assert known["returns"] == [6, 9, 4] and known["forecast"] == [6, 15, 4] and known["caps"] == [7, 7, 9]
+    assert known["exposures"] == [[2, 1, 1], [0, 1, 1]]
+    assert FAM.belief(theta, FAM.probe_calls(theta)) == theta and len(FAM.probe_calls(theta)) == 1 + 3 * 3

@@ -7,7 +7,9 @@ Model
     Risk comes from `factors` risk factors: `exposures` is an integer factors × assets
     matrix A, and the risk of a plan is
         risk(x) = Σ_f (Σ_i A[f][i] x_i)² + ridge · Σ_i x_i²  =  xᵀ Q x,   Q = AᵀA + ridge · I,
-    with an integer `ridge` ≥ 1, so Q is positive definite. The objective is
+    with an integer `ridge` ≥ 1, so Q is positive definite. A posted return forecast (the
+    sticker) `forecast[i]` is returns[i] off by a whole error of at most FORECAST_ERROR = 6 either
+    way, never below 0 (drawn with θ; it does not enter the objective). The objective is
         f(x) = Σ_i returns[i] x_i − risk_aversion · risk(x),
     a strictly concave quadratic over a polytope, so the optimum is unique. Decisions are
     continuous. Solved with cvxpy (Clarabel), then polished exactly: the active set of bound
@@ -23,13 +25,27 @@ State
     of every project, a journal of every allocation change, and whether the plan is committed.
 
 Tools
-    probes: return forecast (returns), risk model (exposures, ridge, risk aversion), position
-    limits (caps); decisions: allocate an amount to a project (sets it), release a project,
-    reset the whole plan; clock: commit the allocation (ends the episode); observations:
-    project list, current allocation, budget left, current objective, journal.
+    probes (a turn each): the return forecast (the sticker: every project's forecast, noisy, its
+    error stated), inspect one project (its exact return), one project's row of the risk model
+    (its loading on every factor), one project's position limit (its cap); decisions: allocate an
+    amount to a project (sets it), release a project, reset the whole plan; clock: commit the
+    allocation (ends the episode); observations: project list, current allocation, budget left,
+    current objective, journal. Project numbers are bounded by n − 1, an amount by the budget (in I
+    also by the largest cap), plus the rules' tolerance.
+
+    Presentation A hides the returns, the caps, the loadings and the forecast; it tells the
+    budget, the risk aversion and the ridge, the ranges the generator draws from (returns 2 … 30,
+    caps 2 … 12, loadings −1 … 3) and the forecast's error. The turn budget 2(n + 1) fits any
+    plan (n allocations and a commit) and leaves n + 1 turns or more for probing, out of the
+    3n + 1 probe calls that show everything: the forecast and part of the projects' files. A
+    player's stated guess for what it did not read (`belief`): a return the forecast's (the
+    middle of its range, 16, before the forecast is read), a cap and a loading the middle of
+    their ranges (7 and 1).
 
 Reward
     utility = f(x) of the committed allocation (a float; idle, allocating nothing, scores 0).
+    The default reads the sticker: it splits the budget in proportion to the forecast returns
+    (each project clipped at its cap) and ignores the risk, so u_default reflects being misled.
     r = clip01((u − u_default) / (u* − u_default)); the family is deterministic, so the
     episode seed is ignored.
 
@@ -82,11 +98,12 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
     random fraction c ∈ [0.25, 0.9] of the expected return (λ = c · Σr / (s · 1ᵀQ1)).
     """
     n, k = params.size, params.horizon
-    returns = [int(x) for x in rng.integers(2, 31, size=n)]
-    caps = [int(x) for x in rng.integers(2, 13, size=n)]
+    returns = [int(x) for x in rng.integers(World.RETURNS[0], World.RETURNS[1] + 1, size=n)]
+    caps = [int(x) for x in rng.integers(World.CAPS[0], World.CAPS[1] + 1, size=n)]
     total = sum(caps)
     budget = int(rng.integers(math.ceil(0.35 * total), math.floor(0.75 * total) + 1))
-    exposures = [[int(x) for x in row] for row in rng.integers(-1, 4, size=(k, n))]
+    low, high = World.LOADINGS
+    exposures = [[int(x) for x in row] for row in rng.integers(low, high + 1, size=(k, n))]
     ridge = int(rng.integers(1, 4))
     a = np.array(exposures, dtype=float)
     q = a.T @ a + ridge * np.eye(n)
@@ -94,6 +111,9 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
     c = float(rng.uniform(0.25, 0.9))
     lam = c * sum(returns) / (share * float(q.sum()))
     risk_aversion = max(1, int(round(1000 * lam))) / 1000.0
+    # the forecast sticker: each return off by a whole error of at most FORECAST_ERROR either way (never below 0)
+    error = World.FORECAST_ERROR
+    forecast = [max(0, r + int(e)) for r, e in zip(returns, rng.integers(-error, error + 1, size=n))]
     return {
         "assets": n,
         "factors": k,
@@ -103,6 +123,7 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         "exposures": exposures,
         "ridge": ridge,
         "risk_aversion": risk_aversion,
+        "forecast": forecast,
     }
 
 
@@ -219,8 +240,8 @@ def _solve_qp(theta: dict) -> tuple[float, np.ndarray, float, float]:
 
 def check_theta(theta: dict) -> None:
     """InvalidParams unless θ is what the family declares: 2 … 8 projects and 1 … 6 risk factors, a
-    whole budget ≥ 0, whole returns, caps ≥ 0 and exposures, a whole ridge ≥ 1 and a finite risk
-    aversion > 0."""
+    whole budget ≥ 0, whole returns, caps ≥ 0 and exposures, a whole ridge ≥ 1, a finite risk
+    aversion > 0 and a whole return forecast ≥ 0 within World.FORECAST_ERROR = 6 of every return."""
     check = ThetaCheck("qp", theta)
     n = check.count("assets", 2, 8)
     f = check.count("factors", 1, 6)
@@ -231,6 +252,10 @@ def check_theta(theta: dict) -> None:
     check.whole("ridge", low=1)
     check.real("risk_aversion", low=0)
     check.require(theta["risk_aversion"] > 0, "risk_aversion", "a risk aversion > 0 (a strictly concave objective)")
+    check.whole("forecast", (n,), low=0)
+    error = World.FORECAST_ERROR
+    check.require(all(abs(f - r) <= error for f, r in zip(theta["forecast"], theta["returns"])), "forecast",
+                  "a return forecast within %d of every return (the error the instruction states)" % error)
 
 
 def solve(theta: dict) -> Solution:
@@ -271,9 +296,12 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """Split the budget equally: x_i = min(budget / assets, cap_i); what the caps clip stays unspent."""
-    share = theta["budget"] / theta["assets"]
-    return np.array([min(share, float(c)) for c in theta["caps"]], dtype=float)
+    """Trust the forecast sticker: split the budget in proportion to the forecast returns,
+    x_i = min(budget · forecast_i / Σ forecast, cap_i) (equally when every forecast is 0); what the
+    caps clip stays unspent, and the risk is ignored."""
+    budget, forecast, total = theta["budget"], theta["forecast"], sum(theta["forecast"])
+    shares = [budget * f / total if total else budget / theta["assets"] for f in forecast]
+    return np.array([min(share, float(c)) for share, c in zip(shares, theta["caps"])], dtype=float)
 
 
 def idle_policy(theta: dict) -> np.ndarray:
@@ -352,8 +380,39 @@ decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
-    """Two allocations per project, a commit, every probe and a few looks."""
-    return 2 * theta["assets"] + 12
+    """An allocation per project and a commit (any plan, the default's and π*'s among them), and as
+    many turns again: in presentation A room for the forecast and a third of the 3n per-project
+    probes, not for all of them, so what to find out is a choice."""
+    return 2 * (theta["assets"] + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not. The A instruction
+# states the ranges and the forecast's error: an unread return is the forecast's (the middle of
+# the returns' range before the forecast is read), an unread cap or loading the middle of its range.
+
+PER_PROJECT = ("get_position_limits", "get_risk_model", "inspect_project")  # the per-project probes, in reading order
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the forecast sticker, then what it does not estimate — every project's cap, every project's
+    loadings — and last the exact returns that correct it, projects in number order."""
+    return [{"tool": "get_return_forecast", "arguments": {}}] + [
+        {"tool": tool, "arguments": {"project": i}} for tool in PER_PROJECT for i in range(theta["assets"])]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    n, middle = theta["assets"], lambda bounds: sum(bounds) // 2
+    seen = {tool: {call["arguments"]["project"] for call in read if call["tool"] == tool} for tool in PER_PROJECT}
+    stickered = any(call["tool"] == "get_return_forecast" for call in read)
+    guess = theta["forecast"] if stickered else [middle(World.RETURNS)] * n
+    returns = [theta["returns"][i] if i in seen["inspect_project"] else guess[i] for i in range(n)]
+    forecast = list(theta["forecast"]) if stickered else returns  # unread, the sticker is guessed to be right
+    caps = [theta["caps"][i] if i in seen["get_position_limits"] else middle(World.CAPS) for i in range(n)]
+    exposures = [[row[i] if i in seen["get_risk_model"] else middle(World.LOADINGS) for i in range(n)]
+                 for row in theta["exposures"]]
+    return {**theta, "returns": returns, "caps": caps, "exposures": exposures, "forecast": forecast}
 
 
 _PROJECT = integer(0, 7, "number of the project (0-based)")  # the argument of the tools on one project
@@ -367,12 +426,17 @@ _PROJECT = integer(0, 7, "number of the project (0-based)")  # the argument of t
 class World(BaseWorld):
     """The site's allocation desk: projects, risk factors, exposures, positions, a journal, state."""
 
-    PARAMS = ("assets", "factors", "budget", "returns", "caps", "exposures", "ridge", "risk_aversion")
+    PARAMS = ("assets", "factors", "budget", "returns", "caps", "exposures", "ridge", "risk_aversion", "forecast")
     STATE = (("committed", 0), ("changes", 0))
     TOL = 1e-9
+    # the generator's ranges, which the A instruction states (whole returns per unit, caps, loadings), and the
+    # error of the return forecast (the sticker): within FORECAST_ERROR of every true return, never below 0
+    RETURNS, CAPS, LOADINGS = (2, 30), (2, 12), (-1, 3)
+    FORECAST_ERROR = 6
     # the World's tables and their columns, other tables named by their canonical names
     SCHEMA = (
-        ("assets", "project_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, cap INTEGER"),
+        ("assets", "project_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, cap INTEGER, "
+                   "forecast INTEGER"),
         ("factors", "factor_id INTEGER PRIMARY KEY, name TEXT NOT NULL"),
         ("exposures", "factor_id INTEGER REFERENCES %(factors)s(factor_id), project_id INTEGER REFERENCES "
                       "%(assets)s(project_id), loading INTEGER, PRIMARY KEY (factor_id, project_id)"),
@@ -383,14 +447,15 @@ class World(BaseWorld):
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
         n, k = params["assets"], params["factors"]
-        if len(params["returns"]) != n or len(params["caps"]) != n or len(params["exposures"]) != k:
-            raise ValueError("returns and caps need %d entries and exposures %d rows" % (n, k))
+        if len(params["returns"]) != n or len(params["caps"]) != n or len(params["forecast"]) != n \
+                or len(params["exposures"]) != k:
+            raise ValueError("returns, caps and the forecast need %d entries and exposures %d rows" % (n, k))
         t = self.t
         for table, columns in World.SCHEMA:
             db.execute("CREATE TABLE %s (%s)" % (t[table], columns % t))
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["assets"],
-                       [(i, "%s project %d" % (self.v["site"], i), params["returns"][i], params["caps"][i])
-                        for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["assets"],
+                       [(i, "%s project %d" % (self.v["site"], i), params["returns"][i], params["caps"][i],
+                         params["forecast"][i]) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["factors"],
                        [(f, "risk factor %d" % f) for f in range(k)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["exposures"],
@@ -451,24 +516,46 @@ class World(BaseWorld):
     def run_out(self):
         self._set("committed", 1)
 
-    # -- tools ------------------------------------------------------------------------------
-    @tool("probe", "Read the expected return per {currency} of every project of the {site}.", reveals=("returns",))
-    def tool_get_return_forecast(self):
-        return {"expected_return_per_unit": {str(i): r for i, r in enumerate(self.p["returns"])}}
+    def limits(self, presentation):
+        """Projects run 0 … n − 1; an amount is at most what the World accepts on one project: the
+        budget (and in I the largest cap), plus the tolerance of the rules. The instruction tells n
+        and the budget in both presentations, the caps only in I."""
+        project = {"project": (0, self.p["assets"] - 1)}
+        most = self.p["budget"] if presentation == "A" else min(self.p["budget"], max(self.p["caps"]))
+        bounds = {tool: project for tool in ("inspect_project", "get_risk_model", "get_position_limits",
+                                             "release_asset")}
+        bounds["allocate"] = dict(project, amount=(0, most + self.TOL))
+        return bounds
 
-    @tool("probe", "Read the risk model: every project's loading on each risk factor, the ridge term and the risk "
-          "aversion.", reveals=("exposures", "ridge", "risk_aversion"))
-    def tool_get_risk_model(self):
+    # -- tools ------------------------------------------------------------------------------
+    @tool("probe", "Read the return forecast posted for every project of the {site}: an estimate of each expected "
+          "return per {currency}, off by up to %d either way (never below 0)." % FORECAST_ERROR,
+          reveals=("forecast",), noisy=True)
+    def tool_get_return_forecast(self):
+        rows = self.db.execute("SELECT project_id, forecast FROM %s ORDER BY project_id" % self.t["assets"]).fetchall()
+        return {"forecast_return_per_unit": {str(i): f for i, f in rows},
+                "error": "each forecast is within %d of the true expected return" % self.FORECAST_ERROR}
+
+    @tool("probe", "Inspect one project: its exact expected return per {currency}.", reveals=("returns",),
+          project=_PROJECT)
+    def tool_inspect_project(self, project):
+        self._check_project(project)
+        return {"project": project, "expected_return_per_unit": self.p["returns"][project]}
+
+    @tool("probe", "Read one project's row of the risk model: its loading on every risk factor.",
+          reveals=("exposures",), project=_PROJECT)
+    def tool_get_risk_model(self, project):
+        self._check_project(project)
         p = self.p
-        return {"exposures": {"factor %d" % f: {str(i): a for i, a in enumerate(row)}
-                              for f, row in enumerate(p["exposures"])},
+        return {"project": project, "loadings": {"factor %d" % f: row[project] for f, row in enumerate(p["exposures"])},
                 "ridge": p["ridge"], "risk_aversion": p["risk_aversion"],
                 "risk": "sum over factors of (sum_i loading_i * x_i)^2 + ridge * sum_i x_i^2"}
 
-    @tool("probe", "Read the most each project may take, in {currency}, and the budget.", reveals=("caps",))
-    def tool_get_position_limits(self):
-        return {"cap_per_project": {str(i): c for i, c in enumerate(self.p["caps"])},
-                "budget": self.p["budget"]}
+    @tool("probe", "Read the most one project may take, in {currency}, and the budget.", reveals=("caps",),
+          project=_PROJECT)
+    def tool_get_position_limits(self, project):
+        self._check_project(project)
+        return {"project": project, "cap": self.p["caps"][project], "budget": self.p["budget"]}
 
     @tool("observe", "List the {site}'s projects and the number of risk factors.")
     def tool_list_assets(self):
@@ -587,19 +674,28 @@ class World(BaseWorld):
         ] + ["  factor %d: %s" % (f, ", ".join("%d" % a for a in row)) for f, row in enumerate(p["exposures"])]
 
     def _probe_lines(self):
-        """Presentation A: what is hidden, and the probes that reveal it."""
-        return [self._not_given("The projects' expected returns, their caps and the risk model (loadings, ridge and "
-                                "risk aversion)", ("get_return_forecast", "get_position_limits", "get_risk_model"))]
+        """Presentation A: what is hidden, what each probe shows, and the ranges the hidden numbers lie in."""
+        p, n, cur = self.p, self.name, self.v["currency"]
+        return [
+            "Risk aversion %r; ridge %d." % (p["risk_aversion"], p["ridge"]),
+            "The projects' expected returns, their caps and their loadings are not given. %s shows the return "
+            "forecast posted for every project, each within %d of the true expected return; %s shows one project's "
+            "exact expected return, %s one project's cap and %s one project's loadings on every factor. Each costs "
+            "a turn from the same budget." % (n["get_return_forecast"], self.FORECAST_ERROR, n["inspect_project"],
+                                              n["get_position_limits"], n["get_risk_model"]),
+            "Expected returns per %s are whole numbers from %d to %d, caps whole numbers of %s from %d to %d, "
+            "loadings whole numbers from %d to %d." % ((cur,) + self.RETURNS + (cur,) + self.CAPS + self.LOADINGS),
+        ]
 
 
 register(Family.of(
     globals(),
     name="qp",
-    version="4",
+    version="5",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",
-    hidden=("returns", "caps", "exposures", "ridge", "risk_aversion"),
+    hidden=("returns", "caps", "exposures", "forecast"),
     # z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
     # the default (trivial); above 0.95 the equal split is already near-optimal (nothing to learn)
     default_band=(-1.0, 0.95),
