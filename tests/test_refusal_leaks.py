@@ -53,7 +53,7 @@ def twin_of(name, theta):
 
 def test_qp_cap_refusal_names_the_rule_not_the_cap():
     theta = {"assets": 3, "factors": 2, "budget": 10, "returns": [12, 9, 4], "caps": [5, 6, 7],
-             "exposures": [[2, -1, 0], [0, 1, 3]], "ridge": 2, "risk_aversion": 0.07}
+             "exposures": [[2, -1, 0], [0, 1, 3]], "ridge": 2, "risk_aversion": 0.07, "forecast": [12, 9, 4]}
     texts = []
     for params in (theta, twin_of("qp", theta)):  # caps 5, 6, 7 and 6, 7, 8: 6.5 is over project 0's cap in both
         _, call = env_of("qp", params)
@@ -67,11 +67,11 @@ def test_qp_cap_refusal_names_the_rule_not_the_cap():
 def test_qp_budget_is_checked_before_the_hidden_cap():
     """Over the budget and over a cap: the rule the player can check is the one named, in every world."""
     theta = {"assets": 2, "factors": 1, "budget": 5, "returns": [10, 5], "caps": [4, 4], "exposures": [[1, 1]],
-             "ridge": 1, "risk_aversion": 0.1}
+             "ridge": 1, "risk_aversion": 0.1, "forecast": [10, 5]}
     texts = []
     for params in (theta, twin_of("qp", theta)):
         _, call = env_of("qp", params)
-        answer = call("allocate", project=0, amount=5.5)
+        answer = [call("allocate", project=1, amount=1.0), call("allocate", project=0, amount=4.5)][-1]  # 5.5 in all
         assert answer["ok"] is False
         texts.append(answer["error"])
     assert texts[0] == texts[1] and "budget" in texts[0]
