@@ -106,7 +106,7 @@ def test_scheduling_job_range_doubled_is_rejected():
     the mutant is equivalent.)"""
     maximum = registry.get("scheduling").tool("inspect_job").input_schema["properties"]["job"]["maximum"]
     _rejected_by_reference_agreement("scheduling", 'n = self.p["n_jobs"]', 'n = 2 * self.p["n_jobs"]',
-                                     keep=lambda theta: theta["n_jobs"] <= maximum)
+                                     count=2, keep=lambda theta: theta["n_jobs"] <= maximum)
 
 
 def test_qp_cap_tolerance_is_rejected():

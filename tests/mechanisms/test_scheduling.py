@@ -23,7 +23,7 @@ from vhd.schemas.errors import InvalidParams
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("scheduling")
-ROOMY = 40  # a turn budget for the tests that look at everything (the family's own affords π*, the list and n // 2 jobs)
+ROOMY = 40  # a budget for the tests that look at everything (the family's affords π*, the list, n // 2 jobs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -360,7 +360,8 @@ class World(BaseWorld):
 
     def limits(self, presentation):
         """Jobs run 0 … n − 1 and machines 0 … m − 1 (the instruction tells n and m in both presentations)."""
-        job, machine = (0, self.p["n_jobs"] - 1), (0, self.p["n_machines"] - 1)
+        n = self.p["n_jobs"]
+        job, machine = (0, n - 1), (0, self.p["n_machines"] - 1)
         return {"inspect_job": {"job": job}, "assign_job": {"job": job, "machine": machine},
                 "unassign_job": {"job": job}}
 
