@@ -4,13 +4,15 @@ module and the real admission gates.
 The brute force is written from the module docstring's Model section, not from the solver: the
 machine runs a permutation of the jobs back to back from time 0; job j finishing at C costs
 weights[j] · max(0, C − due[j]); u* is minus the least total over all n! permutations. A plan
-is a sequence of distinct jobs; on release the missing jobs follow in index order.
+is a sequence of distinct jobs; on release the missing jobs follow in index order. The job sheet
+(a sticker) shows each figure as the middle of its block of five.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import sqlite3
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from vhd.tasks.sample import draw
 
 FAM = registry.get("tardiness")
 HIDDEN = ("processing", "due", "weights")
+ROOMY = 40  # a budget for the tests that look at everything (the family's affords π*, the sheet, n // 2 jobs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,14 +53,23 @@ def brute_force(theta):
     return -best, {perm for perm, c in costs.items() if c == best}
 
 
+def listed(x):
+    """The job sheet's estimate, from the docstring: the middle of the block of five holding x
+    (1–5 shows 3, 6–10 shows 8, 11–15 shows 13, …)."""
+    low = 5 * ((x - 1) // 5) + 1
+    return low + 2
+
+
 def wspt(theta):
-    """Smith's rule from the default's docstring: p/w ascending (cross-multiplied), ties by index."""
+    """Smith's rule from the default's docstring, on the sheet's estimates: p/w ascending
+    (cross-multiplied), ties by index."""
     order = list(range(theta["n_jobs"]))
+    p, w = [listed(x) for x in theta["processing"]], [listed(x) for x in theta["weights"]]
     for i in range(len(order)):  # plain insertion sort with an exact comparison
         k = i
         while k > 0:
             a, b = order[k - 1], order[k]
-            pa, wa, pb, wb = theta["processing"][a], theta["weights"][a], theta["processing"][b], theta["weights"][b]
+            pa, wa, pb, wb = p[a], w[a], p[b], w[b]
             if pb * wa < pa * wb or (pb * wa == pa * wb and b < a):
                 order[k - 1], order[k] = b, a
                 k -= 1
@@ -81,7 +93,7 @@ def _id(theta):
 TINY = [
     make([1, 1, 1], [1, 2, 3], [1, 1, 1]),          # index order meets every due date: 0
     make([3, 2, 1], [1, 1, 1], [1, 1, 1]),          # all late: SPT is optimal
-    make([5, 1, 1], [5, 7, 7], [1, 1, 1]),          # WSPT (1, 2, 0) makes job 0 late; index order is optimal
+    make([5, 1, 1], [5, 7, 7], [1, 1, 1]),          # exact WSPT (1, 2, 0) makes job 0 late; index order is optimal
     make([4, 2, 6, 3], [4, 7, 8, 12], [2, 5, 1, 3]),
     make([2, 7, 3, 4, 1], [5, 9, 6, 10, 2], [4, 1, 3, 2, 5]),
     make([10, 1, 1, 1, 1, 1], [10, 3, 3, 3, 3, 3], [10, 1, 1, 1, 1, 1]),
@@ -135,8 +147,10 @@ def test_hand_instances_have_the_expected_optima():
     # all jobs late whatever the order: shortest first, C = 1, 3, 6 against due 1
     assert FAM.solve(TINY[1]).u_star == -((1 - 1) + (3 - 1) + (6 - 1))
     sol = FAM.solve(TINY[2])
-    assert sol.u_star == 0 and sol.u_idle == 0 and sol.u_default == -2  # WSPT: 1, 2, 0 → job 0 ends at 7 > 5
-    assert FAM.default_policy(TINY[2]).tolist() == [1, 2, 0]
+    # the sheet reads every time and weight 3: the default's ratios tie and it keeps index order,
+    # which is optimal here (exact WSPT, 1, 2, 0, would finish job 0 at 7 > 5)
+    assert sol.u_star == 0 and sol.u_idle == 0 and sol.u_default == 0
+    assert FAM.default_policy(TINY[2]).tolist() == [0, 1, 2]
 
 
 def test_solver_depends_on_processing_due_and_weights():
@@ -148,14 +162,16 @@ def test_solver_depends_on_processing_due_and_weights():
         assert u2 == brute_force(changed)[0] and u2 != u, changed
 
 
-def test_default_is_smiths_rule_and_ignores_due_dates():
+def test_default_is_smiths_rule_on_the_sheet_and_ignores_due_dates():
     for theta in ALL:
         order = FAM.default_policy(theta).tolist()
         assert order == wspt(theta)
         assert FAM.default_policy(dict(theta, due=[1] * theta["n_jobs"])).tolist() == order
-        ratios = [theta["processing"][j] / theta["weights"][j] for j in order]
+        ratios = [listed(theta["processing"][j]) / listed(theta["weights"][j]) for j in order]
         assert ratios == sorted(ratios)
-    assert FAM.default_policy(make([2, 4, 1], [1, 1, 1], [1, 2, 1])).tolist() == [2, 0, 1]  # 0 and 1 tie: index
+    assert FAM.default_policy(make([6, 4, 2], [1, 1, 1], [2, 2, 9])).tolist() == [2, 1, 0]  # reads 8/3, 3/3, 3/8
+    # misled: the sheet reads 3/3, 8/8, 3/3, every ratio ties and index order stays (exact: 2, 9/7, 4/5)
+    assert FAM.default_policy(make([2, 9, 4], [1, 1, 1], [1, 7, 5])).tolist() == [0, 1, 2]
 
 
 def test_idle_releases_at_once_in_index_order():
@@ -337,7 +353,7 @@ def test_the_module_plays_a_plan_in_one_turn_per_job_and_one_to_release(k):
 def test_probes_and_observations_report_theta():
     theta = MODULE_THETAS[0]
     out, _ = generated(FAM, 0)
-    env = env_of(FAM, 0, theta, "A")
+    env = env_of(FAM, 0, theta, "A", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     fresh = {t.name: call(t.name) for t in FAM.tools if t.role == "observe"}
     assert fresh["view_sequence"]["sequence"] == [] and fresh["view_completion_time"]["completion_time"] == 0
@@ -348,8 +364,10 @@ def test_probes_and_observations_report_theta():
     assert [j["inspected"] for j in call("list_unscheduled")["unscheduled"]] == [j == 3 for j in range(6)]
     before = env.call(out.tool_name("view_log"), {})["turns_left"]
     sheet = call("get_job_sheet")
-    assert before - sheet["turns_left"] == 3
-    assert [(j["processing_time"], j["due"], j["weight"]) for j in sheet["jobs"]] == list(zip(*(theta[k] for k in HIDDEN)))
+    assert before - sheet["turns_left"] == 3 and sheet["exact"] is False
+    assert [(j["estimated_processing_time"], j["estimated_due"], j["estimated_weight"]) for j in sheet["jobs"]] == [
+        tuple(map(listed, job)) for job in zip(*(theta[k] for k in HIDDEN))]
+    assert [j["job"] for j in call("view_inspected")["jobs"]] == [3]  # the sheet inspects nothing
     seq = FAM.solve(theta).policy.tolist()
     for j in seq[:4]:
         assert call("schedule_next", job=j)["ok"]
@@ -377,7 +395,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("schedule_next", {"job": 2})["ok"]
     bad = [
         ("schedule_next", {"job": 2}),       # already scheduled
-        ("schedule_next", {"job": 4}),       # no job 4 (n = 4): the World refuses
+        ("schedule_next", {"job": 4}),       # no job 4 (n = 4): the fitted schema refuses
         ("schedule_next", {"job": 10}),      # beyond the schema maximum
         ("schedule_next", {"job": -1}),
         ("schedule_next", {"job": "1"}),
@@ -570,7 +588,7 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
     rng = np.random.default_rng(19)
     for _ in range(12):
         calls, expected, seq, done = _random_calls(theta, rng, 14)
-        steps = step_advantages(FAM, _config(theta), calls)
+        steps = step_advantages(FAM, _config(theta, budget=ROOMY), calls)
         finish = 0 if done else -cost(theta, released(theta, seq)) - best_reachable(theta, seq)
         assert steps.per_call == [float(a) for a in expected] and steps.finish == finish
         assert steps.utility == -cost(theta, released(theta, seq)) and steps.total == steps.utility - u_star
@@ -587,3 +605,59 @@ def test_running_out_of_turns_adds_the_release_advantage_to_the_last_call():
     u = -cost(theta, [3, 2, 0, 1])
     assert steps.per_call == [0.0, 0.0, float(u - u_star), 0.0] and steps.finish == 0.0 and steps.utility == u
     assert u < u_star
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 16: schemas fitted to the instance, and what one probe call shows in presentation A.
+
+
+def test_job_arguments_are_bounded_by_the_instance():
+    """"item maximum 49 for 6 lots": the schemas the module shows and checks stop at job n − 1, in
+    both presentations (the instruction tells n), and the World behind them still refuses what a
+    direct call gets wrong."""
+    theta = MODULE_THETAS[0]  # 6 jobs
+    n = theta["n_jobs"]
+    out, module = generated(FAM, 0)
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("inspect_job", "schedule_next"):
+            job = schemas[out.tool_name(tool)]["job"]
+            assert (job["minimum"], job["maximum"]) == (0, n - 1)
+        before = env.state_digest()
+        for tool in ("inspect_job", "schedule_next"):
+            refused = env.call(out.tool_name(tool), {"job": n})
+            assert refused["ok"] is False and "argument 'job' must be <= %d, got %d" % (n - 1, n) in refused["error"]
+        assert env.state_digest() == before
+        assert env.call(out.tool_name("schedule_next"), {"job": n - 1})["ok"]
+    world = module.World(sqlite3.connect(":memory:", isolation_level=None), theta, 0, module.SKIN)
+    with pytest.raises(module.AgentError, match="there are 6 jobs"):
+        world.tool_schedule_next(job=6)
+
+
+def test_in_a_one_probe_call_shows_one_job_or_the_sheet_estimates():
+    """inspect_job shows one job's exact figures; the job sheet (3 turns) shows every figure's
+    estimate, the middle of its block of five, off by at most 2, as the A instruction states; the
+    default plays Smith's rule on those estimates, so a sheet that misleads it costs it."""
+    theta = make([2, 9, 4, 10], [4, 16, 9, 21], [1, 7, 5, 6], horizon=8)
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "A")
+    call = lambda tool, **args: env.call(out.tool_name(tool), args)
+    assert "off by at most 2" in env.instruction and "from 1 to 80% of the total processing time" in env.instruction
+    job = call("inspect_job", job=1)
+    assert {k: job[k] for k in ("job", "processing_time", "due", "weight")} == {"job": 1, "processing_time": 9,
+                                                                              "due": 16, "weight": 7}
+    assert [j["job"] for j in call("view_inspected")["jobs"]] == [1]
+    sheet = call("get_job_sheet")
+    rows = [(j["estimated_processing_time"], j["estimated_due"], j["estimated_weight"]) for j in sheet["jobs"]]
+    assert rows == [(3, 3, 3), (8, 18, 8), (3, 8, 3), (8, 23, 8)] and sheet["exact"] is False
+    assert all(abs(e - x) <= 2 for row, *exact in zip(rows, *(theta[k] for k in HIDDEN)) for e, x in zip(row, exact))
+    assert [j for j in sheet["jobs"] if {"processing_time", "due", "weight"} & set(j)] == []
+    sheet_read = FAM.belief(theta, [{"tool": "get_job_sheet", "arguments": {}}])
+    assert [tuple(sheet_read[k][j] for k in HIDDEN) for j in range(4)] == rows
+    # what the sheet says is what the default plays: every ratio reads 1, so index order stays,
+    # where the exact ratios (2, 9/7, 4/5, 10/6) would put job 2 first
+    assert FAM.default_policy(theta).tolist() == [0, 1, 2, 3] == wspt(theta)
+    # nothing read: 5 time units and weight 5 a job, due at the middle of 1 … ceil(8 · 20 / 10) = 16
+    blind = FAM.belief(theta, [])
+    assert (blind["processing"], blind["weights"], blind["due"]) == ([5] * 4, [5] * 4, [8] * 4)

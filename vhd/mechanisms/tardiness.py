@@ -21,18 +21,30 @@ State
     sequence built so far (position → job), an action log and a state table (released or not).
 
 Tools
-    probes: inspect one job (its processing time, due date and weight), read the whole job
-    sheet (every job at once, for a higher turn cost); decisions: schedule a job next,
-    unschedule the last job, clear the sequence; clock: release the schedule (ends the
-    episode); observations: view the sequence (with completion times), view the current
-    completion time, list the unscheduled jobs, view the tardiness so far, view the inspected
-    jobs, view the action log. The observations describe only the jobs already scheduled (in
-    presentation A, scheduling a job and looking at the sequence is itself a costly probe).
+    probes: inspect one job (its exact processing time, due date and weight, 1 turn), read the
+    job sheet (an estimate of every job's three figures, a "forecast sticker", SHEET_COST = 3
+    turns); decisions: schedule a job next, unschedule the last job, clear the sequence; clock:
+    release the schedule (ends the episode); observations: view the sequence (with completion
+    times), view the current completion time, list the unscheduled jobs, view the tardiness so
+    far, view the inspected jobs, view the action log. The observations describe only the jobs
+    already scheduled (in presentation A, scheduling a job and looking at the sequence is itself
+    a costly probe). The schemas shown bound job numbers by n − 1 (`World.limits`; the
+    instruction tells n in both presentations).
+
+    Presentation A hides every processing time, due date and weight. The job sheet shows each
+    figure only as the middle of the block of five that holds it (1–5 shows 3, 6–10 shows 8,
+    11–15 shows 13, …: off by at most 2, `World.listed`); `inspect_job` shows one job's exact
+    figures. The A instruction states the ranges (processing times and weights 1 … 10, due dates
+    1 … ceil(horizon · P / 10), told as horizon × 10 % of the total processing time) and the
+    sheet's error, so a job on the sheet is guessed at its estimates and, before the sheet is
+    read, an uninspected job at GUESS = 5 time units and weight 5, due at the middle of the
+    window its believed total processing time gives (`belief`).
 
 Reward
     utility = −Σ_j weights[j] · max(0, C_j − due[j]) over the released schedule (an integer,
     ≤ 0; 0 when no job is late). r = clip01((u − u_default) / (u* − u_default)), where
-    u_default is Smith's rule (WSPT: jobs by processing/weight ascending, ties by index).
+    u_default is Smith's rule as the job sheet reads (WSPT: jobs by the sheet's estimated
+    processing/weight ascending, ties by index): the default reads the sticker and is misled by it.
 
 Advantages
     The solver's state is (released, sequence): the state table's flag and the jobs of the
@@ -47,7 +59,10 @@ Advantages
 
 Episode end
     after `release_schedule`, or when the turn budget runs out: the sequence is then released as
-    it stands, with the unscheduled jobs appended in index order (no further decisions).
+    it stands, with the unscheduled jobs appended in index order (no further decisions). The
+    budget is n + 1 + SHEET_COST + n // 2 turns, shown in both presentations: every job
+    scheduled and the release (π*'s and the default's play), the job sheet and about half the
+    jobs inspected; in A not every exact figure can be bought, so which jobs to inspect is a choice.
 """
 
 from __future__ import annotations
@@ -66,7 +81,8 @@ from vhd.mechanisms._theta import ThetaCheck
 MAX_JOBS = 10  # Params, tool schema and solve() bound: the subset DP takes 2^n · n steps and 2^n memory
 MAX_PROCESSING = 10
 MAX_WEIGHT = 10
-SHEET_COST = 3
+SHEET_COST = 3  # the job sheet: an estimate of every job at once
+GUESS = 5  # presentation A: a processing time or weight neither inspected nor on the sheet, the middle of 1 … 10
 HIDDEN = ("processing", "due", "weights")
 
 
@@ -186,9 +202,12 @@ def solve(theta: dict) -> Solution:
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """Smith's rule (WSPT): every job, by processing[j] / weights[j] ascending, ties by index.
-    Due dates are ignored."""
-    order = sorted(range(theta["n_jobs"]), key=lambda j: (Fraction(theta["processing"][j], theta["weights"][j]), j))
+    """Smith's rule (WSPT) on the job sheet's estimates: every job, by listed(processing[j]) /
+    listed(weights[j]) ascending (`World.listed`, the middle of each figure's block of five), ties
+    by index. Due dates are ignored. It reads the sticker, not the exact figures, so it is misled by it."""
+    listed = World.listed
+    order = sorted(range(theta["n_jobs"]),
+                   key=lambda j: (Fraction(listed(theta["processing"][j]), listed(theta["weights"][j])), j))
     return np.array(order, dtype=np.int8)
 
 
@@ -220,8 +239,39 @@ decision_values, decision_state, advantage = until_committed(solve)
 
 
 def turn_budget(theta: dict) -> int:
-    """Inspect every job, read the sheet, schedule every job, release, and room to spare."""
-    return 3 * theta["n_jobs"] + SHEET_COST + 12
+    """Schedule every job and release (π*'s and the default's play, n + 1 turns), read the job
+    sheet, and inspect about half the jobs (n // 2): in presentation A not every exact figure can
+    be bought (the sheet and every job cost SHEET_COST + n), so which jobs to inspect is a choice."""
+    n = theta["n_jobs"]
+    return n + 1 + SHEET_COST + n // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states the ranges and the job sheet's error): a job on the sheet is at the sheet's estimates;
+# a job neither on it nor inspected takes GUESS time units and weight GUESS, and is due at the
+# middle of the stated window 1 … ceil(horizon · P / 10), P the total of the believed times.
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the job sheet, then inspect the jobs in index order."""
+    return [{"tool": "get_job_sheet", "arguments": {}}] + [
+        {"tool": "inspect_job", "arguments": {"job": j}} for j in range(theta["n_jobs"])]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: inspected jobs exact, the sheet's estimates for
+    the other jobs once it is read, the stated guesses before."""
+    n, listed = theta["n_jobs"], World.listed
+    seen = {call["arguments"]["job"] for call in read if call["tool"] == "inspect_job"}
+    if any(call["tool"] == "get_job_sheet" for call in read):
+        known = {key: [v if j in seen else listed(v) for j, v in enumerate(theta[key])] for key in HIDDEN}
+        return {**theta, **known}
+    processing = [theta["processing"][j] if j in seen else GUESS for j in range(n)]
+    weights = [theta["weights"][j] if j in seen else GUESS for j in range(n)]
+    window = max(1, -(-theta["horizon"] * sum(processing) // 10))
+    due = [theta["due"][j] if j in seen else (1 + window) // 2 for j in range(n)]
+    return {**theta, "processing": processing, "due": due, "weights": weights}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,8 +282,15 @@ def turn_budget(theta: dict) -> int:
 class World(BaseWorld):
     """The site's machine: jobs (catalog), inspections, sequence, log and a state table."""
 
-    PARAMS = ("n_jobs", "processing", "due", "weights")
+    PARAMS = ("n_jobs", "horizon", "processing", "due", "weights")
     STATE = (("released", 0),)
+    BLOCK = 5  # the job sheet shows the middle of the block of BLOCK units that holds each figure
+
+    @staticmethod
+    def listed(value):
+        """The job sheet's estimate of a processing time, due date or weight: the middle of its
+        block of five (1–5 → 3, 6–10 → 8, 11–15 → 13, …), off by at most 2."""
+        return World.BLOCK * ((value - 1) // World.BLOCK) + World.BLOCK // 2 + 1
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
@@ -300,6 +357,11 @@ class World(BaseWorld):
     def over(self):
         return self._get("released") == 1
 
+    def limits(self, presentation):
+        """Jobs run 0 … n − 1 (the instruction tells n in both presentations)."""
+        job = {"job": (0, self.p["n_jobs"] - 1)}
+        return {"inspect_job": job, "schedule_next": job}
+
     def utility(self):
         return -self._weighted_tardiness()
 
@@ -322,11 +384,19 @@ class World(BaseWorld):
         result["currency"] = self.v["currency"]
         return result
 
-    @tool("probe", "Read the {site}'s whole job sheet: processing time, due date and weight of every job "
-          "(costs %d turns)." % SHEET_COST, reveals=("processing", "due", "weights"), turn_cost=SHEET_COST)
+    @tool("probe", "Read the {site}'s job sheet: an estimate of every job's processing time, due date and weight, "
+          "each figure the middle of its block of five (1-5 shows 3, 6-10 shows 8, ...), off by at most 2 (costs %d "
+          "turns)." % SHEET_COST, reveals=("processing", "due", "weights"), turn_cost=SHEET_COST, noisy=True)
     def tool_get_job_sheet(self):
-        jobs = [self._inspect(j) for j in range(self.p["n_jobs"])]
-        return {"jobs": jobs, "weight_unit": "%s per time unit late" % self.v["currency"]}
+        rows = self.db.execute("SELECT job_id, label, processing, due, weight FROM %s ORDER BY job_id"
+                               % self.t["catalog"]).fetchall()
+        listed = World.listed
+        return {"jobs": [{"job": j, "label": label, "estimated_processing_time": listed(proc),
+                          "estimated_due": listed(due), "estimated_weight": listed(weight)}
+                         for j, label, proc, due, weight in rows],
+                "weight_unit": "%s per time unit late" % self.v["currency"], "exact": False,
+                "note": "an estimate: each figure may be off by up to 2; %s shows one job's exact figures"
+                        % self.name["inspect_job"]}
 
     # -- decisions --------------------------------------------------------------------------
     @tool("decision", "Append one job to the end of the machine's sequence (refused if it is already in it).",
@@ -434,23 +504,28 @@ class World(BaseWorld):
                              % (j, p["processing"][j], p["due"][j], p["weights"][j]))
         else:
             cost = [t.get("turn_cost", 1) for t in self.skin["tools"] if t["canonical"] == "get_job_sheet"]
-            lines += ["", "The jobs' processing times, due dates and weights are not given: %s reveals one job "
-                      "(1 turn), %s every job at once (%d turns), at the cost of turns from the same budget."
-                      % (n["inspect_job"], n["get_job_sheet"], cost[0] if cost else 1)]
+            lines += ["", "The jobs' processing times, due dates and weights are not given: %s reveals one job's "
+                      "exact figures (1 turn), %s an estimate of every job's (%d turns), at the cost of turns from "
+                      "the same budget. Every processing time and every weight is a whole number from 1 to 10, and "
+                      "every due date a whole number from 1 to %d%% of the total processing time of all the jobs "
+                      "(rounded up); the sheet shows the middle of the block of five that holds each figure (1-5 "
+                      "shows 3, 6-10 shows 8, 11-15 shows 13, ...), so it is off by at most 2."
+                      % (n["inspect_job"], n["get_job_sheet"], cost[0] if cost else 1, 10 * p["horizon"])]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="tardiness",
-    version="4",
+    version="5",
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
     stochastic=False,
     # z = (u0 − u_idle) / (u* − u_idle), idle = index order. WSPT is optimal when every job is late
     # anyway (then ΣwT = ΣwC − Σwd), so z near 1 means tight due dates with nothing to learn; above
-    # 0.97 Smith's rule nearly solves it. Below −1 idling beats Smith's rule by more than π* beats idling.
+    # 0.97 Smith's rule nearly solves it (here on the sheet's estimates, which lowers z somewhat).
+    # Below −1 idling beats Smith's rule by more than π* beats idling.
     default_band=(-1.0, 0.97),
     knob_ranges={"size": (4, 10), "horizon": (5, 10)},
     plan_format=(
