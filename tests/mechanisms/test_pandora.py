@@ -25,6 +25,7 @@ from vhd.tasks.sample import draw
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("pandora")
+ROOMY = 40  # a turn budget for the tests that look at everything (the family's own affords the openings and a probe)
 TOL = 1e-9
 
 
@@ -111,12 +112,16 @@ def index_rule_value(theta):
 # Instances.
 
 
-def make(fallback, max_open, boxes):
-    """boxes: [(fee, [(value, weight), …]), …]"""
+def make(fallback, max_open, boxes, stickers=None):
+    """boxes: [(fee, [(value, weight), …]), …]; the stickers are the boxes' mean prizes rounded
+    half up unless given."""
+    means = [math.floor(sum(Fraction(v * w) for v, w in table) / sum(w for _, w in table) + Fraction(1, 2))
+             for _, table in boxes]
     return {"n_boxes": len(boxes), "max_open": max_open, "fallback": fallback,
             "costs": [c for c, _ in boxes],
             "prize_values": [[v for v, _ in table] for _, table in boxes],
-            "prize_weights": [[w for _, w in table] for _, table in boxes]}
+            "prize_weights": [[w for _, w in table] for _, table in boxes],
+            "prize_stickers": means if stickers is None else list(stickers)}
 
 
 SAFE = (1, [(50, 1)])
@@ -141,7 +146,8 @@ def random_instances(seed, count):
             k = int(rng.integers(1, 4))
             values = sorted(int(v) for v in rng.choice(60, size=k, replace=False))
             boxes.append((int(rng.integers(1, 15)), [(v, int(rng.integers(1, 6))) for v in values]))
-        out.append(make(int(rng.integers(0, 20)), int(rng.integers(1, n + 1)), boxes))
+        out.append(make(int(rng.integers(0, 20)), int(rng.integers(1, n + 1)), boxes,
+                        stickers=[int(x) for x in rng.integers(0, 60, size=n)]))
     return out
 
 
@@ -207,12 +213,15 @@ def test_a_binding_cap_defeats_the_index_rule_but_not_the_dp():
     assert int(sol.policy[0, 0]) == 0
 
 
-def test_default_is_exhaustive_in_index_order_and_idle_stops():
+def test_default_is_exhaustive_in_sticker_order_and_idle_stops():
+    """The default believes the stickers: it opens the highest-stickered boxes (lowest number on
+    ties) up to the cap, whatever it finds."""
     for theta in TINY:
         default, idle = FAM.default_policy(theta), FAM.idle_policy(theta)
         assert (idle == -1).all()
+        order = sorted(range(theta["n_boxes"]), key=lambda i: (-theta["prize_stickers"][i], i))
         for prizes in itertools.product(*theta["prize_values"]):
-            assert play(theta, default, prizes)[1] == list(range(theta["max_open"]))
+            assert play(theta, default, prizes)[1] == order[:theta["max_open"]]
             assert play(theta, idle, prizes) == (theta["fallback"], [])
 
 
@@ -395,7 +404,7 @@ def test_best_box_names_the_best_opened_box_whether_or_not_it_beats_the_fallback
     the opened box with the highest prize (the first opened on ties)."""
     theta = make(10, 3, [(1, [(10, 1)]), (1, [(4, 1)]), (1, [(20, 1)]), (1, [(10, 1)])])
     out, _ = generated(FAM, 0)
-    env = env_of(FAM, 0, theta)
+    env = env_of(FAM, 0, theta, budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     assert (call("view_best")["best_prize"], call("view_best")["best_box"]) == (10, None)
     call("open_box", box=1)  # 4 < fallback 10
@@ -410,14 +419,12 @@ def test_best_box_names_the_best_opened_box_whether_or_not_it_beats_the_fallback
 def test_probes_and_observations_report_theta_and_state():
     theta = SIM[0]
     out, _ = generated(FAM, 0)
-    env = env_of(FAM, 0, theta, "A", seed=3)
+    env = env_of(FAM, 0, theta, "A", seed=3, budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     box = call("inspect_box", box=2)
     assert box["fee"] == theta["costs"][2] and box["prizes"] == theta["prize_values"][2]
     assert box["weights"] == theta["prize_weights"][2]
     assert [f["fee"] for f in call("read_fee_schedule")["fees"]] == theta["costs"]
-    catalog = call("read_prize_catalog")["boxes"]
-    assert [b["prizes"] for b in catalog] == theta["prize_values"]
     assert call("view_best")["best_prize"] == theta["fallback"]
     prizes = pan.World.draw(theta, 3)
     opened = call("open_box", box=1)
@@ -426,7 +433,7 @@ def test_probes_and_observations_report_theta_and_state():
     assert call("view_fees_paid")["fees_paid"] == theta["costs"][1]
     openings = call("view_openings")
     assert (openings["opened"], openings["left"]) == (1, theta["max_open"] - 1)
-    assert openings["turns_left"] == FAM.turn_budget(theta) - 8  # 3 probes, 4 looks, 1 opening
+    assert openings["turns_left"] == ROOMY - 7  # 2 probes, 4 looks, 1 opening
     assert call("view_net")["net_if_stopped_now"] == max(theta["fallback"], prizes[1]) - theta["costs"][1]
     listed = call("list_boxes")["boxes"]
     assert [b["opened"] for b in listed] == [i == 1 for i in range(theta["n_boxes"])]
@@ -445,7 +452,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("open_box", {"box": 0})["ok"]
     bad = [
         ("open_box", {"box": 0}),          # already open
-        ("open_box", {"box": 3}),          # no box 3 (n = 3): the World refuses
+        ("open_box", {"box": 3}),          # no box 3 (n = 3): the fitted schema refuses
         ("open_box", {"box": 7}),          # beyond the schema maximum
         ("open_box", {"box": -1}),
         ("open_box", {"box": "1"}),
@@ -502,9 +509,12 @@ def test_presentation_a_hides_the_numbers_that_i_states():
             for v in theta["prize_values"][i]:
                 assert " %d %s with chance" % (v, PASSAGES[k].vocabulary["currency"]) in i_text
         assert "with chance" not in a_text and "box 0: fee" not in a_text
-        for tool in ("inspect_box", "read_fee_schedule", "read_prize_catalog"):
+        for tool in ("inspect_box", "read_fee_schedule"):
             assert out.tool_name(tool) in a_text
         assert "fallback prize of %d" % theta["fallback"] in a_text  # public
+        # the stickers with their stated error, and the fees' stated range
+        assert ", ".join("box %d: %d" % (i, s) for i, s in enumerate(theta["prize_stickers"])) in a_text
+        assert "by at most 12 either way" in a_text and "between 15 % and 50 %" in a_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -628,3 +638,68 @@ def test_a_cap_of_one_box_is_singular():
     opened, refused = play(FAM, 0, env, [{"tool": "open_box", "arguments": {"box": 0}},
                                          {"tool": "open_box", "arguments": {"box": 1}}])
     assert opened["ok"] and "at most 1 box may be opened and 1 already is" in refused["error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A as the paper specifies it, and schemas fitted to the instance (issue 16).
+
+
+def test_box_arguments_are_bounded_by_the_instance():
+    """The schemas the module shows and checks stop at box n − 1 in both presentations (n is told),
+    and a box past it is refused with the schema's message, changing nothing."""
+    theta = SIM[2]  # 4 boxes
+    out, _ = generated(FAM, 0)
+    n = theta["n_boxes"]
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 0, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        for tool in ("inspect_box", "open_box"):
+            assert (schemas[out.tool_name(tool)]["box"]["minimum"], schemas[out.tool_name(tool)]["box"]["maximum"]) \
+                == (0, n - 1)
+            before = env.state_digest()
+            refused = env.call(out.tool_name(tool), {"box": n})
+            assert refused["ok"] is False and f"must be <= {n - 1}" in refused["error"], refused
+            assert env.state_digest() == before
+    twin = dict(theta, costs=[c + 3 for c in theta["costs"]], prize_weights=[[w + 1 for w in row]
+                                                                           for row in theta["prize_weights"]])
+    assert env_of(FAM, 0, twin, "A").tools == env_of(FAM, 0, theta, "A").tools
+
+
+def test_one_inspection_shows_one_box_and_the_budget_leaves_part_of_the_probing():
+    """In A an inspection shows one box's fee and prize table (a turn); no probe shows every prize
+    table; the budget max_open + 2 fits every opening, the stop and one probe, never all n + 1."""
+    theta = SIM[0]
+    out, _ = generated(FAM, 1)
+    env = env_of(FAM, 1, theta, "A")
+    assert FAM.turn_budget(theta) == theta["max_open"] + 2
+    answer = env.call(out.tool_name("inspect_box"), {"box": 1})
+    assert answer["ok"] and answer["turns_left"] == theta["max_open"] + 1
+    assert (answer["box"], answer["fee"], answer["prizes"], answer["weights"]) == (
+        1, theta["costs"][1], theta["prize_values"][1], theta["prize_weights"][1])
+    assert [t.name for t in FAM.tools_with_role("probe")] == ["inspect_box", "read_fee_schedule"]
+    assert all(t.turn_cost == 1 and not t.noisy for t in FAM.tools_with_role("probe"))
+    assert len(FAM.probe_calls(theta)) == theta["n_boxes"] + 1 > FAM.turn_budget(theta) - 1
+
+
+def test_belief_is_the_sticker_and_the_stated_fee_until_read():
+    theta = make(10, 2, [(5, [(0, 1), (30, 1)]), (3, [(12, 3), (20, 1)]), (8, [(5, 1), (60, 1)])],
+                 stickers=[25, 9, 40])
+    blind = FAM.belief(theta, [])
+    # each box pays its sticker; fee 32.5 % of (sticker − 10)^+ rounded half up, at least 1
+    assert blind["prize_values"] == [[25], [9], [40]] and blind["prize_weights"] == [[1], [1], [1]]
+    assert blind["costs"] == [5, 1, 10]
+    fees = FAM.belief(theta, [{"tool": "read_fee_schedule", "arguments": {}}])
+    assert fees["costs"] == theta["costs"] and fees["prize_values"] == blind["prize_values"]
+    one = FAM.belief(theta, [{"tool": "inspect_box", "arguments": {"box": 2}}])
+    assert one["costs"] == [5, 1, 8] and one["prize_values"] == [[25], [9], [5, 60]]
+    assert FAM.belief(theta, FAM.probe_calls(theta)) == theta
+
+
+def test_the_default_reads_the_stickers_so_misleading_ones_cost_it():
+    """A sticker that oversells a poor box sends the default there; the solver never reads them."""
+    boxes = [(3, [(0, 3), (20, 1)]), (4, [(30, 1), (40, 1)]), (2, [(5, 1), (10, 1)])]
+    honest, misled = make(0, 1, boxes), make(0, 1, boxes, stickers=[5, 20, 45])
+    assert play(honest, FAM.default_policy(honest), [0, 30, 5])[1] == [1]
+    assert play(misled, FAM.default_policy(misled), [0, 30, 5])[1] == [2]
+    assert FAM.solve(misled).u_star == FAM.solve(honest).u_star
+    assert FAM.solve(misled).u_default < FAM.solve(honest).u_default

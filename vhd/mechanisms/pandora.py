@@ -16,10 +16,13 @@ Model
     When max_open = n (a θ built by hand; the sampler never draws one) the cap is slack and the
     optimum equals Weitzman's index rule (open in decreasing reservation value σ_i,
     E[(X_i − σ_i)^+] = costs[i], while σ_i > best so far), which the solver re-computes and checks.
+    Every box carries a sticker `prize_stickers[i]`: a noisy estimate of its expected prize (the
+    mean rounded, plus an error drawn uniformly from −World.STICKER_ERROR = −12 … 12 by `sample`,
+    never below 0). The default policy reads the stickers; the solver never does.
     Limits: solve() takes 1 … MAX_BOXES = 7 boxes (the induction runs over 2^n opened sets), a
-    cap of 1 … n openings, whole fees ≥ 1, a whole fallback ≥ 0, and per box distinct increasing
-    whole prizes ≥ 0 with whole weights ≥ 1; any other θ is refused with InvalidParams before
-    anything is allocated (`check_theta`).
+    cap of 1 … n openings, whole fees ≥ 1, a whole fallback ≥ 0, per box distinct increasing
+    whole prizes ≥ 0 with whole weights ≥ 1, and a whole sticker ≥ 0 per box; any other θ is
+    refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
     the boxes (label, fee, opened or not), their prize tables (value, weight), the openings
@@ -27,16 +30,22 @@ State
     (whether the episode has ended, the fallback prize, how many boxes were opened).
 
 Tools
-    probes: inspect one box (its fee and prize distribution), read the fee schedule (all fees),
-    read the prize catalog (all distributions); decision: open a box; clock: stop and take the
+    probes (1 turn each, exact): inspect one box (its fee and prize table: one box per call),
+    read the fee schedule (every fee: one row); decision: open a box; clock: stop and take the
     best prize (ends the episode); observations: list the boxes, view the best prize so far,
     view the fees paid, view openings used and left, view the net result if stopping now, view
-    the log of openings.
+    the log of openings. Box numbers run 0 … n − 1 in the tool schemas (`World.limits`).
+    Presentation A tells n, the cap, the fallback and the stickers (with their stated error) and
+    that every fee is 15–50 % of what its box is expected to add over the fallback; it hides the
+    fees and the prize tables. The stated guess for what is unread (`belief`): an uninspected box
+    pays its sticker for sure, and its unread fee is the middle of that range, 32.5 % of
+    (sticker − fallback)^+ rounded, at least 1.
 
 Reward
     utility = max(fallback, best revealed prize) − total fees paid. r = clip01((u − u_default) /
     (u* − u_default)) where both references are played on the same episode seed (the same
-    prizes inside the boxes); the default opens boxes 0, 1, … up to the cap, blind to fees.
+    prizes inside the boxes); the default opens the boxes in decreasing sticker order up to the
+    cap, blind to fees and to what it finds (misled where the stickers are).
 
 Advantages
     The solver's state is (opened set, best prize): the mask of the boxes in the World's openings
@@ -51,7 +60,9 @@ Advantages
 
 Episode end
     after `stop_and_take`, or when the turn budget runs out: the player then takes the best
-    prize found so far (or the fallback) and no further box is opened.
+    prize found so far (or the fallback) and no further box is opened. The budget is max_open + 2
+    turns: every opening the cap allows and the stop (π*'s and the default's longest play) and one
+    turn more; in A the n + 1 probes never all fit after π*'s play (max_open < n).
 """
 
 from __future__ import annotations
@@ -94,7 +105,8 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
     """Draw θ: a mix of 'safe' boxes (narrow prizes around a middling value), 'lottery' boxes
     (nothing or a big prize) and 'spread' boxes (3–4 prizes over 0…80); weights out of 20; fees
     a random 15–50 % of what a box adds over the fallback in expectation (so each box alone is
-    worth opening, but not all of them)."""
+    worth opening, but not all of them); then every box's sticker: its mean prize rounded half
+    up plus an error drawn uniformly from −12 … 12 (World.STICKER_ERROR), at least 0."""
     n = params.size
     fallback = int(rng.integers(0, 16))
     values_all, weights_all, costs = [], [], []
@@ -123,6 +135,7 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         values_all.append(values)
         weights_all.append(weights)
         costs.append(cost)
+    errors = rng.integers(-World.STICKER_ERROR, World.STICKER_ERROR + 1, size=n)
     return {
         "n_boxes": n,
         "max_open": min(params.horizon, n - 1),  # binding: at least one box stays shut
@@ -130,7 +143,15 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         "costs": costs,
         "prize_values": values_all,
         "prize_weights": weights_all,
+        "prize_stickers": [max(0, _mean_prize(values, weights) + int(e))
+                           for values, weights, e in zip(values_all, weights_all, errors)],
     }
+
+
+def _mean_prize(values: list[int], weights: list[int]) -> int:
+    """A box's expected prize rounded half up, in integers."""
+    total = sum(weights)
+    return (2 * sum(v * w for v, w in zip(values, weights)) + total) // (2 * total)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +297,7 @@ def weitzman_policy(theta: dict) -> np.ndarray:
 def check_theta(theta: dict) -> None:
     """InvalidParams unless θ is what the family declares: 1 … MAX_BOXES = 7 boxes (the induction
     runs over 2^n opened sets), a cap of 1 … n openings, whole fees ≥ 1, a whole fallback ≥ 0,
-    and per box distinct increasing whole prizes ≥ 0 with whole weights ≥ 1."""
+    per box distinct increasing whole prizes ≥ 0 with whole weights ≥ 1, and whole stickers ≥ 0."""
     check = ThetaCheck("pandora", theta)
     n = check.count("n_boxes", 1, MAX_BOXES)
     check.count("max_open", 1, n)
@@ -284,6 +305,7 @@ def check_theta(theta: dict) -> None:
     check.whole("costs", (n,), low=1)
     check.whole("prize_values", (n, None), low=0)
     check.whole("prize_weights", (n, None), low=1)
+    check.whole("prize_stickers", (n,), low=0)
     check.require(all(len(values) == len(weights) and all(a < b for a, b in zip(values, values[1:]))
                       for values, weights in zip(theta["prize_values"], theta["prize_weights"])),
                   "prize_values", "per box distinct prizes in increasing order, one weight each")
@@ -312,14 +334,15 @@ def solve(theta: dict) -> Solution:
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """Search exhaustively in index order, blind to fees and to what is found: open the
-    lowest-numbered unopened box while the cap allows (boxes 0, 1, …, max_open − 1), then stop
-    and take the best prize."""
+    """Believe the stickers and search exhaustively, blind to fees and to what is found: open the
+    unopened box with the highest sticker (the lowest number on ties) while the cap allows, then
+    stop and take the best prize."""
     proc = _Process(theta)
+    order = sorted(range(proc.n), key=lambda i: (-theta["prize_stickers"][i], i))
     table = np.full(proc.shape, -1, dtype=np.int8)
     for mask in range(proc.shape[0]):
         if proc.popcount[mask] < proc.cap:
-            table[mask] = next(i for i in range(proc.n) if not mask >> i & 1)
+            table[mask] = next(i for i in order if not mask >> i & 1)
     return table
 
 
@@ -398,9 +421,37 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
 
 
 def turn_budget(theta: dict) -> int:
-    """Every probe (one inspection per box plus the two sheets), every opening, the stop, and room
-    for a few looks."""
-    return 2 * theta["n_boxes"] + theta["max_open"] + 10
+    """Every opening the cap allows and the stop (π*'s and the default's longest play), and one
+    turn more: in presentation A room for some probes, never for all n + 1 (max_open < n)."""
+    return theta["max_open"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states it): an uninspected box pays its sticker for sure; an unread fee is the middle of the
+# stated 15–50 % of what that box adds over the fallback, 32.5 % of (sticker − fallback)^+
+# rounded half up, at least 1.
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """Read the fee schedule, then inspect the boxes in index order."""
+    return [{"tool": "read_fee_schedule", "arguments": {}}] + [
+        {"tool": "inspect_box", "arguments": {"box": i}} for i in range(theta["n_boxes"])]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: inspected boxes and read fees exact, the rest the
+    stated guess."""
+    inspected = {call["arguments"]["box"] for call in read if call["tool"] == "inspect_box"}
+    schedule = any(call["tool"] == "read_fee_schedule" for call in read)
+    costs, values, weights = [], [], []
+    for i, sticker in enumerate(theta["prize_stickers"]):
+        known = i in inspected
+        guess = max(1, (13 * max(sticker - theta["fallback"], 0) + 20) // 40)
+        costs.append(theta["costs"][i] if known or schedule else guess)
+        values.append(theta["prize_values"][i] if known else [sticker])
+        weights.append(theta["prize_weights"][i] if known else [1])
+    return {**theta, "costs": costs, "prize_values": values, "prize_weights": weights}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,15 +462,16 @@ def turn_budget(theta: dict) -> int:
 class World(BaseWorld):
     """The sealed-lot auction room: boxes, prize tables, openings, a fee ledger and a state table."""
 
-    PARAMS = ("n_boxes", "max_open", "fallback", "costs", "prize_values", "prize_weights")
+    PARAMS = ("n_boxes", "max_open", "fallback", "costs", "prize_values", "prize_weights", "prize_stickers")
     STATE = (("stopped", 0), ("fallback", 0))  # the fallback is θ's, set in __init__
+    STICKER_ERROR = 12  # a sticker is within ± this of its box's expected prize (never below 0)
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
         n = params["n_boxes"]
         if len(params["costs"]) != n or len(params["prize_values"]) != n or len(params["prize_weights"]) != n \
-                or any(len(v) != len(w) for v, w in zip(params["prize_values"], params["prize_weights"])):
-            raise ValueError("costs, prize_values and prize_weights do not match n_boxes=%r" % (n,))
+                or len(params["prize_stickers"]) != n or any(len(v) != len(w) for v, w in zip(params["prize_values"], params["prize_weights"])):
+            raise ValueError("costs, prize_values, prize_weights and prize_stickers do not match n_boxes=%r" % (n,))
         self._set("fallback", params["fallback"])
         self.prizes = World.draw(params, episode_seed)  # immutable: the hidden contents of the boxes
         t = self.t
@@ -511,12 +563,6 @@ class World(BaseWorld):
         rows = self.db.execute("SELECT box_id, fee FROM %s ORDER BY box_id" % self.t["boxes"]).fetchall()
         return {"fees": [{"box": i, "fee": fee} for i, fee in rows], "currency": self.v["currency"]}
 
-    @tool("probe", "Read the prize catalog: every box's possible prizes in {currency} and their weights.",
-          reveals=("prize_values", "prize_weights"))
-    def tool_read_prize_catalog(self):
-        return {"boxes": [dict(box=i, **self._distribution(i)) for i in range(self.p["n_boxes"])],
-                "currency": self.v["currency"]}
-
     @tool("observe", "List the boxes at the {site} with their labels, whether each is open and the prize found "
           "in it.")
     def tool_list_boxes(self):
@@ -585,6 +631,11 @@ class World(BaseWorld):
         return {"prize_taken": best, "best_box": box, "fees_paid": self._paid(), "net": best - self._paid(),
                 "currency": self.v["currency"]}
 
+    def limits(self, presentation):
+        """Box numbers run 0 … n − 1 (the instruction tells n in both presentations)."""
+        box = {"box": (0, self.p["n_boxes"] - 1)}
+        return {"inspect_box": box, "open_box": box}
+
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
         p, v, n = self.p, self.v, self.name
@@ -610,21 +661,30 @@ class World(BaseWorld):
                                   for value, w in zip(p["prize_values"][i], p["prize_weights"][i]))
                 lines.append("  box %d: fee %d; prize %s" % (i, p["costs"][i], table))
         else:
-            lines += ["", "The boxes' fees and prize tables are not given: %s reveals one box's fee and prize "
-                      "table, %s every fee and %s every prize table, each at the cost of a turn from the same "
-                      "budget." % (n["inspect_box"], n["read_fee_schedule"], n["read_prize_catalog"])]
+            lines += [
+                "",
+                "Each box carries a sticker estimating its expected prize: %s (%s). A sticker is off from its "
+                "box's expected prize by at most %d either way (any error in between as likely), and never "
+                "below 0." % (", ".join("box %d: %d" % (i, s) for i, s in enumerate(p["prize_stickers"])),
+                              v["currency"], World.STICKER_ERROR),
+                "Each box's fee is between 15 % and 50 % of what the box is expected to add over the fallback "
+                "prize.",
+                "The boxes' fees and prize tables are not given: %s reveals one box's fee and prize table, %s "
+                "every fee, each at the cost of a turn from the same budget." % (
+                    n["inspect_box"], n["read_fee_schedule"]),
+            ]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="pandora",
-    version="4",
+    version="5",
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
     # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
-    # above 0.95 the fee-blind exhaustive search in index order already nearly solves it
+    # above 0.95 the fee-blind exhaustive search in sticker order already nearly solves it
     default_band=(-1.0, 0.95),
     knob_ranges={"size": (4, 7), "horizon": (2, 7)},
     plan_format=(
