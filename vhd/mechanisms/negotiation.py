@@ -337,7 +337,8 @@ def turn_budget(theta: dict) -> int:
 
 
 def probe_calls(theta: dict) -> list[dict]:
-    """Read the carrying terms and the outside bid, then the survey of every value in order."""
+    """Read the survey of every possible value in order (the weights the sticker only estimates), then the
+    carrying terms and the outside bid."""
     return [{"tool": "read_buyer_survey", "arguments": {"point": k}} for k in range(len(theta["value_points"]))] + [
         {"tool": "read_carrying_terms", "arguments": {}}, {"tool": "read_outside_bid", "arguments": {}}]
 
