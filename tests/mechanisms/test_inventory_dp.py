@@ -120,6 +120,12 @@ def all_policies(theta):
 # Instances.
 
 
+def stickered(theta, factors=(0.5, 1.4, 1.0, 0.8, 1.7, 0.3, 1.2)):
+    """θ with a forecast sticker: each weekday's mean demand times a factor of the stated 0.3 … 1.7."""
+    means = [sum(d * w for d, w in enumerate(row)) / sum(row) for row in theta["demand_weights"]]
+    return dict(theta, demand_forecast=[round(m * f, 1) for m, f in zip(means, factors)])
+
+
 def _week(rows):
     """Seven weekday rows from a few, cycling; all rows padded to one length."""
     width = max(len(r) for r in rows)
@@ -150,8 +156,9 @@ def hand_instances():
             for k in range(2):
                 costs = COSTS[n % len(COSTS)]
                 weights = DEMANDS[(n + k) % len(DEMANDS)]
-                out.append(dict(horizon=horizon, capacity=cap, lead_time=lead, initial_stock=(n + k) % (cap + 1),
-                                initial_cash=500, demand_weights=weights, **costs))
+                out.append(stickered(dict(horizon=horizon, capacity=cap, lead_time=lead,
+                                          initial_stock=(n + k) % (cap + 1), initial_cash=500,
+                                          demand_weights=weights, **costs)))
                 n += 1
     return out
 
@@ -166,13 +173,13 @@ def random_instances(seed, count):
         unit_cost = int(rng.integers(1, 7))
         width = int(rng.integers(1, cap + 2))
         weights = [[int(x) for x in rng.multinomial(1000, rng.dirichlet(np.ones(width)))] for _ in range(7)]
-        out.append(dict(
+        out.append(stickered(dict(
             horizon=horizon, capacity=cap, lead_time=lead,
             unit_cost=unit_cost, price=unit_cost + int(rng.integers(1, 9)),
             holding_cost=int(rng.integers(0, 3)), shortage_penalty=int(rng.integers(0, 6)),
             order_fee=int(rng.integers(0, 9)), salvage_value=int(rng.integers(0, unit_cost)),
             initial_stock=int(rng.integers(0, cap + 1)), initial_cash=100, demand_weights=weights,
-        ))
+        ), factors=[float(f) for f in rng.uniform(0.3, 1.7, size=7)]))
     return out
 
 
@@ -226,9 +233,9 @@ def test_reference_policies_evaluate_to_plain_expectation(theta):
 
 
 def _default_table(theta):
-    """The docstring of default_policy: order up to (lead + 1) days of mean demand."""
-    means = [sum(d * w for d, w in enumerate(row)) / sum(row) for row in theta["demand_weights"]]
-    level = min(theta["capacity"], math.ceil(sum(means) / 7 * (theta["lead_time"] + 1)))
+    """The docstring of default_policy: order up to (lead + 1) days of the sticker's mean demand."""
+    tenths = Fraction(sum(round(10 * m) for m in theta["demand_forecast"]), 70)  # the sticker's mean, exact
+    level = min(theta["capacity"], math.ceil(tenths * (theta["lead_time"] + 1)))
     row = [max(0, min(level - i - o, theta["capacity"] - i - o)) for i, o in states_of(theta)]
     return [row] * theta["horizon"]
 
@@ -239,9 +246,9 @@ def test_default_policy_is_order_up_to_mean(theta):
 
 
 ENUMERATED = [
-    dict(horizon=3, capacity=2, lead_time=0, initial_stock=1, initial_cash=0, demand_weights=DEMANDS[0], **COSTS[0]),
-    dict(horizon=2, capacity=2, lead_time=1, initial_stock=0, initial_cash=0, demand_weights=DEMANDS[1], **COSTS[1]),
-    dict(horizon=2, capacity=2, lead_time=2, initial_stock=1, initial_cash=0, demand_weights=DEMANDS[0], **COSTS[3]),
+    stickered(dict(horizon=3, capacity=2, lead_time=0, initial_stock=1, initial_cash=0, demand_weights=DEMANDS[0], **COSTS[0])),
+    stickered(dict(horizon=2, capacity=2, lead_time=1, initial_stock=0, initial_cash=0, demand_weights=DEMANDS[1], **COSTS[1])),
+    stickered(dict(horizon=2, capacity=2, lead_time=2, initial_stock=1, initial_cash=0, demand_weights=DEMANDS[0], **COSTS[3])),
 ]
 
 
@@ -269,8 +276,8 @@ def test_evaluate_rejects_a_policy_beyond_capacity():
 
 def test_solver_depends_on_holding_cost():
     weights = _week([[900, 100, 0, 0], [800, 200], [1000]])
-    theta = dict(horizon=3, capacity=3, lead_time=1, initial_stock=3, initial_cash=0, demand_weights=weights,
-                 unit_cost=3, price=9, holding_cost=1, shortage_penalty=2, order_fee=2, salvage_value=1)
+    theta = stickered(dict(horizon=3, capacity=3, lead_time=1, initial_stock=3, initial_cash=0, demand_weights=weights,
+                           unit_cost=3, price=9, holding_cost=1, shortage_penalty=2, order_fee=2, salvage_value=1))
     doubled = dict(theta, holding_cost=2)
     u, u2 = FAM.solve(theta).u_star, FAM.solve(doubled).u_star
     assert abs(u - float(expectimax(theta))) <= TOL
@@ -284,8 +291,8 @@ def test_solver_depends_on_holding_cost():
 
 def test_solver_depends_on_purchase_terms_when_ordering_pays():
     weights = _week([[0, 300, 700], [0, 500, 500]])
-    theta = dict(horizon=3, capacity=3, lead_time=0, initial_stock=0, initial_cash=0, demand_weights=weights,
-                 unit_cost=3, price=12, holding_cost=1, shortage_penalty=2, order_fee=2, salvage_value=1)
+    theta = stickered(dict(horizon=3, capacity=3, lead_time=0, initial_stock=0, initial_cash=0, demand_weights=weights,
+                           unit_cost=3, price=12, holding_cost=1, shortage_penalty=2, order_fee=2, salvage_value=1))
     sol = FAM.solve(theta)
     assert sol.policy[0, 0] > 0  # with nothing on hand and sure demand, π* orders on day 0
     for key, value in (("unit_cost", 4), ("order_fee", 3), ("lead_time", 1), ("lead_time", 2)):
@@ -391,8 +398,12 @@ def test_sample_respects_params(size, horizon):
         for row in rows:
             assert all(type(w) is int and w >= 0 for w in row)
             assert sum(row) == inv.WEIGHT_TOTAL == 1000
+        assert len(rows[0]) == theta["capacity"] + 1  # demand 0 … capacity, as the A instruction tells
+        for row, mean in zip(rows, theta["demand_forecast"]):  # the sticker: 0.3 … 1.7 × the true mean
+            true = sum(d * w for d, w in enumerate(row)) / 1000
+            assert 0.3 * true - 0.05 <= mean <= 1.7 * true + 0.05 and round(mean, 1) == mean
         for key, value in theta.items():
-            if key != "demand_weights":
+            if key not in ("demand_weights", "demand_forecast"):
                 assert type(value) is int, key
 
 
@@ -555,3 +566,68 @@ def test_one_unit_on_hand_is_singular():
     theta = dict(draw(FAM, 0)[1], initial_stock=1)
     vocab = generated(FAM, 0)[1].SKIN["vocab"]
     assert f"starting on day 0 with 1 {vocab['unit_one']} on hand" in env_of(FAM, 0, theta).instruction
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A (issue 16): schemas fitted to the instance, one entry per probe call.
+
+
+def test_arguments_are_bounded_by_the_instance():
+    """Orders stop at the storage, demand entries at the largest demand, history lengths at the
+    horizon, in both presentations (the instruction tells all three); past them the schema refuses."""
+    from family_kit import env_of, generated
+    from vhd.tasks.sample import draw
+    theta = draw(FAM, 5)[1]
+    out, _ = generated(FAM, 2)
+    for presentation in ("I", "A"):
+        env = env_of(FAM, 2, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        assert schemas[out.tool_name("place_order")]["quantity"]["maximum"] == theta["capacity"]
+        assert schemas[out.tool_name("get_demand_forecast")]["demand"]["maximum"] == theta["capacity"]
+        assert schemas[out.tool_name("get_demand_forecast")]["weekday"]["maximum"] == 6
+        assert schemas[out.tool_name("get_cost_sheet")]["line"]["maximum"] == 5
+        for tool, argument in (("view_orders", "limit"), ("view_sales", "last_days")):
+            assert schemas[out.tool_name(tool)][argument]["maximum"] == theta["horizon"]
+        refused = env.call(out.tool_name("place_order"), {"quantity": theta["capacity"] + 1})
+        assert refused["ok"] is False and f"must be <= {theta['capacity']}" in refused["error"]
+        refused = env.call(out.tool_name("get_demand_forecast"), {"weekday": 0, "demand": theta["capacity"] + 1})
+        assert refused["ok"] is False and f"must be <= {theta['capacity']}" in refused["error"]
+
+
+def test_in_a_a_probe_call_shows_one_entry_and_the_sticker_is_told():
+    """A cost-sheet call shows one line, a forecast call one probability; the instruction shows the
+    sticker and its stated error, and the ranges the stated guesses come from."""
+    from family_kit import env_of, generated
+    from vhd.tasks.sample import draw
+    theta = draw(FAM, 5)[1]
+    out, _ = generated(FAM, 2)
+    env = env_of(FAM, 2, theta, "A")
+    line = env.call(out.tool_name("get_cost_sheet"), {"line": 4})
+    assert line["ok"] and line["amount"] == theta["order_fee"] and line["term"] == "fee per order"
+    assert not set(line) & set(inv.COST_FIELDS)
+    entry = env.call(out.tool_name("get_demand_forecast"), {"weekday": 3, "demand": 2})
+    assert entry["ok"] and entry["probability"] == theta["demand_weights"][3][2] / 1000
+    assert set(entry) == {"ok", "turns_left", "weekday", "demand", "probability"}
+    terms = env.call(out.tool_name("get_supplier_terms"), {})
+    assert terms["lead_time_days"] == theta["lead_time"] and terms["turns_left"] == FAM.turn_budget(theta) - 3
+    told = ", ".join("%.1f" % m for m in theta["demand_forecast"])
+    assert told in env.instruction and "up to 70 % off" in env.instruction
+    assert "order fee 5 to 24" in env.instruction and "0 to %d" % theta["capacity"] in env.instruction
+
+
+def test_belief_is_what_was_read_and_the_stated_guess_elsewhere():
+    """The lead time 1, the ranges' middles and Poisson counts around the sticker's means, until read."""
+    from vhd.tasks.sample import draw
+    theta = draw(FAM, 5)[1]
+    calls = FAM.probe_calls(theta)
+    assert calls[0] == {"tool": "get_supplier_terms", "arguments": {}}
+    assert len(calls) == 1 + 6 + 7 * (theta["capacity"] + 1)
+    blind = FAM.belief(theta, [])
+    assert blind["lead_time"] == 1 and (blind["unit_cost"], blind["price"], blind["order_fee"]) == (5, 14, 14)
+    assert all(sum(row) == 1000 for row in blind["demand_weights"])
+    weekday_mean = sum(d * w for d, w in enumerate(blind["demand_weights"][0])) / 1000
+    assert abs(weekday_mean - theta["demand_forecast"][0]) < 0.1 + 1e-9 or theta["demand_forecast"][0] > theta["capacity"] / 2
+    some = FAM.belief(theta, calls[:9])  # the terms, the cost sheet and weekday 0's first two entries
+    assert {k: some[k] for k in inv.COST_FIELDS + ("lead_time",)} == {k: theta[k] for k in inv.COST_FIELDS + ("lead_time",)}
+    assert some["demand_weights"][0][:2] == theta["demand_weights"][0][:2] and sum(some["demand_weights"][0]) == 1000
+    assert FAM.belief(theta, calls) == theta

@@ -8,7 +8,9 @@ Model
     Unmet demand is lost and costs `shortage_penalty` per unit; stock left at the end of a day
     costs `holding_cost` per unit; stock left after the last day is sold off at
     `salvage_value`. Orders still in transit at the end are lost. Storage counts what is on
-    hand, in transit and ordered today: on_hand + in_transit + q ≤ capacity.
+    hand, in transit and ordered today: on_hand + in_transit + q ≤ capacity. A forecast sticker
+    `demand_forecast` gives each weekday's mean demand times an error factor drawn uniformly in
+    0.3 … 1.7 (STICKER_ERROR; both instructions show it and state its error).
     Solved exactly by backward Bellman recursion over (day, on hand, in transit).
     Limits: solve() takes 1 … 365 days, a store of 1 … 40 units, a lead time of 0 … 2 days,
     whole costs ≥ 0, an initial stock within the store and seven weekday demand distributions of
@@ -20,14 +22,24 @@ State
     ledger (every payment and sale is a row), order and sales history.
 
 Tools
-    probes: cost sheet (prices and costs), demand forecast (weekday distributions), supplier
-    terms (lead time); decisions: place an order, cancel today's order; clock: end the day;
-    observations: stock, cash, orders, sales history, calendar.
+    probes, a turn each: supplier terms (the lead time), one line of the cost sheet (one of the six
+    prices and costs), one entry of the demand forecast (the probability of one daily demand on one
+    weekday); decisions: place an order, cancel today's order; clock: end the day; observations:
+    stock, cash, orders, sales history, calendar. Order quantities are bounded by the storage,
+    demand entries by the largest demand, history lengths by the horizon (`World.limits`).
+    Presentation A hides the lead time, the six costs and the demand distributions (not their
+    size: demand is 0 … capacity); the instruction states the ranges they are drawn from and the
+    sticker's error, and the stated guesses (`belief`) are the lead time 1, the ranges' middles and
+    Poisson counts around the sticker's means. The budget (2 · horizon + 2) affords every order and
+    close, and π* leaves the days it does not order for probing: in A never enough to read all
+    1 + 6 + 7 · (capacity + 1) probes. The supplier's terms come first in `probe_calls`: the lead
+    time shapes the plan (the states include the pipeline).
 
 Reward
     utility = cash at the end − cash at the start (sales + salvage − purchases − order fees −
     holding − shortage penalties). r = clip01((u − u_default) / (u* − u_default)) where both
-    references are played on the same episode seed (the same demand path).
+    references are played on the same episode seed (the same demand path); the default orders up
+    to the sticker's mean demand over the lead time, so u_default reflects being misled by it.
 
 Advantages
     The solver's state is (day d, on hand i, in transit o): the World's day, on-hand stock and
@@ -59,6 +71,7 @@ from vhd.mechanisms._theta import ThetaCheck
 WEIGHT_TOTAL = 1000
 MAX_DEMAND = 160  # solve() bound: demand_weights cover demand 0 … at most 160 units (4 × the largest store)
 COST_FIELDS = ("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value")
+STICKER_ERROR = 0.7  # the forecast sticker's weekday means are off by a factor in 0.3 … 1.7 (the A instruction says so)
 
 
 class Params(BaseModel):
@@ -70,14 +83,15 @@ class Params(BaseModel):
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
-    """Draw θ: costs in whole currency units, weekday demand as integer weights out of 1000."""
+    """Draw θ: costs in whole currency units, weekday demand as integer weights out of 1000 over
+    0 … capacity (a truncated Poisson count around each weekday's mean), and the forecast sticker:
+    each weekday's mean demand times an error factor uniform in 1 ± STICKER_ERROR, to 0.1 unit."""
     capacity = params.size
     mean = float(rng.uniform(0.15, 0.35)) * capacity
     weekday = rng.uniform(0.6, 1.4, size=7)
-    support = int(min(capacity, math.ceil(mean * 1.4 * 2.5) + 1))
-    weights = [_poisson_weights(mean * float(m), support) for m in weekday]
+    weights = [_poisson_weights(mean * float(m), capacity) for m in weekday]  # demand 0 … capacity
     unit_cost = int(rng.integers(2, 10))
-    return {
+    theta = {
         "horizon": params.horizon,
         "capacity": capacity,
         "lead_time": int(rng.integers(0, 3)),
@@ -91,6 +105,14 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         "initial_cash": 100 * int(rng.integers(5, 50)),
         "demand_weights": weights,
     }
+    errors = rng.uniform(1 - STICKER_ERROR, 1 + STICKER_ERROR, size=7)
+    theta["demand_forecast"] = [round(_mean_demand(row) * float(e), 1) for row, e in zip(weights, errors)]
+    return theta
+
+
+def _mean_demand(row: list[int]) -> float:
+    """The mean of a weekday's demand distribution (integer weights over 0, 1, …)."""
+    return sum(d * w for d, w in enumerate(row)) / sum(row)
 
 
 def _poisson_weights(mean: float, support: int) -> list[int]:
@@ -189,7 +211,8 @@ def _bellman(theta: dict) -> tuple[float, np.ndarray]:
 def check_theta(theta: dict) -> None:
     """InvalidParams unless θ is what the family declares: 1 … 365 days, a store of 1 … 40 units, a
     lead time of 0 … 2 days, whole costs ≥ 0, an initial stock within the store and seven
-    weekday demand distributions of whole weights ≥ 0 over demand 0 … ≤ MAX_DEMAND (one length for all)."""
+    weekday demand distributions of whole weights ≥ 0 over demand 0 … ≤ MAX_DEMAND (one length for all)
+    and a forecast sticker of seven mean demands ≥ 0."""
     check = ThetaCheck("inventory_dp", theta)
     check.count("horizon", 1, 365)
     capacity = check.count("capacity", 1, 40)
@@ -202,6 +225,7 @@ def check_theta(theta: dict) -> None:
     support = len(theta["demand_weights"][0])
     check.require(support <= MAX_DEMAND + 1 and all(len(w) == support and sum(w) > 0 for w in theta["demand_weights"]),
                   "demand_weights", f"seven lists of one length ≤ {MAX_DEMAND + 1}, each with a positive total weight")
+    check.real("demand_forecast", (7,), low=0)
 
 
 def solve(theta: dict) -> Solution:
@@ -242,10 +266,11 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """Order up to (lead time + 1) days of mean demand every day, ignoring costs and fees."""
+    """Order up to (lead time + 1) days of mean demand every day, the mean as the forecast sticker
+    has it (the average of its seven weekday means, which may be 30 % off), ignoring costs and fees."""
     proc = _Process(theta)
-    mean = float(np.mean(proc.probabilities @ np.arange(proc.probabilities.shape[1])))
-    level = min(theta["capacity"], math.ceil(mean * (theta["lead_time"] + 1)))
+    tenths = sum(round(10 * m) for m in theta["demand_forecast"])  # 7 × the mean, in tenths of a unit
+    level = min(theta["capacity"], -(-tenths * (theta["lead_time"] + 1) // 70))
     position = np.array([i + o for i, o in proc.states])
     row = np.clip(level - position, 0, proc.max_order).astype(np.int16)
     return np.tile(row, (theta["horizon"], 1))
@@ -343,8 +368,70 @@ def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, af
 
 
 def turn_budget(theta: dict) -> int:
-    """An order and an end of day for every day, plus room for every probe and a few looks."""
-    return 2 * theta["horizon"] + 12
+    """An order and a close for every day (the most any play needs: the default orders most days),
+    and two turns more. π* skips ordering on some days, which leaves turns to probe, but never
+    enough in presentation A to read the lead time, the six cost lines and every entry of the
+    demand forecast as well: what to read is a choice."""
+    return 2 * theta["horizon"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states the ranges the generator draws from and the sticker's error): the lead time 1 day, each
+# cost the middle of its range, and each weekday's unread demand entries the probability the read
+# ones leave, shared as a Poisson count around the sticker's mean would share it.
+
+LEAD_GUESS = 1  # the middle of the lead times 0 … 2
+
+
+def _cost_guess(known: dict) -> dict:
+    """The stated ranges' middles (rounded down): unit cost 2 … 9, price 4 … 14 above the unit
+    cost, holding cost 0 … 1, shortage penalty 0 … 5, order fee 5 … 24, salvage value below the
+    unit cost."""
+    unit = known.get("unit_cost", 5)
+    return {"unit_cost": 5, "price": unit + 9, "holding_cost": 0, "shortage_penalty": 2, "order_fee": 14,
+            "salvage_value": (unit - 1) // 2}
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """The supplier's terms first (the lead time shapes the plan: the states include the pipeline,
+    so a plan for a guessed lead time does not fit a world of another), then the cost sheet line by
+    line, then the demand forecast entry by entry, weekday by weekday."""
+    support = len(theta["demand_weights"][0])
+    return ([{"tool": "get_supplier_terms", "arguments": {}}]
+            + [{"tool": "get_cost_sheet", "arguments": {"line": line}} for line in range(len(COST_FIELDS))]
+            + [{"tool": "get_demand_forecast", "arguments": {"weekday": weekday, "demand": demand}}
+               for weekday in range(7) for demand in range(support)])
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    tools = {call["tool"] for call in read}
+    lines = {COST_FIELDS[call["arguments"]["line"]] for call in read if call["tool"] == "get_cost_sheet"}
+    known = {key: theta[key] for key in lines}
+    costs = {key: known.get(key, guess) for key, guess in _cost_guess(known).items()}
+    seen = {(call["arguments"]["weekday"], call["arguments"]["demand"]) for call in read
+            if call["tool"] == "get_demand_forecast"}
+    weights = [_demand_guess(row, {d for w, d in seen if w == weekday}, theta["demand_forecast"][weekday])
+               for weekday, row in enumerate(theta["demand_weights"])]
+    lead = theta["lead_time"] if "get_supplier_terms" in tools else LEAD_GUESS
+    return {**theta, **costs, "lead_time": lead, "demand_weights": weights}
+
+
+def _demand_guess(row: list[int], seen: set[int], mean: float) -> list[int]:
+    """A weekday's weights out of WEIGHT_TOTAL: the entries `seen` as read, the others sharing what
+    they leave in proportion to a Poisson count of the sticker's `mean` (the rounding remainder to
+    the likeliest)."""
+    guess = [row[d] if d in seen else 0 for d in range(len(row))]
+    unread = [d for d in range(len(row)) if d not in seen]
+    if not unread:
+        return guess
+    share = _poisson_weights(mean, len(row) - 1)
+    left, total = max(WEIGHT_TOTAL - sum(guess), 0), sum(share[d] for d in unread)
+    for d in unread:
+        guess[d] = left * share[d] // total if total else left // len(unread)
+    guess[max(unread, key=lambda d: share[d])] += left - sum(guess[d] for d in unread)
+    return guess
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +443,10 @@ class World(BaseWorld):
     """The shop's relational world: catalog, orders, ledger, days and a state table."""
 
     PARAMS = ("horizon", "capacity", "lead_time", "unit_cost", "price", "holding_cost", "shortage_penalty",
-              "order_fee", "salvage_value", "initial_stock", "initial_cash", "demand_weights")
+              "order_fee", "salvage_value", "initial_stock", "initial_cash", "demand_weights", "demand_forecast")
+    COSTS = (("unit_cost", "unit cost"), ("price", "selling price"), ("holding_cost", "holding cost per unit left at "
+             "the end of a day"), ("shortage_penalty", "penalty per unit of unmet demand"), ("order_fee", "fee per order"),
+             ("salvage_value", "salvage value per unit left after the last day"))  # the cost sheet's lines, in order
     STATE = (("day", 0), ("on_hand", 0), ("pending", 0))  # on_hand: set to initial_stock
 
     def __init__(self, db, params, episode_seed, skin):
@@ -410,19 +500,22 @@ class World(BaseWorld):
         self._idle_to_end(self.tool_end_day, pending=0)
 
     # -- tools ------------------------------------------------------------------------------
-    @tool("probe", "Read the {site}'s cost sheet for {item}: unit cost, selling price, holding cost, shortage "
-          "penalty, order fee and salvage value.",
-          reveals=("unit_cost", "price", "holding_cost", "shortage_penalty", "order_fee", "salvage_value"))
-    def tool_get_cost_sheet(self):
-        return {key: self.p[key] for key in ("unit_cost", "price", "holding_cost", "shortage_penalty",
-                                             "order_fee", "salvage_value")}
+    @tool("probe", "Read one line of the {site}'s cost sheet for {item}: 0 unit cost, 1 selling price, 2 holding "
+          "cost, 3 shortage penalty, 4 order fee, 5 salvage value.", reveals=COST_FIELDS,
+          line=integer(0, len(COST_FIELDS) - 1, "the line: 0 unit cost, 1 selling price, 2 holding cost, 3 shortage "
+                                                "penalty, 4 order fee, 5 salvage value"))
+    def tool_get_cost_sheet(self, line):
+        key, term = World.COSTS[line]
+        return {"line": line, "term": term, "amount": self.p[key], "currency": self.v["currency"]}
 
-    @tool("probe", "Read the demand forecast for {item}: the probability of each daily demand, by weekday.",
-          reveals=("demand_weights",))
-    def tool_get_demand_forecast(self):
-        return {"demand_probabilities_by_weekday": [[w / float(sum(row)) for w in row]
-                                                    for row in self.p["demand_weights"]],
-                "weekday_of_day": "day d has weekday d % 7"}
+    @tool("probe", "Read one entry of the demand forecast for {item}: the probability that the demand of a weekday "
+          "is exactly a given number of {unit}.", reveals=("demand_weights",),
+          weekday=integer(0, 6, "the weekday, 0 … 6 (day d has weekday d % 7)"),
+          demand=integer(0, MAX_DEMAND, "the daily demand, in {unit}"))
+    def tool_get_demand_forecast(self, weekday, demand):
+        row = self.p["demand_weights"][weekday]
+        return {"weekday": weekday, "demand": demand,
+                "probability": row[demand] / float(sum(row)) if demand < len(row) else 0.0}
 
     @tool("probe", "Read the {supplier}'s terms: delivery lead time in days and the storage capacity.",
           reveals=("lead_time",))
@@ -505,6 +598,14 @@ class World(BaseWorld):
         return {"day_closed": day, "demand": demand, "sold": sold, "lost_sales": demand - sold,
                 "on_hand": self._get("on_hand"), "cash": self._cash(), "days_left": p["horizon"] - day - 1}
 
+    def limits(self, presentation):
+        """Orders up to the storage, demand entries up to the largest demand, days up to the horizon
+        (the instruction tells all three in both presentations)."""
+        days = (1, self.p["horizon"])
+        return {"place_order": {"quantity": (1, self.p["capacity"])},
+                "get_demand_forecast": {"demand": (0, len(self.p["demand_weights"][0]) - 1)},
+                "view_orders": {"limit": days}, "view_sales": {"last_days": days}}
+
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
         p, v, n = self.p, self.v, self.name
@@ -521,6 +622,9 @@ class World(BaseWorld):
             "the last day is sold off; orders still in transit then are lost." % self._count(p["capacity"]),
             "Your score is the cash you gain by the end. You have %d turns: every successful tool call uses "
             "its turn cost; when they run out, the remaining days pass with no new orders." % turn_budget,
+            "The forecast sticker gives the mean daily demand of each weekday, from weekday 0 to 6 (day d has "
+            "weekday d %% 7; each mean may be up to 70 %% off, either way): %s %s." % (  # 70 %: STICKER_ERROR
+                ", ".join("%.1f" % m for m in p["demand_forecast"]), v["unit"]),
         ]
         if presentation == "I":
             lines += [
@@ -536,15 +640,23 @@ class World(BaseWorld):
             for weekday, row in enumerate(p["demand_weights"]):
                 lines.append("  weekday %d: %s" % (weekday, ", ".join("%.3f" % (w / float(sum(row))) for w in row)))
         else:
-            hidden = "Prices and costs, the %s's lead time and the demand forecast" % v["supplier"]
-            lines += ["", self._not_given(hidden, ("get_cost_sheet", "get_supplier_terms", "get_demand_forecast"))]
+            lines += ["", "Prices and costs, the %s's lead time and the exact demand forecast are not given: %s "
+                      "reveals the lead time, %s one line of the cost sheet and %s one entry of the demand forecast "
+                      "(the probability of one daily demand on one weekday), each at the cost of a turn from the "
+                      "same budget." % (v["supplier"], n["get_supplier_terms"], n["get_cost_sheet"],
+                                        n["get_demand_forecast"]),
+                      "What is known: the lead time is 0, 1 or 2 days; the unit cost is 2 to 9 %s, the price 4 to "
+                      "14 above it, the holding cost 0 or 1, the shortage penalty 0 to 5, the order fee 5 to 24 and "
+                      "the salvage value below the unit cost (all whole %s); the daily demand of a weekday is 0 to "
+                      "%d %s, spread around its mean like a Poisson count." % (
+                          v["currency"], v["currency"], len(p["demand_weights"][0]) - 1, v["unit"])]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="inventory_dp",
-    version="5",
+    version="6",
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",
