@@ -118,16 +118,13 @@ def test_probes_reveal_theta():
     for lead, theta in enumerate(BY_LEAD):
         out, _ = generated(FAM, 5)
         env = env_of(FAM, 5, theta, seed=1, presentation="A")
-        sheet = env.call(out.tool_name("get_cost_sheet"), {})
-        assert {key: sheet[key] for key in COSTS} == {key: theta[key] for key in COSTS}
+        sheet = [env.call(out.tool_name("get_cost_sheet"), {"line": line}) for line in range(len(COSTS))]
+        assert [line["amount"] for line in sheet] == [theta[key] for key in COSTS]
         terms = env.call(out.tool_name("get_supplier_terms"), {})
         assert terms["lead_time_days"] == lead and terms["capacity"] == theta["capacity"]
-        forecast = env.call(out.tool_name("get_demand_forecast"), {})
-        rows = forecast["demand_probabilities_by_weekday"]
-        assert len(rows) == 7
-        for row, weights in zip(rows, theta["demand_weights"]):
-            assert row == pytest.approx([w / 1000 for w in weights], abs=1e-12)
-        assert forecast["turns_left"] == FAM.turn_budget(theta) - 3
+        forecast = env.call(out.tool_name("get_demand_forecast"), {"weekday": 6, "demand": 1})
+        assert forecast["probability"] == pytest.approx(theta["demand_weights"][6][1] / 1000, abs=1e-12)
+        assert forecast["turns_left"] == FAM.turn_budget(theta) - 8
 
 
 def test_same_calls_same_digest():
@@ -216,7 +213,8 @@ def test_invalid_calls_are_rejected_without_effect(k):
     for tool in out.interface:
         if tool.canonical in ("end_day", "place_order", "cancel_order"):
             continue
-        resp = env.call(tool.name, {})
+        resp = env.call(tool.name, {"get_cost_sheet": {"line": 0}, "get_demand_forecast": {"weekday": 0, "demand": 0}}
+                        .get(tool.canonical, {}))
         assert resp["ok"] is True and resp["turns_left"] == left - tool.turn_cost, tool.name
         left = resp["turns_left"]
 
@@ -252,7 +250,7 @@ def _star_with_orders():
 def test_turn_budget_running_out_plays_remaining_days_idle(probes):
     theta, policy, episode, seed = _star_with_orders()
     out, _ = generated(FAM, 6)
-    prefix = [{"tool": "get_cost_sheet", "arguments": {}}, {"tool": "view_cash", "arguments": {}}][:probes]
+    prefix = [{"tool": "get_cost_sheet", "arguments": {"line": 0}}, {"tool": "view_cash", "arguments": {}}][:probes]
     calls = prefix + episode.calls
     cut_kinds = set()
     for budget in range(probes + 1, len(calls) - 1):
