@@ -27,11 +27,23 @@ State
     is back at the depot for good.
 
 Tools
-    probes: the stop manifest (every stop's payment), one stop's details (payment and
-    position), the travel-time matrix, one travel time, the map (coordinates), the rate card
-    (cost per minute driven); decision: drive to a stop; clock: return to the depot (ends the
-    episode); observations: position, clock (minutes used, left, needed to get home), visited
-    stops, the legs driven so far, the earnings so far.
+    probes (a turn each, none noisy): the stop manifest (every stop's payment: one row), one
+    stop's details (payment and position), one row of the travel-time matrix (the minutes from
+    one stop to every stop), one travel time, the rate card (cost per minute driven);
+    decision: drive to a stop; clock: return to the depot (ends the episode); observations:
+    position, clock (minutes used, left, needed to get home), visited stops, the legs driven so
+    far, the earnings so far. Stop arguments are bounded by n (a drive's by 1 … n).
+
+    Presentation A hides the payments, the positions, the travel times and the cost per minute;
+    it tells n, the time budget, the grid (0 … 30), the travel rule (straight-line minutes
+    rounded half up), that driving costs 1 or 2 per minute and how payments run (up to 29
+    minutes' worth of driving plus up to twice the stop's minutes from the depot). The turn
+    budget n + 2 fits any round (n drives and the return) and one turn more; the n + 3 probes
+    that show everything (rate card, manifest, the n + 1 positions) do not all fit besides π*'s
+    round. A player's stated guess for what it did not read (`belief`): an unread position the
+    grid's centre (15, 15), a travel time the rounded distance between the positions as known
+    or guessed, the cost 1 per minute, a payment 14 minutes' worth plus the believed minutes
+    from the depot. The default (nearest neighbour) reads no sticker: routing has none.
 
 Reward
     utility = rewards collected − travel_cost × minutes driven, in whole currency units
@@ -360,8 +372,48 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
 
 
 def turn_budget(theta: dict) -> int:
-    """Every whole-θ probe, one look per stop, the full plan and a few observations."""
-    return 3 * theta["n_stops"] + 16
+    """Any round (a drive to every stop and the return: the default's and π*'s among them) and one
+    turn more: in presentation A the turns π*'s round leaves (n + 2 − its drives − 1) read only part
+    of the n + 3 probes that show everything (rate card, manifest, every stop's position), so what
+    to find out is a choice."""
+    return theta["n_stops"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not. The A instruction
+# states the grid, the travel rule, the cost per minute's range and how payments run: an unread
+# position is the grid's centre, a travel time not read is the rounded distance between the
+# positions as known or guessed, the cost per minute 1, an unread payment the middle of its stated
+# range (14 minutes of driving plus the believed minutes from the depot, at the believed cost).
+
+CENTRE = [GRID // 2, GRID // 2]
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """The rate card, the manifest, every stop's position (depot first); then the rows of the travel
+    matrix that are not the rounded distances between the positions (none in a sampled θ)."""
+    n, points = theta["n_stops"], theta["coordinates"]
+    calls = [{"tool": "get_rate_card", "arguments": {}}, {"tool": "get_manifest", "arguments": {}}]
+    calls += [{"tool": "inspect_stop", "arguments": {"stop": k}} for k in range(n + 1)]
+    return calls + [{"tool": "get_travel_matrix", "arguments": {"from_stop": i}} for i in range(n + 1)
+                    if theta["travel"][i] != [_minutes(points[i], b) for b in points]]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    n = theta["n_stops"]
+    tools = {call["tool"] for call in read}
+    inspected = {call["arguments"]["stop"] for call in read if call["tool"] == "inspect_stop"}
+    rows = {call["arguments"]["from_stop"] for call in read if call["tool"] == "get_travel_matrix"}
+    entries = {(call["arguments"]["from_stop"], call["arguments"]["to_stop"]) for call in read
+               if call["tool"] == "get_travel_time"}
+    cost = theta["travel_cost"] if "get_rate_card" in tools else 1
+    points = [list(theta["coordinates"][k]) if k in inspected else list(CENTRE) for k in range(n + 1)]
+    travel = [[theta["travel"][i][j] if i in rows or (i, j) in entries else _minutes(points[i], points[j])
+               for j in range(n + 1)] for i in range(n + 1)]
+    rewards = [0] + [theta["rewards"][k] if "get_manifest" in tools or k in inspected
+                     else cost * (14 + travel[0][k]) for k in range(1, n + 1)]
+    return {**theta, "travel_cost": cost, "rewards": rewards, "coordinates": points, "travel": travel}
 
 
 def _stop_arg(description: str) -> dict:
@@ -379,6 +431,7 @@ class World(BaseWorld):
 
     PARAMS = ("n_stops", "horizon", "budget", "travel_cost", "rewards", "coordinates", "travel")
     STATE = (("position", 0), ("clock", 0), ("ended", 0))
+    GRID = 30  # the module's GRID, which the A instruction states (the World is pasted into modules without it)
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
@@ -443,6 +496,14 @@ class World(BaseWorld):
         if not self.over():
             self.tool_return_to_depot()
 
+    def limits(self, presentation):
+        """Stops run 0 (the depot) … n, and a drive goes to a customer stop 1 … n (the instruction
+        tells n in both presentations)."""
+        n = self.p["n_stops"]
+        stop = (0, n)
+        return {"inspect_stop": {"stop": stop}, "get_travel_matrix": {"from_stop": stop},
+                "get_travel_time": {"from_stop": stop, "to_stop": stop}, "drive_to": {"stop": (1, n)}}
+
     # -- probes -----------------------------------------------------------------------------
     @tool("probe", "List every customer stop of the round with the payment (in {currency}) due on delivery of "
           "{item}.", reveals=("rewards",))
@@ -453,19 +514,18 @@ class World(BaseWorld):
                 "currency": self.v["currency"]}
 
     @tool("probe", "Show one stop: its payment in {currency}, its position on the map and whether it has been "
-          "visited.", reveals=("rewards", "coordinates"), stop=_stop_arg("stop number (0 is the {site})"))
+          "visited.", reveals=("rewards", "coordinates"), stop=_stop_arg("stop number (0 is the depot)"))
     def tool_inspect_stop(self, stop):
         row = self._stop(stop)
         return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "payment": row[4], "status": row[5]}
 
-    @tool("probe", "Show the travel time in minutes between every pair of stops (stop 0 is the {site}).",
-          reveals=("travel",))
-    def tool_get_travel_matrix(self):
-        n = self.p["n_stops"]
-        matrix = [[0] * (n + 1) for _ in range(n + 1)]
-        for i, j, m in self.db.execute("SELECT from_stop, to_stop, minutes FROM %s" % self.t["travel"]):
-            matrix[i][j] = m
-        return {"minutes": matrix, "note": "row = from stop, column = to stop; stop 0 is the depot"}
+    @tool("probe", "Show one row of the travel-time matrix: the minutes from one stop to every stop (stop 0 is the "
+          "{site}).", reveals=("travel",), from_stop=_stop_arg("stop to leave from (0 is the depot)"))
+    def tool_get_travel_matrix(self, from_stop):
+        self._stop(from_stop)
+        rows = self.db.execute("SELECT to_stop, minutes FROM %s WHERE from_stop = ? ORDER BY to_stop"
+                               % self.t["travel"], (from_stop,)).fetchall()
+        return {"from_stop": from_stop, "minutes": [m for _, m in rows], "note": "one entry per stop, 0 the depot"}
 
     @tool("probe", "Show the travel time in minutes from one stop to another.", reveals=("travel",),
           from_stop=_stop_arg("stop to leave from"), to_stop=_stop_arg("stop to drive to"))
@@ -473,12 +533,6 @@ class World(BaseWorld):
         self._stop(from_stop)
         self._stop(to_stop)
         return {"from_stop": from_stop, "to_stop": to_stop, "minutes": self._minutes(from_stop, to_stop)}
-
-    @tool("probe", "Show the map: the grid position of the {site} and of every stop.", reveals=("coordinates",))
-    def tool_get_map(self):
-        rows = self.db.execute("SELECT stop_id, x, y FROM %s ORDER BY stop_id" % self.t["stops"]).fetchall()
-        return {"points": [{"stop": r[0], "x": r[1], "y": r[2]} for r in rows],
-                "note": "travel minutes = straight-line distance rounded half up"}
 
     @tool("probe", "Show what driving costs, in {currency} per minute, and the time budget of the round.",
           reveals=("travel_cost",))
@@ -576,19 +630,25 @@ class World(BaseWorld):
         ] + ["  from %d: %s" % (i, " ".join("%d" % m for m in row)) for i, row in enumerate(p["travel"])]
 
     def _probe_lines(self):
-        """Presentation A: what is hidden, and the probes that reveal it."""
+        """Presentation A: what is hidden, what each probe shows, and what the hidden numbers are like."""
         n = self.name
-        return ["The payments, the travel times, the stop positions and the cost per minute are not given: %s and %s "
-                "reveal the payments, %s and %s the travel times, %s the positions and %s the cost per minute, each "
-                "at the cost of a turn from the same budget." % (
-                    n["get_manifest"], n["inspect_stop"], n["get_travel_matrix"], n["get_travel_time"], n["get_map"],
-                    n["get_rate_card"])]
+        return [
+            "The payments, the stop positions, the travel times and the cost per minute are not given: %s shows every "
+            "stop's payment, %s one stop's payment and position, %s the travel minutes from one stop to every stop, "
+            "%s the minutes between two stops and %s the cost per minute, each at the cost of a turn from the same "
+            "budget." % (n["get_manifest"], n["inspect_stop"], n["get_travel_matrix"], n["get_travel_time"],
+                         n["get_rate_card"]),
+            "The depot and the stops lie at distinct points (x, y) of a grid, x and y whole numbers from 0 to %d; "
+            "the travel time between two points is their straight-line distance in minutes, rounded half up. "
+            "Driving costs 1 or 2 %s per minute. A stop pays up to 29 minutes' worth of driving, plus up to twice "
+            "its own minutes from the depot." % (self.GRID, self.v["currency"]),
+        ]
 
 
 register(Family.of(
     globals(),
     name="routing",
-    version="4",
+    version="5",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",
