@@ -55,8 +55,11 @@ def expectation(theta, thresholds):
     return total
 
 
-def make(values, weights, cost, horizon):
-    return {"horizon": horizon, "values": list(values), "weights": list(weights), "waiting_cost": cost}
+def make(values, weights, cost, horizon, forecast=None):
+    """θ; the forecast sticker's average offer is the true mean rounded up unless given."""
+    mean = Fraction(sum(v * w for v, w in zip(values, weights)), sum(weights))
+    return {"horizon": horizon, "values": list(values), "weights": list(weights), "waiting_cost": cost,
+            "forecast_mean": math.ceil(mean) if forecast is None else forecast}
 
 
 def tiny_instances():
@@ -97,6 +100,7 @@ def test_u_star_equals_expectimax_and_threshold_enumeration(theta):
 def test_default_is_mean_threshold_and_idle_takes_the_first():
     theta = make([1, 2, 9], [5, 3, 2], 1, 4)  # mean 2.9
     assert FAM.default_policy(theta).tolist() == [3] * 4
+    assert FAM.default_policy(dict(theta, forecast_mean=2)).tolist() == [2] * 4  # it reads the sticker
     assert FAM.idle_policy(theta).tolist() == [0] * 4
     assert FAM.solve(theta).policy[-1] == 9  # last day: accept iff x − 3 ≥ 0: only 9 qualifies
 
@@ -151,6 +155,9 @@ def test_sample_determinism_bounds_and_params():
         assert t["values"] == sorted(set(t["values"])) and all(type(v) is int and v >= 0 for v in t["values"])
         assert all(type(w) is int and w >= 1 for w in t["weights"]) and sum(t["weights"]) == 1000
         assert type(t["waiting_cost"]) is int and t["waiting_cost"] >= 0
+        assert t["waiting_cost"] <= 8 and t["values"][-1] <= 25 * len(t["values"])  # the ranges A states
+        mean = sum(v * w for v, w in zip(t["values"], t["weights"])) / 1000
+        assert type(t["forecast_mean"]) is int and 0.75 * mean - 0.5 <= t["forecast_mean"] <= 1.25 * mean + 0.5
         assert FAM.turn_budget(t) < 300
     for bad in (dict(size=2), dict(size=13), dict(horizon=2), dict(horizon=31)):
         with pytest.raises(ValidationError):
@@ -232,3 +239,55 @@ def test_an_open_offer_shows_the_days_of_storage_fee_as_a_number():
     assert first["storage_fee_days_if_accepted_today"] == 0 and second["storage_fee_days_if_accepted_today"] == 1
     assert earlier["status"] == "declined" and earlier["storage_fee_days_if_accepted_today"] is None
     assert not any(isinstance(value, str) and "×" in value for answer in (first, second) for value in answer.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A (issue 16): schemas fitted to the instance, one amount per forecast call.
+
+
+def test_arguments_are_bounded_by_the_instance():
+    """Forecast ranks stop at the number of amounts, days at the last day, in both presentations
+    (the instruction tells both); past them the schema refuses."""
+    theta = SIM[0]
+    out, _ = kit.generated(FAM, 1)
+    n = len(theta["values"])
+    for presentation in ("I", "A"):
+        env = env_of(1, theta, presentation)
+        schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+        assert schemas[out.tool_name("get_offer_forecast")]["rank"]["maximum"] == n - 1
+        assert schemas[out.tool_name("view_offer")]["day"]["maximum"] == theta["horizon"] - 1
+        refused = env.call(out.tool_name("get_offer_forecast"), {"rank": n})
+        assert refused["ok"] is False and f"must be <= {n - 1}" in refused["error"]
+        refused = env.call(out.tool_name("view_offer"), {"day": theta["horizon"]})
+        assert refused["ok"] is False and f"must be <= {theta['horizon'] - 1}" in refused["error"]
+
+
+def test_in_a_a_forecast_call_shows_one_amount_and_the_sticker_is_told():
+    theta = SIM[1]
+    out, _ = kit.generated(FAM, 1)
+    env = env_of(1, theta, "A")
+    budget = FAM.turn_budget(theta)
+    top = env.call(out.tool_name("get_offer_forecast"), {"rank": len(theta["values"]) - 1})
+    assert top["ok"] and top["amount"] == theta["values"][-1] and top["probability"] == theta["weights"][-1] / 1000
+    assert set(top) == {"ok", "turns_left", "rank", "amount", "probability", "currency"}
+    assert top["turns_left"] == budget - 3
+    fee = env.call(out.tool_name("get_fee_schedule"), {})
+    assert fee["storage_fee_per_day"] == theta["waiting_cost"] and fee["turns_left"] == budget - 4
+    assert "average offer at %d" % theta["forecast_mean"] in env.instruction and "up to 25 % off" in env.instruction
+    assert "from 0 to %d" % (25 * len(theta["values"])) in env.instruction and "0 to 8" in env.instruction
+    assert "average offer at %d" % theta["forecast_mean"] in env_of(1, theta, "I").instruction
+
+
+def test_belief_is_what_was_read_and_the_stated_guess_elsewhere():
+    """The fee 4 and, for unread amounts, an even spread between the amounts read around them (in
+    0 … 25 n) sharing equally the probability left."""
+    theta = make([3, 10, 40, 60], [400, 300, 200, 100], 1, 5, forecast=20)
+    calls = FAM.probe_calls(theta)
+    assert calls == [{"tool": "get_fee_schedule", "arguments": {}}] + [
+        {"tool": "get_offer_forecast", "arguments": {"rank": r}} for r in range(4)]
+    blind = FAM.belief(theta, [])
+    assert blind["waiting_cost"] == 4 and blind["values"] == [19, 39, 60, 80] and blind["weights"] == [250] * 4
+    some = FAM.belief(theta, [calls[0], calls[2]])  # the fee and the amount of rank 1
+    assert some["waiting_cost"] == 1 and some["values"] == [4, 10, 40, 70] and some["weights"] == [234, 300, 233, 233]
+    assert FAM.belief(theta, calls) == theta
+    FAM.solve(blind), FAM.solve(some)

@@ -10,7 +10,8 @@ Model
     declined offer is gone for good and the next day's offer arrives. Declining the offer of
     the last day H − 1 ends the episode with no sale: the lot goes back to the supplier and
     the utility is 0 (no proceeds, no fees). Offers are drawn from the episode seed when the
-    world is created.
+    world is created. A forecast sticker `forecast_mean` gives the mean offer times an error
+    factor drawn uniformly in 0.75 … 1.25 (STICKER_ERROR; both instructions show it and its error).
     Solved exactly by backward Bellman recursion in rational arithmetic: V_H = 0,
     V_d = E[max(X − waiting_cost · d, V_{d+1})]; π* accepts on day d iff x − waiting_cost · d
     ≥ V_{d+1} (ties accept). A plan is a threshold vector t (one integer per day): accept on
@@ -25,17 +26,24 @@ State
     state table (whether the episode is closed).
 
 Tools
-    probes: the offer forecast (support and probabilities), the fee schedule (storage fee per
-    day); decisions: accept today's offer; clock: decline today's offer (moves to the next
-    day, or ends the episode on the last day); observations: an offer by day, the offer
-    history, the calendar (day, days left), the ledger, the notes; annotation: write and
-    delete notes (they change nothing else).
+    probes: one amount of the offer forecast (the amount of a rank, 0 the lowest, and its
+    probability; 3 turns), the fee schedule (storage fee per day; 1 turn); decisions: accept
+    today's offer; clock: decline today's offer (moves to the next day, or ends the episode on the
+    last day); observations: an offer by day, the offer history, the calendar (day, days left),
+    the ledger, the notes; annotation: write and delete notes (they change nothing else). Ranks
+    are bounded by the number of amounts, days by the last day (`World.limits`).
+    Presentation A hides the amounts, their probabilities and the storage fee (not how many
+    amounts there are); the instruction states their ranges (amounts in 0 … 25 · n, a fee of 0 … 8
+    a day), and the stated guesses (`belief`) are the fee 4 and unread amounts spread evenly
+    between the amounts read around them, sharing equally the probability the read ones leave.
+    The budget (horizon + 2) affords declining every day; π* usually sells early, which leaves
+    turns to probe, but never enough to read the fee and all n amounts (1 + 3n turns).
 
 Reward
     utility = accepted offer − waiting_cost × day of acceptance (0 if no offer is accepted).
     r = clip01((u − u_default) / (u* − u_default)) where both references are played on the
-    same episode seed (the same offers); u_default accepts the first offer at or above the
-    distribution's mean.
+    same episode seed (the same offers); u_default accepts the first offer at or above the forecast
+    sticker's average offer, so it reflects being misled by it.
 
 Episode end
     after `accept_offer`, after declining the last day's offer, or when the turn budget runs
@@ -59,6 +67,10 @@ from vhd.mechanisms._theta import ThetaCheck
 WEIGHT_TOTAL = 1000
 MAX_HORIZON = 30
 HIDDEN = ("values", "weights", "waiting_cost")
+STICKER_ERROR = 0.25  # the forecast sticker's average offer is off by a factor in 0.75 … 1.25 (the instructions say so)
+TOP_PER_AMOUNT = 25   # the amounts lie in 0 … 25 · (number of amounts) (the A instruction says so)
+FEE_GUESS = 4         # the middle of the storage fees 0 … 8 the A instruction states
+APPRAISAL_TURNS = 3   # the turn cost of reading one amount of the offer forecast
 
 
 class Params(BaseModel):
@@ -74,7 +86,8 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
     """Draw θ: `size` distinct integer amounts in 0 … V (V between 10 and 25 per support point),
     integer weights out of 1000 with a low cluster (the lowest one or two amounts, 30–45 % of the
     mass), a rare top amount (4–8 %) and Dirichlet mass in between; a small integer storage fee
-    (0 … top gap × top probability / 3)."""
+    (0 … top gap × top probability / 3); the forecast sticker: the mean offer times an error factor
+    uniform in 1 ± STICKER_ERROR, rounded."""
     n, horizon = params.size, params.horizon
     top_v = int(rng.integers(10 * n, 25 * n + 1))
     values = sorted(int(v) for v in rng.choice(top_v + 1, size=n, replace=False))
@@ -85,13 +98,16 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
     mid = 1 + rng.multinomial(WEIGHT_TOTAL - top - low - n_mid, rng.dirichlet(np.full(n_mid, 2.0)))
     lows = [low // n_low + (low % n_low if i == 0 else 0) for i in range(n_low)]
     weights = lows + [int(x) for x in mid] + [top]
-    fee_cap = max(1, int((values[-1] - values[-2]) * top / WEIGHT_TOTAL / 3))
-    return {
+    fee_cap = max(1, int((values[-1] - values[-2]) * top / WEIGHT_TOTAL / 3))  # ≤ 300 · 80 / 1000 / 3 = 8
+    theta = {
         "horizon": int(horizon),
         "values": values,
         "weights": [int(w) for w in weights],
         "waiting_cost": int(rng.integers(0, fee_cap + 1)),
     }
+    mean = sum(v * w for v, w in zip(values, theta["weights"])) / sum(theta["weights"])
+    theta["forecast_mean"] = int(round(mean * float(rng.uniform(1 - STICKER_ERROR, 1 + STICKER_ERROR))))
+    return theta
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,6 +162,7 @@ def check_theta(theta: dict) -> None:
     check.whole("weights", (k,), low=0)
     check.require(sum(theta["weights"]) > 0, "weights", "a positive total weight")
     check.whole("waiting_cost", low=0)
+    check.whole("forecast_mean", low=0)
 
 
 def solve(theta: dict) -> Solution:
@@ -167,10 +184,10 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
 
 
 def default_policy(theta: dict) -> np.ndarray:
-    """Accept the first offer at or above the distribution's mean (every day, the last one
-    included: a last offer below the mean is declined), ignoring the storage fee."""
-    mean = sum(x * p for x, p in _distribution(theta))
-    return np.full(theta["horizon"], math.ceil(mean), dtype=np.int64)
+    """Accept the first offer at or above the forecast sticker's average offer (every day, the last
+    one included: a last offer below it is declined), ignoring the storage fee; the sticker may be
+    25 % off, so the default is misled as a reader of the sticker would be."""
+    return np.full(theta["horizon"], theta["forecast_mean"], dtype=np.int64)
 
 
 def idle_policy(theta: dict) -> np.ndarray:
@@ -232,8 +249,42 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
 
 
 def turn_budget(theta: dict) -> int:
-    """A decline or an accept for every day, plus room for both probes and a few looks."""
-    return 2 * theta["horizon"] + 12
+    """A decline or an accept for every day (the most any play needs), and two turns more. π*
+    usually sells before the last day, which leaves turns to probe, but not enough in
+    presentation A to read the fee and every amount of the forecast (3 turns each): what to read
+    is a choice."""
+    return theta["horizon"] + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation A: what the probes show, and the guess for what they did not (the A instruction
+# states the ranges): the storage fee FEE_GUESS; unread amounts spread evenly between the amounts
+# read around them (within 0 … TOP_PER_AMOUNT · n), sharing equally the probability the read ones leave.
+
+
+def probe_calls(theta: dict) -> list[dict]:
+    """The fee schedule (one turn), then the forecast amount by amount, lowest first."""
+    return [{"tool": "get_fee_schedule", "arguments": {}}] + [
+        {"tool": "get_offer_forecast", "arguments": {"rank": rank}} for rank in range(len(theta["values"]))]
+
+
+def belief(theta: dict, read: list[dict]) -> dict:
+    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    n = len(theta["values"])
+    seen = sorted({call["arguments"]["rank"] for call in read if call["tool"] == "get_offer_forecast"})
+    values = [theta["values"][i] if i in seen else None for i in range(n)]
+    known = [(-1, -1)] + [(i, theta["values"][i]) for i in seen] + [(n, TOP_PER_AMOUNT * n + 1)]
+    for (low_rank, low), (high_rank, high) in zip(known, known[1:]):  # a run of unread ranks between reads
+        step = (high - low) / (high_rank - low_rank)
+        for i in range(low_rank + 1, high_rank):
+            values[i] = low + math.floor(step * (i - low_rank))
+    left = max(WEIGHT_TOTAL - sum(theta["weights"][i] for i in seen), 0)
+    unread = [i for i in range(n) if i not in seen]
+    weights = [theta["weights"][i] if i in seen else left // len(unread) for i in range(n)]
+    if unread:
+        weights[unread[0]] += left - left // len(unread) * len(unread)
+    fee = theta["waiting_cost"] if any(call["tool"] == "get_fee_schedule" for call in read) else FEE_GUESS
+    return {**theta, "values": values, "weights": weights, "waiting_cost": fee}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,7 +295,7 @@ def turn_budget(theta: dict) -> int:
 class World(BaseWorld):
     """The consignment's relational world: catalog, offers, ledger, notes and a state table."""
 
-    PARAMS = ("horizon", "values", "weights", "waiting_cost")
+    PARAMS = ("horizon", "values", "weights", "waiting_cost", "forecast_mean")
     STATE = (("day", 0), ("closed", 0))
 
     def __init__(self, db, params, episode_seed, skin):
@@ -296,13 +347,12 @@ class World(BaseWorld):
         self._set("closed", 1)
 
     # -- tools ------------------------------------------------------------------------------
-    @tool("probe", "Read the {site}'s forecast of buyers' offers for {item}: every possible amount in {currency} and "
-          "its probability.", reveals=("values", "weights"))
-    def tool_get_offer_forecast(self):
-        total = float(sum(self.p["weights"]))
-        return {"offer_probabilities": [{"amount": v, "probability": w / total}
-                                        for v, w in zip(self.p["values"], self.p["weights"])],
-                "currency": self.v["currency"], "note": "one offer a day, independent of the other days"}
+    @tool("probe", "Read one amount of the {site}'s forecast of buyers' offers for {item}: the amount in {currency} of "
+          "a given rank (0 the lowest possible offer) and its probability.", reveals=("values", "weights"),
+          turn_cost=APPRAISAL_TURNS, rank=integer(0, 11, "the rank of the amount, 0 for the lowest"))
+    def tool_get_offer_forecast(self, rank):
+        return {"rank": rank, "amount": self.p["values"][rank],
+                "probability": self.p["weights"][rank] / float(sum(self.p["weights"])), "currency": self.v["currency"]}
 
     @tool("probe", "Read the {supplier}'s consignment terms: the storage fee in {currency} per day the lot waits.",
           reveals=("waiting_cost",))
@@ -388,6 +438,11 @@ class World(BaseWorld):
         return {"declined_day": day, "amount": amount, "today": day + 1, "new_offer": self.offers[day + 1],
                 "days_left_after_today": self.p["horizon"] - 2 - day}
 
+    def limits(self, presentation):
+        """Ranks up to the number of amounts, days up to the last (the instruction tells both)."""
+        return {"get_offer_forecast": {"rank": (0, len(self.p["values"]) - 1)},
+                "view_offer": {"day": (0, self.p["horizon"] - 1)}}
+
     # -- what the player reads --------------------------------------------------------------
     def instruction(self, presentation, turn_budget):
         p, v, n = self.p, self.v, self.name
@@ -404,6 +459,9 @@ class World(BaseWorld):
             "Your score is the accepted offer minus the storage fees (a fee per day waited, times the day "
             "number of the sale); with no sale it is 0. You have %d turns: every successful tool call uses its "
             "turn cost; when they run out, the lot goes back unsold." % turn_budget,
+            "The forecast sticker puts the average offer at %d %s (it may be up to 25 %% off, either way); "
+            "buyers offer one of %d amounts, independently from day to day." % (
+                p["forecast_mean"], v["currency"], len(p["values"])),
         ]
         if presentation == "I":
             total = float(sum(p["weights"]))
@@ -414,15 +472,20 @@ class World(BaseWorld):
                 "  " + ", ".join("%d (%.3f)" % (a, w / total) for a, w in zip(p["values"], p["weights"])),
             ]
         else:
-            lines += ["", self._not_given("The offer distribution and the storage fee",
-                                          ("get_offer_forecast", "get_fee_schedule"))]
+            n_amounts = len(p["values"])
+            lines += ["", "The offer distribution and the storage fee are not given: %s reveals one amount of the "
+                      "forecast (the amount of a rank, 0 the lowest, and its probability) at the cost of 3 turns, %s "
+                      "the storage fee at the cost of a turn, from the same budget." % (
+                          n["get_offer_forecast"], n["get_fee_schedule"]),
+                      "What is known: the %d amounts are whole numbers from 0 to %d %s; the storage fee is 0 to 8 "
+                      "%s a day." % (n_amounts, 25 * n_amounts, v["currency"], v["currency"])]
         return "\n".join(lines)
 
 
 register(Family.of(
     globals(),
     name="stopping",
-    version="3",
+    version="4",
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",
