@@ -119,24 +119,25 @@ def test_lp_demand_tolerance_is_rejected():
                                      "if plan[product] >= demand + self.TOLERANCE:")
 
 
-def test_scale_cost_skips_an_id_bound_past_the_schema_in_a_judged_theta():
-    """Equivalent, not a survivor: with n_jobs = 10 and job ids ≤ 9 in every schema, `0 <= job < n`
-    and `0 <= job < 2n` accept the same calls. Where n is inside the schema's range the site is mutated."""
+def test_scale_cost_skips_an_id_bound_past_the_fitted_schema():
+    """Equivalent, not a survivor: the schemas fitted to a judged θ (`World.limits`, issue 16)
+    accept job ids 0 … n − 1 and machine ids 0 … m − 1, so `0 <= job < n` and `0 <= job < 2n`
+    accept the same calls, and so do the machine bounds. For a θ the World cannot start on, the
+    family's own schemas are used: there an n inside their range is mutated."""
     import numpy as np
 
     from vhd.tasks.selftest import mutants
 
     family, output, candidates = _admitted("scheduling")
-    theta = dict(candidates[0].model.theta, n_jobs=6, n_machines=2)
-    maximum = family.tool("assign_job").input_schema["properties"]["job"]["maximum"]
+    theta = candidates[0].model.theta
     equivalent = []
-    made = mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta, dict(theta, n_jobs=maximum + 1)],
-                   equivalent)
+    made = mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta], equivalent)
     assert any("_job bounds ids by n_jobs" in e for e in equivalent)
-    assert not any("_machine" in e for e in equivalent)
+    assert any("_machine bounds ids by n_machines" in e for e in equivalent)
     assert not any(m.operator == "scale_cost" and "2 * self.p['n_jobs']" in m.module for m in made)
+    unstartable = dict(theta, n_jobs=6, n_machines=2)  # 6 jobs, but θ's processing times are for another count
     inside = []
-    mutants(family, output, theta, 1.0, np.random.default_rng(0), [theta], inside)
+    mutants(family, output, unstartable, 1.0, np.random.default_rng(0), [unstartable], inside)
     assert not any("bounds ids" in e for e in inside)
 
 

@@ -48,3 +48,19 @@ def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
         exec(compile(output.module, f"<reference {family.code_version}>", "exec"), module.__dict__)
         _REFERENCE[family.code_version] = (module, output)
     return _REFERENCE[family.code_version]
+
+
+def fitted_schemas(family: Family, theta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The input schemas of θ's tools as the family's own World fits them to the instance
+    (`World.limits`), in presentation I and then A (one per tool and presentation); the family's
+    own schemas for a θ its World refuses to start on."""
+    module, _ = reference_module(family)
+    schemas = []
+    for presentation in ("I", "A"):
+        try:
+            env = module.create({"params": theta, "presentation": presentation, "episode_seed": 0,
+                                 "turn_budget": family.turn_budget(theta)})
+        except (ValueError, KeyError, IndexError, TypeError):
+            return [spec.input_schema for spec in family.tools]
+        schemas += [tool["input_schema"] for tool in env.tools]
+    return schemas

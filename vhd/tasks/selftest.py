@@ -50,6 +50,7 @@ import numpy as np
 from vhd.mechanisms import Family
 from vhd.schemas.records import ModelRecord, SetterOutputRecord, SolutionRecord
 from vhd.tasks.check import Candidate, candidate_from, check_batch
+from vhd.tasks.oracle import fitted_schemas
 
 SITES_PER_OPERATOR = 2
 HORIZON_FIELDS = ("horizon", "n_periods", "n_days", "days", "rounds")
@@ -108,15 +109,15 @@ def _theta_reads(node: ast.AST, keys: set[str]) -> Iterator[ast.Subscript]:
 _ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 
-def _id_bounds(family: Family, method: ast.FunctionDef, sub: ast.Subscript) -> int | None:
-    """The largest id the tool schemas accept for the argument that θ read `sub` bounds, when
-    `sub` only bounds an id: `n = p["k"]` (or `p["k"]` itself) is used only in order
+def _id_bounds(schemas: list[dict[str, Any]], method: ast.FunctionDef, sub: ast.Subscript) -> int | None:
+    """The largest id the tool `schemas` (fitted to a θ) accept for the argument that θ read `sub`
+    bounds, when `sub` only bounds an id: `n = p["k"]` (or `p["k"]` itself) is used only in order
     comparisons with one of the method's parameters, which is an integer argument (minimum ≥ 0,
     with a maximum) of the tools. None otherwise. (`0 <= town < n` or `product >= n`.)"""
     params = {a.arg for a in method.args.args[1:]}
     maxima: dict[str, list[int]] = {}
-    for spec in family.tools:
-        for key, prop in spec.input_schema.get("properties", {}).items():
+    for schema in schemas:
+        for key, prop in schema.get("properties", {}).items():
             if key in params and prop.get("type") == "integer":
                 if prop.get("minimum", -1) < 0 or "maximum" not in prop:
                     return None
@@ -235,10 +236,11 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
 
     found += _each_site(module, operators, flip, "flip_operator", rng)
 
-    def past_schema(m, sub):  # an id bound above every id the schema accepts, in a judged θ: 2n bounds the same ids
-        top = _id_bounds(family, m, sub)
-        return top is not None and any(isinstance(t.get(sub.slice.value), int) and t[sub.slice.value] > top
-                                       for t in (thetas or [theta]))
+    schemas = [(t, fitted_schemas(family, t)) for t in (thetas or [theta])]
+
+    def past_schema(m, sub):  # an id bound above every id θ's fitted schemas accept, in a judged θ: 2n bounds the same ids
+        return any(isinstance(t.get(sub.slice.value), int) and (top := _id_bounds(fitted, m, sub)) is not None
+                   and t[sub.slice.value] > top for t, fitted in schemas)
 
     def cost_reads(world):
         zero_tests = {id(side) for m in _dynamics_methods(family, world) for c in ast.walk(m)
@@ -361,11 +363,9 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
                     continue
                 verdicts = check_batch(family, output.model_copy(update={"module": mutant.module}), judged)
                 rejected = not any(v.admitted for v in verdicts)
-                counts = row["by_operator"].setdefault(mutant.operator, {"mutants": 0, "rejected": 0})
-                counts["mutants"] += 1
-                counts["rejected"] += rejected
-                row["mutants"] += 1
-                row["rejected"] += rejected
+                for tally in (row["by_operator"].setdefault(mutant.operator, {"mutants": 0, "rejected": 0}), row):
+                    tally["mutants"] += 1
+                    tally["rejected"] += rejected
                 if not rejected:
                     row["survivors"].append({"operator": mutant.operator, "where": mutant.where,
                                              "setter_output_id": output.setter_output_id,
