@@ -3,7 +3,7 @@
     >>> from vhd.agents import Table
     >>> episodes = play([Table(env, model, solution, setter_output, family)], "greedy", episodes=3, corpus_version="v1")
     >>> summary(episodes)["families"]["inventory_dp"]["I"]["mean"]
-    0.51...
+    0.32...
 
 Where the generated module runs: every trajectory is scored by `tasks/score.score`, which
 replays it in a fresh sandboxed child process (`tasks/sandbox`: rlimits, no network, scratch

@@ -4,7 +4,7 @@
     >>> rows[0]["reward"], rows[0]["outcome_reward"], rows[0]["utility"], rows[0]["error"]
     (0.0, 0.0, -318.0, None)
     >>> rows[0]["step_rewards"]   # closing the day at once, then finishing: far below π*'s decisions
-    [-8.51...]
+    [-11.76...]
 
 One grading for every surface (`vhd score`, `vhd.adapters.reward`, the Gym wrapper, `serve-env`,
 `play`, `eval`): a trajectory that stops before the episode ends is finished by the module's

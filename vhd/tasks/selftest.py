@@ -2,7 +2,7 @@
 
     >>> made = mutants(family, setter_output, theta, 0.0, np.random.default_rng(0))   # an admitted module's
     >>> [(m.operator, m.where) for m in made][4:9]
-    [('drop_check', 'tool_place_order'), ('drop_check', 'tool_cancel_order'), ('shift_horizon', '6 reads of horizon'),
+    [('drop_check', 'tool_place_order'), ('drop_check', 'tool_cancel_order'), ('shift_horizon', '7 reads of horizon'),
      ('free_probe', 'get_cost_sheet'), ('leak_hidden', 'tool_view_stock returns unit_cost')]
 
 Every mutant is then checked in the sandbox (a second each: not a doctest), e.g. one inventory_dp module:
