@@ -17,9 +17,9 @@ Model
     recursion over (round, b), in integer arithmetic on weight-scaled values.
     The market survey's sticker `survey_weights` is a noisy estimate of the weights (each within
     ±World.SURVEY_ERROR = 8 of the true weight, never below 1; drawn by `sample`): the default policy
-    prices by it, and presentation A shows it instead of the weights. The sampler uses
-    H = min(horizon knob, K) rounds: π* makes at most one offer per support point (a rejection
-    rules out at least one), so rounds past K change neither u* nor π*'s play.
+    prices by it, and presentation A shows it instead of the weights. There are at most K rounds
+    (H ≤ K): π* makes at most one offer per support point (a rejection rules out at least one),
+    so rounds past K would change neither u* nor π*'s play.
     Limits: solve() takes 1 … 12 rounds, a top price of 1 … MAX_PRICE_SCHEMA = 1000 (a state of
     the recursion), 1 … 12 distinct increasing whole support points within 0 … max_price with
     whole weights ≥ 1 and whole survey weights ≥ 1, a whole delay cost ≥ 0 and a whole outside
