@@ -56,9 +56,11 @@ def test_numeric_digest_ignores_keys_order_and_wording_but_not_numbers():
 
 def test_edge_values_reach_just_past_every_theta_size_inside_the_schema():
     values = edge_values({"type": "integer", "minimum": 0, "maximum": 11}, {"n_towns": 5, "costs": [1, 2, 3]})
-    assert values == sorted(values, reverse=True)
+    ordered = sorted(values, reverse=True)  # from both ends inward: the boundaries before a tight budget runs out
+    assert values[:4] == [ordered[0], ordered[-1], ordered[1], ordered[-2]] and len(set(values)) == len(values)
     assert {0, 1, 2, 3, 4, 5, 6, 9, 10} <= set(values) and -1 not in values and 12 not in values
     amounts = edge_values({"type": "number", "minimum": 0, "maximum": 100}, {"caps": [7, 40]})
+    assert amounts == sorted(amounts, reverse=True)  # the refusals past a limit first
     assert {7.0, 7.0 + 1e-9, 7.0 - 1e-9, 40.0 + 1e-9} <= set(amounts)
 
 

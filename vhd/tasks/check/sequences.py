@@ -140,8 +140,11 @@ def _theta_numbers(value: Any) -> list[float]:
 
 
 def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
-    """Values at the edges of what θ makes valid, inside what the schema accepts, largest first
-    (the refusals, which leave the state alone, come before the accepted calls):
+    """Values at the edges of what θ makes valid, inside what the schema accepts. Amounts come
+    largest first (the refusals past a limit, which use no turn, before the accepted calls at its
+    edge); ids from both ends inward (largest, smallest, second largest…): every valid id is
+    accepted and uses a turn, and budgets leave little room beyond π*'s play, so the lowest and the
+    highest are tried before the turns run out:
     - integers (ids, counts): 0, 1, -1 and n - 1, n, n + 1, 2n - 1, 2n for every integer n of θ
       and every list length of θ (a schema is wider than the true range, so random ids rarely
       land just past it);
@@ -158,7 +161,10 @@ def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
         found = {x + d for x in numbers for d in (-TOLERANCE_PROBE, 0.0, TOLERANCE_PROBE)}
     else:
         return []
-    return sorted((v for v in found if lo <= v <= hi), reverse=True)
+    ordered = sorted((v for v in found if lo <= v <= hi), reverse=True)
+    if prop.get("type") == "number":
+        return ordered
+    return [ordered[k // 2] if k % 2 == 0 else ordered[-1 - k // 2] for k in range(len(ordered))]
 
 
 def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str, Any]]]:
