@@ -1,10 +1,9 @@
 """The one helper every exact solve goes through: times it, checks status, maps errors.
 
     >>> import numpy as np
-    >>> value, plan, cert = certified(lambda: (12.0, np.array([1, 0, 1])), method="enumeration",
-    ...                               solver="numpy", solver_version=np.__version__, state_space=8)
-    >>> value, plan.tolist(), cert.status, cert.bound, cert.gap
-    (12.0, [1, 0, 1], 'optimal', 12.0, 0.0)
+    >>> value, plan, cert = certified(lambda: (12.0, np.array([1, 0, 1])), method="enumeration", state_space=8)
+    >>> value, plan.tolist(), cert.status, cert.bound, cert.gap, cert.solver == "numpy"
+    (12.0, [1, 0, 1], 'optimal', 12.0, 0.0, True)
     >>> proof = {"bound": 12.5, "gap": 0.04}      # a solver's own proof: its dual bound and gap
     >>> certified(lambda: (12.0, plan, proof), method="branch and bound", solver="highs", solver_version="1.8",
     ...           state_space=8)[2].bound
@@ -44,13 +43,18 @@ def certified(
     run: Callable[[], tuple],
     *,
     method: str,
-    solver: str,
-    solver_version: str,
     state_space: int,
+    solver: str = "numpy",
+    solver_version: str | None = None,
 ) -> tuple[float, Any, Certificate]:
     """Run `run() -> (optimal value, plan[, {"bound": b, "gap": g}])`, refuse a non-finite
     optimum, return a certificate. A solver that proves a dual bound or gap returns it as the
-    third element; otherwise the bound is the value itself and the gap 0 (exact methods)."""
+    third element; otherwise the bound is the value itself and the gap 0 (exact methods). The
+    solver is a numpy recursion unless named (`solver_version` then defaults to numpy's)."""
+    if solver_version is None:
+        import numpy
+
+        solver_version = numpy.__version__
     started = time.perf_counter()
     try:
         value, plan, *proof = run()

@@ -368,13 +368,8 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* by backward recursion over (day, stock, cash); exact values of the default and idle policies."""
     check_theta(theta)
-    found = certified(
-        lambda: _bellman(theta),
-        method="backward Bellman recursion over (day, stock, cash)",
-        solver="numpy",
-        solver_version=np.__version__,
-        state_space=state_space(theta),
-    )
+    found = certified(lambda: _bellman(theta), state_space=state_space(theta),
+                      method="backward Bellman recursion over (day, stock, cash)")
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 

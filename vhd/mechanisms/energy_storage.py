@@ -209,13 +209,8 @@ def solve(theta: dict) -> Solution:
     """u* and π* (signed trade per hour, charge, regime; int16) by backward recursion; default and idle values."""
     check_theta(theta)
     state_space = theta["horizon"] * (theta["capacity"] + 1) * len(theta["regime_prices"])
-    found = certified(
-        lambda: _bellman(theta),
-        method="backward Bellman recursion over (hour, state of charge, regime)",
-        solver="numpy",
-        solver_version=np.__version__,
-        state_space=state_space,
-    )
+    found = certified(lambda: _bellman(theta), state_space=state_space,
+                      method="backward Bellman recursion over (hour, state of charge, regime)")
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 

@@ -232,13 +232,7 @@ def solve(theta: dict) -> Solution:
     """u* and π* by backward recursion; expected values of the default and idle policies."""
     check_theta(theta)
     proc_size = len(_Process(theta).states) * theta["horizon"]
-    found = certified(
-        lambda: _bellman(theta),
-        method="backward Bellman recursion",
-        solver="numpy",
-        solver_version=np.__version__,
-        state_space=proc_size,
-    )
+    found = certified(lambda: _bellman(theta), method="backward Bellman recursion", state_space=proc_size)
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 

@@ -188,13 +188,8 @@ def check_theta(theta: dict) -> None:
 def solve(theta: dict) -> Solution:
     """u* and π* (table [round, b] → WALK / PASS / price) by backward recursion over (round, b)."""
     check_theta(theta)
-    found = certified(
-        lambda: _bellman(theta),
-        method="backward recursion over (round, highest acceptable price), integer arithmetic",
-        solver="numpy",
-        solver_version=np.__version__,
-        state_space=theta["horizon"] * (theta["max_price"] + 1),
-    )
+    found = certified(lambda: _bellman(theta), state_space=theta["horizon"] * (theta["max_price"] + 1),
+                      method="backward recursion over (round, highest acceptable price), integer arithmetic")
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 

@@ -221,13 +221,8 @@ def solve(theta: dict) -> Solution:
     """u* and the optimal visiting order by Held–Karp; exact values of the default and idle plans."""
     check_theta(theta)
     n = theta["n_stops"]
-    found = certified(
-        lambda: _held_karp(theta),
-        method="Held–Karp dynamic programming over (visited set, last stop)",
-        solver="numpy",
-        solver_version=np.__version__,
-        state_space=(1 << n) * n,
-    )
+    found = certified(lambda: _held_karp(theta), state_space=(1 << n) * n,
+                      method="Held–Karp dynamic programming over (visited set, last stop)")
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
