@@ -309,6 +309,22 @@ def test_sample_is_deterministic_per_seed():
     assert all(o != a for o in others) and len({repr(sorted(o.items())) for o in others}) == 3
 
 
+def recorded(weights, percent):
+    """The survey's weights, from the docstring: percent % (rounded down) of the buyers at every
+    value are recorded at the next higher one; the highest value keeps its own."""
+    out = list(weights)
+    for k, w in enumerate(weights):
+        moved = w * percent // 100
+        out[k] -= moved
+        out[min(k + 1, len(weights) - 1)] += moved
+    return out
+
+
+def test_the_survey_overstates():
+    assert recorded([10, 20, 30], 50) == [5, 15, 40] == neg.overstated([10, 20, 30], 50)
+    assert recorded([10, 20, 30], 0) == [10, 20, 30] and recorded([10, 20, 30], 100) == [0, 10, 50]
+
+
 @pytest.mark.parametrize("size,horizon", [(3, 2), (6, 6), (12, 12), (3, 12), (12, 2)])
 def test_sample_respects_params_and_solves(size, horizon):
     rng = np.random.default_rng(size * 100 + horizon)
@@ -323,7 +339,8 @@ def test_sample_respects_params_and_solves(size, horizon):
         step = points[0]
         assert 3 <= step <= 12 and points == [step * (k + 1) for k in range(size)] and theta["max_price"] == points[-1]
         assert all(w >= 1 for w in weights) and sum(weights) == neg.WEIGHT_TOTAL
-        assert all(max(1, w - 8) <= s <= w + 8 for w, s in zip(weights, theta["survey_weights"]))
+        assert any(all(max(1, w - 8) <= s <= w + 8 for w, s in zip(recorded(weights, share), theta["survey_weights"]))
+                   for share in range(101))  # some overstated share, then within 8 (the docstring's sticker)
         assert 1 <= theta["delay_cost"] <= theta["max_price"] // (4 * theta["horizon"]) + 1
         assert 0 <= theta["outside_option"] <= theta["max_price"] // 8 < points[0] * size
         sol = FAM.solve(theta)

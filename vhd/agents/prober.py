@@ -11,8 +11,8 @@
     'submit_selection'
 
 It is the measuring stick of presentation A (issue 16): in I, θ is told, so it reads nothing and
-plays π* (reward 1); in A it keeps back the turns that π*'s own play uses on the episode seed,
-spends the rest on `Family.probe_calls(θ)` in order (skipping a probe it cannot afford), forms
+plays π* (reward 1); in A it keeps back the turns that π*'s longest play needs (over fixed
+episode seeds, `reserved_turns`), spends the rest on `Family.probe_calls(θ)` in order (skipping a probe it cannot afford), forms
 `Family.belief(θ, read)` — what it read, and the family's stated guess for everything else — and
 plays the exact optimum of that belief with the family's own solver. What it loses in A is the
 value of what the budget left unread. It reads the probes' answers through `belief`, never
@@ -44,6 +44,17 @@ def turns_of(family: Family, calls: list[dict[str, Any]]) -> int:
     return sum(family.tool(call["tool"]).turn_cost for call in calls)
 
 
+RESERVE_SEEDS = 16  # the episodes π*'s longest play is taken over (fixed seeds: not the episode's own draws)
+
+
+def reserved_turns(family: Family, theta: dict[str, Any], policy: np.ndarray) -> int:
+    """The turns kept back for playing: the longest of π*'s plays on RESERVE_SEEDS fixed episode
+    seeds (one in a deterministic family). Fixed seeds, so what is kept back does not tell the
+    agent how this episode's draws will go (π* accepting on the first day of this seed)."""
+    seeds = range(RESERVE_SEEDS if family.stochastic else 1)
+    return max(turns_of(family, family.simulate(theta, policy, seed).calls) for seed in seeds)
+
+
 def affordable(family: Family, theta: dict[str, Any], budget: int) -> list[dict[str, Any]]:
     """The probe calls, in the family's reading order, that fit in `budget` turns (a probe that
     does not fit is skipped; a cheaper one after it may still fit)."""
@@ -70,7 +81,7 @@ def probe_then_play(family: Family, theta: dict[str, Any], presentation: str, tu
         return [], family.simulate(theta, plan_of(theta), episode_seed).calls
     if not reads_probes(family):
         raise InvalidParams(f"{family.name} does not declare probe_calls and belief; an agent cannot read its A probes")
-    reserve = turns_of(family, family.simulate(theta, optimum(theta), episode_seed).calls)
+    reserve = reserved_turns(family, theta, optimum(theta))
     read = affordable(family, theta, max(turn_budget - reserve, 0))
     guess = family.belief(theta, read)
     plan = plan_of(guess)

@@ -15,8 +15,9 @@ Model
     gets: after rejections the posterior of v is the prior truncated to v ≤ b, where
     b = (lowest rejected price) − 1 (b = V before any rejection). Solved exactly by backward
     recursion over (round, b), in integer arithmetic on weight-scaled values.
-    The market survey's sticker `survey_weights` is a noisy estimate of the weights (each within
-    ±World.SURVEY_ERROR = 8 of the true weight, never below 1; drawn by `sample`): the default policy
+    The market survey's sticker `survey_weights` is a biased, noisy estimate of the weights (a share
+    of the buyers at every value recorded at the next higher one, then each weight within
+    ±World.SURVEY_ERROR = 8, never below 1; drawn by `sample`): the default policy
     prices by it, and presentation A shows it instead of the weights. There are at most K rounds
     (H ≤ K): π* makes at most one offer per support point (a rejection rules out at least one),
     so rounds past K would change neither u* nor π*'s play.
@@ -97,8 +98,9 @@ class Params(BaseModel):
 def sample(params: Params, rng: np.random.Generator) -> dict:
     """Draw θ: H = min(horizon, size) rounds; points step, 2·step, …, V = step · size with step
     3…12; weights ≥ 1 summing to 100 (a Dirichlet(1.5) draw); delay cost 1 … ⌊V/(4H)⌋ + 1 per
-    round; outside option 0 … ⌊V/8⌋; the survey sticker: every weight plus an error drawn
-    uniformly from −8 … 8 (World.SURVEY_ERROR), at least 1."""
+    round; outside option 0 … ⌊V/8⌋; the survey sticker: the weights as a survey records them
+    when a share of 0 … 100 % (uniform) of the buyers at every value name the next higher one
+    (`overstated`), each plus an error drawn uniformly from −8 … 8 (World.SURVEY_ERROR), at least 1."""
     n = params.size
     horizon = min(params.horizon, n)
     step = int(rng.integers(3, 13))
@@ -113,9 +115,20 @@ def sample(params: Params, rng: np.random.Generator) -> dict:
         "delay_cost": int(rng.integers(1, top // (4 * horizon) + 2)),
         "outside_option": int(rng.integers(0, top // 8 + 1)),
     }
+    recorded = overstated([int(w) for w in weights], int(rng.integers(0, 101)))
     errors = rng.integers(-World.SURVEY_ERROR, World.SURVEY_ERROR + 1, size=n)
-    theta["survey_weights"] = [max(1, int(w + e)) for w, e in zip(weights, errors)]
+    theta["survey_weights"] = [max(1, w + int(e)) for w, e in zip(recorded, errors)]
     return theta
+
+
+def overstated(weights: list[int], percent: int) -> list[int]:
+    """The weights a survey records when `percent` % (rounded down) of the buyers at every value
+    name the next higher one (the highest value keeps its own and gains the next lower's)."""
+    moved = [w * percent // 100 for w in weights]
+    recorded = [w - m for w, m in zip(weights, moved)]
+    for k, m in enumerate(moved):
+        recorded[min(k + 1, len(weights) - 1)] += m
+    return recorded
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,8 +582,9 @@ class World(BaseWorld):
                     len(p["value_points"]), len(p["value_points"]) - 1,
                     ", ".join(str(point) for point in p["value_points"]), v["currency"]),
                 "The survey sticker estimates their weights (a value's chance is its weight over the sum of the "
-                "weights) as %s, in that order; each estimate is off from the true weight by at most %d either way "
-                "(any error in between as likely), and never below 1." % (
+                "weights) as %s, in that order. Buyers overstate in surveys: up to all of the buyers at a value (the "
+                "same share at every value) are recorded at the next higher one; each estimate is then off by at "
+                "most %d either way (any error in between as likely), and never below 1." % (
                     ", ".join(str(w) for w in p["survey_weights"]), World.SURVEY_ERROR),
                 "The delay cost is a whole number from 1 to %d %s per round; the outside option a whole number from "
                 "0 to %d %s." % (top // (4 * horizon) + 1, v["currency"], top // 8, v["currency"]),
