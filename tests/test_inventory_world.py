@@ -180,7 +180,7 @@ def test_invalid_calls_are_rejected_without_effect(k):
         (place, {"quantity": 0}),
         (place, {"quantity": -1}),
         (place, {"quantity": 1001}),
-        (place, {"quantity": cap + 1}),  # passes the schema, breaks the storage rule
+        (place, {"quantity": cap + 1}),  # past the capacity: the schema fitted to the instance refuses it
         (place, {"quantity": 1, "rush": True}),
         (place, [1]),
         (place, None),
