@@ -175,7 +175,9 @@ def test_random_policies_are_valid_distinct_and_never_beat_u_star(theta):
     sol = FAM.solve(theta)
     rng = np.random.default_rng(5)
     tables = [FAM.random_policy(theta, rng) for _ in range(15)]
-    assert len({t.tobytes() for t in tables}) == 15
+    assert len({t.tobytes() for t in tables}) >= 8  # random: most differ (a tiny θ has only 36 tables of offers that matter)
+    points = set(theta["value_points"])
+    assert all(code == WALK or code in points for table in tables for code in table.ravel().tolist())
     for table in tables:
         assert table.shape == sol.policy.shape and table.min() >= PASS and table.max() <= theta["max_price"]
         value = FAM.evaluate(theta, table)

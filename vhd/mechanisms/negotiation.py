@@ -258,9 +258,15 @@ def idle_policy(theta: dict) -> np.ndarray:
 
 
 def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
-    """A uniformly random code (walk, pass or any price 0 … V) in every (round, b)."""
-    shape = (theta["horizon"], theta["max_price"] + 1)
-    return rng.integers(PASS, theta["max_price"] + 1, size=shape).astype(np.int16)
+    """In every (round, b), a possible value ≤ b drawn uniformly as the price (walk away when
+    none is left). A price between two possible values sells to the same buyers as the next one
+    up, and one above b is surely rejected, so this is a random play of the offers that matter."""
+    points = np.array(theta["value_points"])
+    table = np.empty((theta["horizon"], theta["max_price"] + 1), dtype=np.int16)
+    for bound in range(theta["max_price"] + 1):
+        allowed = points[points <= bound]
+        table[:, bound] = rng.choice(allowed, size=theta["horizon"]) if allowed.size else WALK
+    return table
 
 
 def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
