@@ -14,24 +14,24 @@ from vhd.tasks.synthesize import synthesize
 _CACHE = {}
 
 
-def _admitted(name, n=2):
-    if name not in _CACHE:
+def _admitted(name, n=2, presentations=("I",)):
+    if (name, presentations) not in _CACHE:
         family = registry.get(name)
         models = sample_models(family, n, seed=3, batch="observations")
         solutions = {s.model_id: s for s in solve_models(family, models)}
         outputs, assignment = synthesize(family, models, builtin_passages()[:1])
         candidates = make_candidates(family, models, solutions, {o.setter_output_id: o for o in outputs},
-                                     assignment, ("I",))
+                                     assignment, presentations)
         output = outputs[0]
         mine = [c for c in candidates if c.setter_output.setter_output_id == output.setter_output_id]
         admitted = [v.candidate for v in check_batch(family, output, mine) if v.admitted]
         assert admitted, "no admitted candidate to mutate"
-        _CACHE[name] = family, output, admitted
-    return _CACHE[name]
+        _CACHE[name, presentations] = family, output, admitted
+    return _CACHE[name, presentations]
 
 
-def _verdicts(name, old, new, count=1, keep=lambda theta: True):
-    family, output, candidates = _admitted(name)
+def _verdicts(name, old, new, count=1, keep=lambda theta: True, presentations=("I",)):
+    family, output, candidates = _admitted(name, presentations=presentations)
     candidates = [c for c in candidates if keep(c.model.theta)]
     assert candidates
     assert output.module.count(old) >= count, old
@@ -194,3 +194,26 @@ def test_a_tailed_sequence_is_played_by_the_clock_to_the_end_and_past_it():
     clock = reference.tool_name(family.tools_with_role("clock")[0].name)
     plain = _play(module, config, [{"tool": clock, "arguments": {}}] * (days + PAST_END), None)
     assert plain["obs_numbers"] == run["obs_numbers"] and plain["utility"] == run["utility"]
+
+
+def test_a_misstated_i_instruction_is_rejected_in_i_only():
+    """instruction_agreement (checker 9): the I instruction doubles every lot's value. Its I
+    candidates are rejected on that gate alone (the World plays right); its A candidates, whose
+    instruction does not state the values, are admitted. The selftest judges such a mutant where it
+    changes the instruction (before this gate, 20 of its 30 survivors were instruction mutants)."""
+    verdicts = _verdicts("knapsack", 'lots = ["  lot %d: value %d; loads %s" % (i, p["values"][i],',
+                         'lots = ["  lot %d: value %d; loads %s" % (i, 2 * p["values"][i],', presentations=("I", "A"))
+    by = {p: [v for v in verdicts if v.candidate.presentation == p] for p in ("I", "A")}
+    assert by["I"] and by["A"] and all(v.admitted for v in by["A"])
+    for v in by["I"]:
+        assert [g.name for g in v.gates if not g.passed] == ["instruction_agreement"], v.reason
+        assert "states numbers the family's World does not" in v.reason
+
+
+def test_a_misstated_a_instruction_is_rejected():
+    """The A instruction states tardiness's due-date window as horizon × 10 % of the total
+    processing time: stating one more percent per horizon step is rejected in A."""
+    verdicts = _verdicts("tardiness", '10 * p["horizon"])]', '11 * p["horizon"])]', presentations=("I", "A"))
+    assert all(v.admitted for v in verdicts if v.candidate.presentation == "I")
+    rejected = [v for v in verdicts if v.candidate.presentation == "A"]
+    assert rejected and all([g.name for g in v.gates if not g.passed] == ["instruction_agreement"] for v in rejected)

@@ -24,17 +24,17 @@ extends (found with `ast`, so a mutation never lands in a comment or the rest of
 | `constant_utility` | `utility()` returns π*'s utility on the first candidate's episode whatever happened |
 | `stale_state` | the runtime's `BaseWorld._set` writes nothing (every World keeps its state table through it) |
 
-A mutant is *rejected* when no candidate it serves is admitted (for `leak_hidden` and
-`free_probe`, no candidate in presentation A: in I θ is given anyway); a *survivor* is reported with
-its operator, the method it changed and a unified diff. Every unmutated module is re-checked
-too: a rejection there is a *false rejection*. Survivors that are equivalent mutants (the
-change cannot alter any outcome) count as survivors all the same. Three exceptions are made
-before mutating, each a site whose mutant is provably the module itself on a judged candidate:
-a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0); a `scale_cost` site that only bounds
-an id argument whose field, in a judged θ, is past the largest id the tool schemas accept
-(`0 <= id < n` and `0 <= id < 2n` accept the same calls); a `drop_check` site whose `if` is
-directly followed by another `raise AgentError` (refused anyway; only the message changes). They
-are reported as `equivalent_skipped` (listed under `equivalent`), neither mutants nor survivors.
+A mutant is *rejected* when no candidate it serves is admitted (`leak_hidden`, `free_probe`: no
+A candidate, as I gives θ anyway; a mutant that changes some candidates' instructions: none of
+those); a *survivor* is reported with its operator, the method it changed and a unified diff.
+Every unmutated module is re-checked too: a rejection there is a *false rejection*. Equivalent
+survivors (the change cannot alter any outcome) count as survivors all the same, but for three
+sites skipped before mutating, whose mutant is provably the module itself on a judged candidate:
+a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0), or that only bounds an id argument
+whose field, in a judged θ, is past the largest id the fitted schemas accept (`0 <= id < n` and
+`0 <= id < 2n` accept the same calls); a `drop_check` site whose `if` is directly followed by
+another `raise AgentError` (refused anyway; only the message changes). They are reported as
+`equivalent_skipped` (listed under `equivalent`), neither mutants nor survivors.
 """
 
 from __future__ import annotations
@@ -350,6 +350,7 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
             if not candidates:
                 continue
             original = check_batch(family, output, candidates)
+            instructions = {v.candidate.env_id: v.instruction for v in original}
             row["false_rejections"] += sum(not v.admitted for v in original)
             constant = original[0].references.optimal.utility if original[0].references else 0.0
             equivalent: list[str] = []
@@ -357,12 +358,12 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
                            [c.model.theta for c in candidates], equivalent)
             row["equivalent_skipped"] += len(equivalent)
             row["equivalent"] += [{"setter_output_id": output.setter_output_id, "site": e} for e in equivalent]
-            for mutant in made:
+            in_a = any(c.presentation == "A" for c in candidates)
+            for mutant in [m for m in made if m.operator not in A_ONLY or in_a]:
                 judged = [c for c in candidates if c.presentation == "A"] if mutant.operator in A_ONLY else candidates
-                if not judged:
-                    continue
                 verdicts = check_batch(family, output.model_copy(update={"module": mutant.module}), judged)
-                rejected = not any(v.admitted for v in verdicts)
+                told = [v for v in verdicts if v.instruction != instructions[v.candidate.env_id]]
+                rejected = not any(v.admitted for v in told or verdicts)
                 for tally in (row["by_operator"].setdefault(mutant.operator, {"mutants": 0, "rejected": 0}), row):
                     tally["mutants"] += 1
                     tally["rejected"] += rejected
@@ -376,8 +377,7 @@ def selftest(groups: dict[str, list[tuple[SetterOutputRecord, list[Candidate]]]]
     total = {key: sum(row[key] for row in per.values()) for key in ("modules", "mutants", "rejected",
                                                                      "false_rejections", "equivalent_skipped")}
     total["survivors"] = sum(len(row["survivors"]) for row in per.values())
-    total["rejection_rate"] = total["rejected"] / total["mutants"] if total["mutants"] else None
-    for row in per.values():
+    for row in (total, *per.values()):
         row["rejection_rate"] = row["rejected"] / row["mutants"] if row["mutants"] else None
     return {**total, "families": per}
 

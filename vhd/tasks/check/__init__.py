@@ -25,7 +25,8 @@ from vhd.tasks.check.candidates import (
     Verdict, candidate_from, make_candidates, references, to_calls,
 )
 from vhd.tasks.check.evidence import Evidence
-from vhd.tasks.check.gates import GATES, _twin_difference
+from vhd.tasks.check.gates import GATES
+from vhd.tasks.check.reading import _twin_difference
 from vhd.tasks.check.planning import default_band, in_band, needed_checks
 from vhd.tasks.check.reference import reference_module, reference_runs
 from vhd.tasks.check.sequences import (

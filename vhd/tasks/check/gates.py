@@ -1,7 +1,7 @@
 """The admission gates of DESIGN §7: each reads one candidate's Evidence and says whether it passed, and why.
 
     >>> [name for name, _ in GATES][-3:]
-    ['determinism', 'robustness', 'information_hiding']
+    ['robustness', 'information_hiding', 'instruction_agreement']
 
 A gate is a function of the Evidence alone (the candidate, its references, the sandbox's
 reports read by name), returning (passed, message); GATES runs them in this file's order.
@@ -14,15 +14,16 @@ import functools
 import json
 import math
 import re
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from vhd.tasks.advantage import step_advantages
-from vhd.tasks.check.evidence import FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name
+from vhd.tasks.check.evidence import FINISHED_AT_ONCE, Evidence
 from vhd.tasks.check.planning import default_band
+from vhd.tasks.check.reading import gate_information_hiding, gate_instruction_agreement
 from vhd.tasks.solve import unpack_policy
 
 DECISION_SEEDS = 3  # episode seeds, beside the candidate's, on which π*'s decision reward is checked
@@ -280,93 +281,6 @@ def gate_robustness(ev: Evidence) -> tuple[bool, str]:
     return True, f"{report['calls']} invalid calls gave structured errors; {checked}"
 
 
-def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
-    """Presentation A hides θ's `hidden` fields: only probes, which cost turns, reveal them.
-
-    The twin is the same episode (seed, budget, module) with every hidden number moved
-    (`perturbed`). Nothing the player reads without probing may tell the two apart:
-
-    - every probe must cost at least one turn (calling each once uses the sum of their costs);
-    - the instruction, the tool list (the schemas' bounds fitted to the instance), and the first
-      answer of every argument-free observation tool, are the same;
-    - the twin plays every call sequence (`tailed`) the candidate played, and wherever both
-      worlds refuse the call at the same position, the refusal texts are identical: a refusal
-      names the rule that was broken, never a hidden number (a cap, a travel time) nor which of
-      several hidden rules binds (availability or a shift limit). A refusal costs no turn, so a
-      hidden number in it would be free information. The comparison of a sequence stops where
-      the states may legitimately differ (`_twin_difference`): where one world accepts and the
-      other refuses, and past either episode's end; in a stochastic family, once the clock's
-      answers differ (the period's draws depend on hidden θ), two refusals may name different
-      rules, but one rule must read the same, numbers and all;
-    - in a deterministic family, while the world is untouched (no probe, decision or clock call
-      accepted yet in the sequence), every observation tool's answer is identical too,
-      arguments and all.
-
-    Accepted answers past that point may differ: every accepted call costs turns, so a
-    decision's answer that reports its consequence (the minutes a drive took, a machine's
-    load) is paid for like a probe. Fails on a free probe or on the first difference above;
-    passes (saying so) when the twin could not be built for this module.
-    """
-    if ev.candidate.presentation != "A":
-        return True, "presentation I reveals θ by design"
-    probes = ev.trajectory(PROBES)
-    expected = sum(b.turn_cost for b in ev.candidate.setter_output.interface if b.role == "probe")
-    if probes.get("errors") or probes.get("turns_used") != expected or any(
-            b.turn_cost < 1 for b in ev.candidate.setter_output.interface if b.role == "probe"):
-        return False, f"probes must each cost ≥ 1 turn: calling each once used {probes.get('turns_used')}, expected {expected}"
-    twin = ev.twin
-    if twin is None or "exception" in twin["describe"] or ev.twin_trajectory(LOOKS).get("exception"):
-        return True, "probes cost turns; hidden θ could not be perturbed for this module (leak check not run)"
-    if twin["describe"]["instruction"] != ev.first["describe"]["instruction"]:
-        return False, "the A instruction changes when only hidden parameters change: it leaks them"
-    if twin["describe"].get("tools") != ev.first["describe"].get("tools"):
-        return False, "the A tool list (its argument bounds) changes when only hidden parameters change: it leaks them"
-    if ev.twin_trajectory(LOOKS)["obs_digest"] != ev.trajectory(LOOKS)["obs_digest"]:
-        return False, "an observation tool's first answer changes when only hidden parameters change: it leaks them"
-    roles = {t.name: t.role for t in ev.family.tools}
-    compared = 0
-    twin_sequences = [ev.twin_trajectory(sequence_name(k)) for k in range(len(ev.sequences))]
-    for k, (calls, mine, theirs) in enumerate(zip(ev.sequences, ev.sequences_played(), twin_sequences)):
-        leak = _twin_difference(mine.get("answers") or [], theirs.get("answers") or [], calls, roles,
-                                ev.family.stochastic)
-        if leak:
-            return False, f"call sequence {k}: {leak}, when only hidden parameters change: it leaks them"
-        compared += not mine.get("exception") and not theirs.get("exception")
-    return True, (f"instruction, observations and refusals invariant to hidden θ ({compared} call sequences "
-                  f"replayed on the twin); probes cost turns")
-
-
-NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-def _twin_difference(mine: list[list[Any]], theirs: list[list[Any]], calls: list[dict[str, Any]],
-                     roles: dict[str, str], stochastic: bool) -> str:
-    """Where two worlds that differ only in hidden θ answered one call sequence differently
-    ('' if nowhere): a refusal text, or (deterministic families) an observation tool's answer
-    while the world is untouched (no probe, decision or clock call accepted yet).
-
-    The comparison stops where one world accepts a call the other refuses, and past either
-    episode's end (its last accepted call: every call after the end is refused). In a
-    stochastic family, once an accepted clock call's answers differ (the period's draws depend
-    on hidden θ, so the visible state may differ by chance from there), two refusals may name
-    different rules; the same rule must still read the same, numbers and all."""
-    untouched, drawn = True, False
-    end = min(max([at for at, (ok, _) in enumerate(answers) if ok], default=-1) for answers in (mine, theirs))
-    for at, ((ok, text), (twin_ok, twin_text)) in enumerate(zip(mine[:end + 1], theirs)):
-        call = calls[at] if at < len(calls) else {"tool": "the clock", "arguments": {}}
-        role = roles.get(call["tool"], "clock")
-        if ok != twin_ok:
-            return ""
-        what = f"call {at} ({call['tool']}{call['arguments']})"
-        if not ok and text != twin_text and not (drawn and NUMBER.sub("#", text) != NUMBER.sub("#", twin_text)):
-            return f"the refusal of {what} reads {text[:150]!r} in one world and {twin_text[:150]!r} in the other"
-        if ok and text != twin_text and untouched and role == "observe" and not stochastic:
-            return f"the answer of {what}, before any probe or decision, differs"
-        untouched = untouched and (role == "observe" or not ok)
-        drawn = drawn or (stochastic and ok and role == "clock" and text != twin_text)
-    return ""
-
-
 GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("executes", gate_executes),
     ("interface", gate_interface),
@@ -380,4 +294,5 @@ GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (
     ("determinism", gate_determinism),
     ("robustness", gate_robustness),
     ("information_hiding", gate_information_hiding),
+    ("instruction_agreement", gate_instruction_agreement),
 )
