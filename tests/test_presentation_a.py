@@ -140,3 +140,22 @@ def test_a_tool_list_does_not_move_with_hidden_theta(name):
                     own = static[tool]["properties"][argument]
                     assert own.get("minimum", -np.inf) <= spec.get("minimum", -np.inf) <= spec.get("maximum", np.inf)
                     assert spec.get("maximum", np.inf) <= own.get("maximum", np.inf)
+
+
+def test_families_json_lists_per_entry_and_noisy_probes():
+    """`vhd families --json` says, per paper family, which probes show one entry a call or are stickers."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vhd.cli import app
+
+    result = CliRunner().invoke(app, ["families", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    for name in PAPER:
+        row, family = rows[name], registry.get(name)
+        assert row["per_entry_probes"] == [t.name for t in family.tools_with_role("probe") if t.input_schema.get("required")]
+        assert row["noisy_probes"] == [t.name for t in family.tools_with_role("probe") if t.noisy]
+        assert row["per_entry_probes"] or row["noisy_probes"], name
+        assert {p["name"] for p in row["probes"]} == {t.name for t in family.tools_with_role("probe")}

@@ -10,6 +10,7 @@ trajectories on.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from vhd.mechanisms import Family
@@ -64,3 +65,17 @@ def fitted_schemas(family: Family, theta: dict[str, Any]) -> list[dict[str, Any]
             return [spec.input_schema for spec in family.tools]
         schemas += [tool["input_schema"] for tool in env.tools]
     return schemas
+
+
+def fitted_bounds(family: Family, theta: dict[str, Any]) -> dict[str, dict[str, tuple[float, float]]]:
+    """{canonical tool: {argument: (low, high)}}: the widest bounds of θ's fitted schemas over
+    presentations I and A (the family's own for a θ its World refuses to start on)."""
+    bounds: dict[str, dict[str, tuple[float, float]]] = {}
+    schemas = fitted_schemas(family, theta)
+    names = [spec.name for spec in family.tools]
+    for k, schema in enumerate(schemas):
+        for argument, prop in schema.get("properties", {}).items():
+            low, high = prop.get("minimum", -math.inf), prop.get("maximum", math.inf)
+            known = bounds.setdefault(names[k % len(names)], {}).get(argument, (low, high))
+            bounds[names[k % len(names)]][argument] = (min(known[0], low), max(known[1], high))
+    return bounds

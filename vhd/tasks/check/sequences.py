@@ -14,6 +14,7 @@ import numpy as np
 from vhd.mechanisms import Family
 from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks.check.candidates import Candidate, References, to_calls
+from vhd.tasks.oracle import fitted_bounds
 
 RANDOM_CALL_SEQUENCES = 4
 RANDOM_CALLS = 60
@@ -167,20 +168,34 @@ def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
     return [ordered[k // 2] if k % 2 == 0 else ordered[-1 - k // 2] for k in range(len(ordered))]
 
 
+def _within(prop: dict[str, Any], fitted: tuple[float, float] | None) -> dict[str, Any]:
+    """The argument's schema narrowed to one step past θ's fitted bounds (`oracle.fitted_bounds`):
+    a value further out is refused by the fitted schema before the World sees it, as the one just
+    past is (the `robustness` gate's fuzz covers schema refusals)."""
+    if fitted is None:
+        return prop
+    step = 1 if prop.get("type") == "integer" else TOLERANCE_PROBE
+    low, high = prop.get("minimum", -math.inf), prop.get("maximum", math.inf)
+    return dict(prop, minimum=max(low, fitted[0] - step), maximum=min(high, fitted[1] + step))
+
+
 def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str, Any]]]:
     """Per tool (not the clock) and numeric argument: that argument at each edge value
-    (`edge_values`), each call made twice, the other required arguments at their schema minimum,
-    then every observation. The reference World says which of these calls are valid."""
-    sequences = []
+    (`edge_values`, within one step of θ's fitted bounds), each decision made twice (a repeated
+    id: a duplicate lot, a job already queued), the other required arguments at their schema
+    minimum, then every observation. The reference World says which of these calls are valid."""
+    sequences, fitted = [], fitted_bounds(family, theta)
     for spec in family.tools:
         if spec.role == "clock":
             continue
         properties = spec.input_schema.get("properties", {})
         base = {key: properties[key].get("minimum", 0) for key in spec.input_schema.get("required", [])}
-        edges = {key: edge_values(prop, theta) for key, prop in properties.items()}
-        for key, values in edges.items():  # each call twice: a repeated id (a duplicate lot, a job already queued)
+        edges = {key: edge_values(_within(prop, fitted.get(spec.name, {}).get(key)), theta)
+                 for key, prop in properties.items()}
+        repeats = (0, 1) if spec.role == "decision" else (0,)
+        for key, values in edges.items():
             if values:
-                sequences.append([{"tool": spec.name, "arguments": {**base, key: v}} for v in values for _ in (0, 1)]
+                sequences.append([{"tool": spec.name, "arguments": {**base, key: v}} for v in values for _ in repeats]
                                  + looks(family))
         # an amount is checked against the limit of the id it goes with (a cap per asset, a demand
         # per product): each id's amounts in a fresh episode of their own, so that no earlier
