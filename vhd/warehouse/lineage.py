@@ -2,7 +2,7 @@
 
     >>> chain = load_chain(wh, env.env_id)          # wh: a Warehouse, open read-only
     >>> chain.model.model_id == env.model_id, chain.passage.domain, len(chain.checks)
-    (True, 'bakery', 12)
+    (True, 'bakery', 13)
     >>> list(load_chains(wh, [env.env_id, "0" * 64]))   # many at once (one query per table): the stored ones
     ['...']
     >>> from vhd.tasks.gate import whole
