@@ -62,8 +62,10 @@ def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
         return t.family.idle_policy(theta)
     if agent == "random":
         return t.family.random_policy(theta, np.random.default_rng([t.env.episode_seed, episode, 0xA6E7]))
-    if agent == "prober":  # θ is told (F, I), or the family declares no probe beliefs: π*
-        return t.family.solve(theta).policy
+    if agent == "prober":  # θ is told (F, I), or the family declares no probe beliefs: π*, as stored
+        from vhd.tasks.solve import unpack_policy
+
+        return unpack_policy(t.solution.policy)
     from vhd.agents.greedy import greedy_policy
 
     return greedy_policy(t.family, theta)
