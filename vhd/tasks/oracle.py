@@ -71,11 +71,10 @@ def fitted_bounds(family: Family, theta: dict[str, Any]) -> dict[str, dict[str, 
     """{canonical tool: {argument: (low, high)}}: the widest bounds of θ's fitted schemas over
     presentations I and A (the family's own for a θ its World refuses to start on)."""
     bounds: dict[str, dict[str, tuple[float, float]]] = {}
-    schemas = fitted_schemas(family, theta)
-    names = [spec.name for spec in family.tools]
-    for k, schema in enumerate(schemas):
+    names = [spec.name for spec in family.tools]  # a module lists its tools in the family's order
+    for name, schema in zip(names * 2, fitted_schemas(family, theta)):
         for argument, prop in schema.get("properties", {}).items():
             low, high = prop.get("minimum", -math.inf), prop.get("maximum", math.inf)
-            known = bounds.setdefault(names[k % len(names)], {}).get(argument, (low, high))
-            bounds[names[k % len(names)]][argument] = (min(known[0], low), max(known[1], high))
+            known = bounds.setdefault(name, {}).get(argument, (low, high))
+            bounds[name][argument] = (min(known[0], low), max(known[1], high))
     return bounds

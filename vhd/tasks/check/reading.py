@@ -10,6 +10,7 @@ from typing import Any
 
 from vhd.tasks.check.evidence import LOOKS, PROBES, Evidence, sequence_name
 from vhd.tasks.oracle import reference_module
+from vhd.tasks.sandbox.runner import MAX_TEXT
 
 
 # a number standing alone in a text (not part of a label such as "SD-800-L03"), signed or not
@@ -27,13 +28,13 @@ def gate_instruction_agreement(ev: Evidence) -> tuple[bool, str]:
     the multiset of stand-alone numbers after the opening paragraph, so the wording and the
     order are the setter's, but a misstated value, a dropped line or an added number is not
     (no other gate reads the instruction against θ). An instruction cut at the sandbox's report
-    size is compared on the numbers before the cut, in order. Fails on the first number that
-    differs."""
+    size is compared on the numbers before the cut, in order. Fails naming up to five numbers
+    stated and not told, and five told and not stated."""
     module, _ = reference_module(ev.family)
     told = _stated(module.create(ev.candidate.config()).instruction)
     text = ev.first["describe"]["instruction"]
     stated = _stated(text)
-    if text.endswith("…"):  # cut by the runner: the numbers before the cut, in order
+    if len(text) > MAX_TEXT:  # cut by the runner (`_short`): the numbers before the cut, in order
         stated = stated[:-1]
         if stated != told[:len(stated)]:
             return False, f"the instruction's first {len(stated)} numbers differ from the reference World's"
