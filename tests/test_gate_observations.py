@@ -2,11 +2,14 @@
 reference_agreement: the numbers of every answer compared with the reference World (log-only
 state, over-allocated lists), ids just past the true range, amounts at a θ number ± 1e-9."""
 
+import types
+
 from vhd.mechanisms import registry
 from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import check_batch, edge_values
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
+from vhd.tasks.sandbox import runner
 from vhd.tasks.sandbox.runner import _numeric
 from vhd.tasks.solve import solve_models
 from vhd.tasks.synthesize import synthesize
@@ -52,6 +55,53 @@ def test_numeric_digest_ignores_keys_order_and_wording_but_not_numbers():
     assert _numeric(a) == _numeric(renamed)
     assert _numeric(a) != _numeric(dict(a, changes=2))
     assert _numeric(a) != _numeric(dict(a, plan=a["plan"] + [{"product": 1, "quantity": 0.0}]))  # a longer list
+
+
+def _numbers_by_recursion(value, out):
+    """What the runner's `_numbers` computes, written the obvious way: the reference it is tested against."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        out.append("%.10g" % float(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            _numbers_by_recursion(item, out)
+    elif isinstance(value, (list, tuple)):
+        out.append("len%d" % len(value))
+        for item in value:
+            _numbers_by_recursion(item, out)
+
+
+def test_the_runners_number_walk_finds_what_a_recursive_walk_finds():
+    class Count(int):
+        pass
+
+    class Table(dict):
+        pass
+
+    observations = [
+        {"ok": True, "rows": [{"id": 0, "cost": 2.5, "open": False}, {"id": 1, "cost": 1e-12, "open": True}]},
+        [[], [[1, 2], (3, None)], "text 7", True, 12345678901234567890],
+        {"a": Table(b=Count(3), c=[Count(4), 0.1 + 0.2]), "d": {"e": {"f": [-0.0, 5]}}},
+        7, None, "just text", [],
+    ]
+    for observation in observations:
+        mine, reference = [], []
+        runner._numbers(observation, mine)
+        _numbers_by_recursion(observation, reference)
+        assert sorted(mine) == sorted(reference), observation
+
+
+def test_an_episode_without_numbers_reports_everything_else_the_same():
+    family, output, candidates = _admitted("inventory_dp")
+    module = types.ModuleType("vhd_env")
+    exec(compile(output.module, "vhd_env.py", "exec"), module.__dict__)
+    config = candidates[0].config()
+    calls = [{"tool": output.tool_name("end_day"), "arguments": {}}] * 3
+    full = runner._play(module, config, calls, True)
+    bare = runner._play(module, config, calls, True, numbers=False)
+    assert len(full["obs_numbers"]) == 3 and bare["obs_numbers"] == []
+    assert {**full, "obs_numbers": []} == bare
 
 
 def test_edge_values_reach_just_past_every_theta_size_inside_the_schema():

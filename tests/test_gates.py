@@ -95,6 +95,20 @@ def test_an_invalid_call_that_changes_state_is_rejected_by_robustness(batch):
     assert "state changed" in [g for g in verdicts[0].gates if g.name == "robustness"][0].message
 
 
+def test_a_state_change_on_a_later_invalid_call_is_rejected_by_robustness(batch):
+    """The fuzz digests the state once before its invalid calls and once after each: a change made
+    only by the fifth refused call is still caught (each call's "before" is the last "after")."""
+    output, candidates = batch
+    wrong = _mutate(output, '            return {"ok": False, "error": "%s: %s" % (name, problem)}',
+                    '            self._refused = getattr(self, "_refused", 0) + 1\n'
+                    '            if self._refused == 5:\n'
+                    '                self._turns += 1\n'
+                    '            return {"ok": False, "error": "%s: %s" % (name, problem)}')
+    verdicts = check_batch(FAMILY, wrong, candidates[:1])
+    robustness = [g for g in verdicts[0].gates if g.name == "robustness"][0]
+    assert not robustness.passed and "state changed" in robustness.message
+
+
 def test_skipped_argument_validation_is_rejected_by_robustness(batch):
     output, candidates = batch
     wrong = _mutate(output, "problem = schema_problem(spec[\"input_schema\"], arguments)", "problem = None")

@@ -29,7 +29,7 @@ from vhd.tasks.sandbox import pool as pools
 # spawned probe less than a tenth), and a passing probe ends at once, so the room costs nothing
 FAST = Limits(cpu_seconds=2, wall_factor=30, memory_bytes=512 << 20)
 SLEEPY = Limits(cpu_seconds=1, wall_factor=2, memory_bytes=512 << 20)  # for modules that sleep: a 4 s backstop
-EPISODE = {"key": "k", "config": {}, "trajectories": [[]], "pad_with": None}
+EPISODE = {"key": "k", "config": {}, "trajectories": [[]]}
 ISOLATED = plan().mode in ("bwrap", "unshare")
 DROPPED = plan().uid is not None
 

@@ -26,7 +26,7 @@ from vhd.tasks.sandbox.launch import _wall_expired
 from vhd.tasks.sandbox import pool as pools
 from vhd.tasks.sandbox.pool import SandboxPool
 
-EPISODE = {"key": "k", "config": {}, "trajectories": [[]], "pad_with": None}
+EPISODE = {"key": "k", "config": {}, "trajectories": [[]]}
 REPORT = "\ndef create(config):\n    raise ValueError('REPORT ' + repr(SEEN))\n"
 LIMITS = Limits(cpu_seconds=2, wall_factor=3, memory_bytes=512 << 20)  # backstop 9 s
 ROOMY = Limits(cpu_seconds=2, wall_factor=30, memory_bytes=512 << 20)  # the same CPU limit, a 90 s backstop

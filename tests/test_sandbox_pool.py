@@ -22,7 +22,7 @@ REPORT = "\ndef create(config):\n    raise ValueError('REPORT ' + json.dumps(SEE
 
 
 def job(source):
-    return {"module": source, "episodes": [{"key": "k", "config": {}, "trajectories": [[]], "pad_with": None}]}
+    return {"module": source, "episodes": [{"key": "k", "config": {}, "trajectories": [[]]}]}
 
 
 def reported(result):

@@ -44,12 +44,12 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
         plays = {name: to_calls(setter_output, ep.calls) for name, ep in r.episodes()}  # what each trajectory plays
         plays.update({sequence_name(k): tailed(family, setter_output, calls) for k, calls in enumerate(random_sequences)})
         plays.update({FINISHED_AT_ONCE: IDLE, LOOKS: looks, PROBES: probes})
-        episodes.append({"key": c.env_id, "config": c.config(), "pad_with": None,
+        episodes.append({"key": c.env_id, "config": c.config(),
                          "trajectories": [plays[name] for name in trajectory_names(r, len(random_sequences))],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with every hidden parameter moved
             theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
-            episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "pad_with": None,
+            episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "numbers": False,
                              "trajectories": [plays[name] for name in twin_names(len(random_sequences))]})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
@@ -124,9 +124,10 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
     job = _job(family, setter_output, candidates, refs, sequences)
     first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
     # the second process replays what `determinism` compares: the candidates' trajectories
-    # (not the fuzz, the twins or the extra θ, which only the first run's gates read)
+    # (not the fuzz, the twins or the extra θ, which only the first run's gates read; and without
+    # the answers' number digests, which only reference_agreement reads, from the first run)
     keys = {c.env_id for c in candidates}
-    replay = {**job, "episodes": [{**e, "fuzz": None} for e in job["episodes"] if e["key"] in keys]}
+    replay = {**job, "episodes": [{**e, "fuzz": None, "numbers": False} for e in job["episodes"] if e["key"] in keys]}
     second = (run_job(replay, limits, hash_seed=2).settled() if first.status == "ok"
               else SandboxResult(first.status))
     share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),

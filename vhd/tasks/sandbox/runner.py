@@ -33,28 +33,36 @@ def _short(text):
 
 
 def _numbers(value, out):
-    """The numbers in an observation (bools and text left out) and the length of every list in it."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return
-    if isinstance(value, (int, float)):
-        out.append("%.10g" % float(value))
-    elif isinstance(value, dict):
-        for item in value.values():
-            _numbers(item, out)
-    elif isinstance(value, (list, tuple)):
-        out.append("len%d" % len(value))
-        for item in value:
-            _numbers(item, out)
+    """The numbers in an observation (bools and text left out) and the length of every list in it,
+    in no particular order (the caller sorts them). Iterative: an observation has already been
+    through json.dumps, which refuses a circular or too deeply nested one."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is dict:
+            stack.extend(value.values())
+        elif kind is list or kind is tuple:
+            out.append("len%d" % len(value))
+            stack.extend(value)
+        elif kind is int or kind is float:
+            out.append("%.10g" % value)
+        elif kind is bool or kind is str or value is None:
+            pass
+        elif isinstance(value, dict):  # subclasses, as rare as they are slow
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            out.append("len%d" % len(value))
+            stack.extend(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append("%.10g" % float(value))
 
 
 def _numeric(observation):
     """A short digest of the sorted numbers in one observation: the same for two worlds that
     report the same facts, whatever their keys are called, their order, or their wording."""
     found = []
-    try:
-        _numbers(observation, found)
-    except RecursionError:
-        found = ["deep"]
+    _numbers(observation, found)
     return hashlib.sha256(" ".join(sorted(found)).encode("utf-8")).hexdigest()[:12]
 
 
@@ -62,7 +70,7 @@ PAST_END = 2  # clock calls recorded after a tailed trajectory's episode is over
 MAX_REFUSAL = 300  # characters of a refusal text kept in a trajectory's `answers`
 
 
-def _play(module, config, trajectory, finish):
+def _play(module, config, trajectory, finish, numbers=True):
     """Play one trajectory and report what happened. A trajectory is a list of calls, or
     {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
     the turn budget), then PAST_END more CLOCK calls, every answer recorded; or {"calls": [...],
@@ -70,9 +78,11 @@ def _play(module, config, trajectory, finish):
     ended by the module's `Env.finish()`, the contract's one rule for an unfinished episode.
     `answers` holds one [ok, text] per recorded call: a refusal's error text (at most MAX_REFUSAL
     characters), or the first 12 hex digits of an accepted answer's SHA-256 (the information-hiding
-    gate compares them between worlds)."""
+    gate compares them between worlds). `obs_numbers` holds each answer's `_numeric` digest, or
+    nothing when `numbers` is false (an episode whose job says "numbers": false: no gate reads them)."""
     digest = hashlib.sha256()
-    errors, first_error, numbers, answers = 0, None, [], []
+    errors, first_error, answers = 0, None, []
+    found = [] if numbers else None
     if isinstance(trajectory, dict):
         calls, then = trajectory["calls"], trajectory.get("then")
         finish = finish or trajectory.get("finish") is True
@@ -86,7 +96,8 @@ def _play(module, config, trajectory, finish):
             observation = env.call(tool, arguments)
             text = json.dumps(observation, sort_keys=True, default=repr).encode("utf-8")
             digest.update(text)
-            numbers.append(_numeric(observation))
+            if found is not None:
+                found.append(_numeric(observation))
             if not (isinstance(observation, dict) and observation.get("ok") is True):
                 errors += 1
                 error = str(observation.get("error") if isinstance(observation, dict) else observation)
@@ -119,7 +130,7 @@ def _play(module, config, trajectory, finish):
         "errors": errors,
         "first_error": _short(first_error) if first_error else None,
         "obs_digest": digest.hexdigest(),
-        "obs_numbers": numbers,
+        "obs_numbers": found or [],
         "answers": answers,
         "exception": None,
     }
@@ -140,12 +151,14 @@ def _fuzz(module, config, prefix, calls, rest):
         for phase, trajectory in (("mid-episode", []), ("after the end", rest)):
             for step in trajectory:
                 env.call(step["tool"], step["arguments"])
+            before = _digest(env)
             for call in calls if phase == "mid-episode" else calls[:3]:
-                before = _digest(env)
                 observation = env.call(call["tool"], call["arguments"])
                 structured = (isinstance(observation, dict) and observation.get("ok") is False
                               and isinstance(observation.get("error"), str))
-                if not structured or _digest(env) != before:
+                after = _digest(env)  # the next call's "before": nothing runs in between
+                changed, before = after != before, after
+                if not structured or changed:
                     failures.append("%s %s(%s): %s" % (phase, call["tool"], json.dumps(call["arguments"])[:80],
                                                        "state changed" if structured else "not a structured error"))
     except MemoryError:
@@ -304,7 +317,8 @@ def main(job_path, result_fd, uid=None):
         for episode in episodes:
             record = {"key": episode["key"], "describe": describe(module, episode["config"])}
             record["trajectories"] = [
-                play(module, episode["config"], trajectory, episode.get("finish") is True)
+                play(module, episode["config"], trajectory, episode.get("finish") is True,
+                     episode.get("numbers") is not False)
                 for trajectory in episode["trajectories"]
             ]
             fuzz = episode.get("fuzz")
