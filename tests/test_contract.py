@@ -98,7 +98,7 @@ def test_tool_spec_is_complete(name):
     revealed = {field for tool in family.tools for field in tool.reveals}
     assert revealed <= set(theta) and set(family.hidden) <= set(theta)
     assert set(family.hidden) <= revealed, "every hidden parameter must be reachable through a probe"
-    for section in ("Model", "State", "Tools", "Reward", "Episode end"):
+    for section in ("Model", "State", "Tools", "Plan", "Reward", "Episode end"):
         assert f"\n{section}\n" in family.doc
 
 

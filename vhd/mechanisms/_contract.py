@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._runtime import AgentError, BaseWorld  # noqa: F401  (the families import both from here)
@@ -57,6 +57,36 @@ def number(low: float, high: float, description: str) -> dict[str, Any]:
 def text(max_length: int, description: str) -> dict[str, Any]:
     """The JSON Schema of a string argument of at most `max_length` characters."""
     return {"type": "string", "maxLength": max_length, "description": description}
+
+
+def knob(default: int, low: int, high: int, *, sampled: tuple[int, int], description: str) -> Any:
+    """A difficulty knob of a family's Params: its default, the bounds solve() accepts (low … high),
+    the narrower range `draw` samples it from, and its unit in `description`.
+
+        >>> knob(6, 1, 40, sampled=(4, 50), description="number of lots, in lots")
+        Traceback (most recent call last):
+        ValueError: knob sampled (4, 50) must lie inside its bounds 1 … 40
+    """
+    if not low <= sampled[0] <= sampled[1] <= high:
+        raise ValueError(f"knob sampled {tuple(sampled)} must lie inside its bounds {low} … {high}")
+    return Field(default, ge=low, le=high, description=description, json_schema_extra={"sampled": list(sampled)})
+
+
+def doc_section(doc: str, name: str) -> str:
+    """The text of a docstring section (a line `name`, then indented lines), as one line.
+
+        >>> doc_section("Toy.\\n\\nPlan\\n    a vector of\\n    n numbers.\\n\\nReward\\n    u.\\n", "Plan")
+        'a vector of n numbers.'
+    """
+    lines = doc.splitlines()
+    if name not in lines:
+        return ""
+    body = []
+    for line in lines[lines.index(name) + 1:]:
+        if line.strip() and not line.startswith(" "):
+            break
+        body.append(line)
+    return " ".join(" ".join(body).split())
 
 
 def tool(role: Role, description: str, *, reveals: tuple[str, ...] = (), turn_cost: int = 1, noisy: bool = False,
@@ -171,16 +201,16 @@ class Family:
     simulate: Callable[[dict[str, Any], np.ndarray, int], Episode]
     world: type
     hidden: tuple[str, ...]
+    stochastic: bool
+    # z = (u_default − u_idle) / (u* − u_idle) admitted: outside it the model is rejected (default_band)
     default_band: tuple[float, float]
-    knob_ranges: dict[str, tuple[int, int]]
+    knob_ranges: dict[str, tuple[int, int]]  # the ranges `draw` samples knobs from, inside Params' bounds
     turn_budget: Callable[[dict[str, Any]], int]
-    stochastic: bool = True
-    plan_format: str = ""
+    plan_format: str  # what a plan is, in words (presentation F)
+    tables: tuple[str, ...]  # the World's canonical table names (`self.t`; "state", and "log" if it logs)
     # the form of θ's plans (shape, integer or real, bounds of every entry): presentation F refuses any
     # other plan before `evaluate`, and `evaluate` checks it again (vhd/mechanisms/_plan.py)
     plan_spec: Callable[[dict[str, Any]], PlanSpec] | None = None
-    tables: tuple[str, ...] = ()
-    vocabulary: tuple[str, ...] = ("site", "currency")
     # near-boundary decisions for the reference_agreement gate: θ, rng → canonical call sequences
     # that land exactly on a domain check (a capacity filled to the unit, a forbidden pair)
     boundary_calls: Callable[[dict[str, Any], np.random.Generator], list[list[dict[str, Any]]]] | None = None
@@ -204,19 +234,33 @@ class Family:
 
     @classmethod
     def of(cls, namespace: dict[str, Any], **data: Any) -> Family:
-        """The Family of a family module: its functions and classes found by their conventional
-        names in `namespace` (the module's `globals()`), its data given as keywords.
+        """The Family of a family module: its functions, classes and declarations found by their
+        conventional names in `namespace` (the module's `globals()`), its identity given as keywords
+        (name, version, group, model_class, solver, stochastic).
 
             >>> Family.of({"__doc__": "A toy family."}, name="toy")
             Traceback (most recent call last):
-            TypeError: family 'toy' defines no Params, sample, solve, ..., World, turn_budget, HIDDEN (Family.of takes them from its module)
+            TypeError: family 'toy' defines no Params, sample, solve, ..., TABLES, a Plan section in the docstring (Family.of takes them from its module)
 
-        The names are `CONVENTION`'s: `World` becomes `world`, `HIDDEN` `hidden` and the module docstring `doc`;
-        plan_spec, boundary_calls, the three decision-reward functions, probe_calls and belief are optional. A keyword
-        wins over a name found in `namespace`."""
+        The names are `CONVENTION`'s, each declared beside what it describes: `World` becomes `world`,
+        `HIDDEN` `hidden`, `DEFAULT_BAND` `default_band`, `TABLES` `tables` (a World that lists its
+        tables in `SCHEMA` needs none) and the module docstring `doc`; plan_spec, boundary_calls, the
+        three decision-reward functions, probe_calls and belief are optional. `knob_ranges` are the
+        `sampled` ranges of the Params knobs (`knob`), `plan_format` the docstring's Plan section. A
+        keyword wins over anything found in `namespace`."""
         found = {key: namespace[name] for key, name in CONVENTION.items() if namespace.get(name) is not None}
+        world, params = found.get("world"), found.get("Params")
+        if "tables" not in found and hasattr(world, "SCHEMA"):
+            found["tables"] = tuple(table for table, _ in world.SCHEMA) + ("state",)
+        if params is not None:
+            found["knob_ranges"] = {name: tuple(field.json_schema_extra["sampled"])
+                                    for name, field in params.model_fields.items()
+                                    if isinstance(field.json_schema_extra, dict) and "sampled" in field.json_schema_extra}
+        found["plan_format"] = doc_section(found.get("doc") or "", "Plan")
         found.update(data)
         missing = [name for key, name in CONVENTION.items() if key in REQUIRED and key not in found]
+        missing += ["a Params knob(…, sampled=…)"] * (params is not None and not found["knob_ranges"])
+        missing += ["a Plan section in the docstring"] * (not found["plan_format"])
         if missing:
             raise TypeError(f"family {data.get('name', '?')!r} defines no {', '.join(missing)} (Family.of takes them "
                             "from its module)")
@@ -267,9 +311,10 @@ CONVENTION = {"Params": "Params", "sample": "sample", "solve": "solve", "default
               "simulate": "simulate", "plan_spec": "plan_spec", "boundary_calls": "boundary_calls",
               "decision_values": "decision_values", "decision_state": "decision_state", "advantage": "advantage",
               "probe_calls": "probe_calls", "belief": "belief",
-              "world": "World", "doc": "__doc__", "turn_budget": "turn_budget", "hidden": "HIDDEN"}
+              "world": "World", "doc": "__doc__", "turn_budget": "turn_budget", "hidden": "HIDDEN",
+              "default_band": "DEFAULT_BAND", "tables": "TABLES"}
 REQUIRED = ("Params", "sample", "solve", "default_policy", "idle_policy", "random_policy", "evaluate", "simulate",
-            "world", "doc", "turn_budget", "hidden")
+            "world", "doc", "turn_budget", "hidden", "default_band", "tables")
 
 
 class Registry:

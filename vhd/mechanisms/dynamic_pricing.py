@@ -40,6 +40,11 @@ Tools
     The tool schemas are fitted to the instance, in I and A alike (both instructions tell the menu
     and H): a price level stops at K − 1 and the sales history at H periods.
 
+Plan
+    an integer array of shape [horizon, capacity + 1]: entry [t, n] is the action in period t
+    when n units are left, an index into prices (the level posted) or len(prices) for sales
+    closed; column n = 0 is ignored.
+
 Reward
     utility = revenue from sales + salvage_value × units left at the end of the season.
     r = clip01((u − u_default) / (u* − u_default)) where both references are played on the
@@ -69,9 +74,9 @@ import random
 from fractions import Fraction
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -86,8 +91,8 @@ class Params(BaseModel):
     """Difficulty knobs of a dynamic pricing instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(8, ge=2, le=60, description="units of stock to sell over the season, in units")
-    horizon: int = Field(30, ge=3, le=200, description="number of selling periods in the season, in periods")
+    size: int = knob(8, 2, 60, sampled=(3, 12), description="units of stock to sell over the season, in units")
+    horizon: int = knob(30, 3, 200, sampled=(24, 60), description="number of selling periods in the season, in periods")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -252,6 +257,11 @@ def myopic_level(theta: dict) -> int:
     return scores.index(max(scores))
 
 
+# z = (u0 − u_idle) / (u* − u_idle), u_idle = salvage of the whole stock: below −1 never selling
+# would score over 0.5; above 0.95 the myopic fixed price already nearly solves the instance
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Post the myopic level (highest expected revenue per period averaged over the season, ignoring
     the stock limit and the salvage value) in every period and every stock position."""
@@ -337,6 +347,9 @@ def turn_budget(theta: dict) -> int:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("menu", "periods", "ledger", "surveys", "state")
 
 
 class World(BaseWorld):
@@ -574,14 +587,5 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon revenue-management MDP (perishable stock, price menu, time-varying demand)",
     solver="backward Bellman recursion (exact integer-scaled rationals, python int)",
-    # z = (u0 − u_idle) / (u* − u_idle), u_idle = salvage of the whole stock: below −1 never selling
-    # would score over 0.5; above 0.95 the myopic fixed price already nearly solves the instance
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (3, 12), "horizon": (24, 60)},
-    plan_format=(
-        "an integer array of shape [horizon, capacity + 1]: entry [t, n] is the action in period t when n units are "
-        "left, an index into prices (the level posted) or len(prices) for sales closed; column n = 0 is ignored."
-    ),
-    tables=("menu", "periods", "ledger", "surveys", "state"),
-    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
+    stochastic=True,
 ))

@@ -62,6 +62,12 @@ Tools
     included: (cash_cap − order_fee) // unit_cost; A does not tell the fee or the unit cost), and
     the order and sales listings stop at H rows (at most one order and one sales row a day).
 
+Plan
+    an integer array of shape [horizon, capacity + 1, cash_cap + 1, 3]: entry [d, s, c] is the
+    plan for day d when it opens with s units in stock and cash c, as (order quantity q, price
+    level 0–2 indexing price_levels, ad level 0–2 indexing ad_costs), where q ≥ 0, s + q ≤
+    capacity and (q > 0)·order_fee + unit_cost·q ≤ c.
+
 Reward
     utility = owner's account + final cash − initial cash (sales − purchases − fees −
     advertising − overhead − holding), minus the bankruptcy penalty if the store went bankrupt
@@ -92,9 +98,9 @@ import math
 import random
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -112,8 +118,8 @@ class Params(BaseModel):
     """Difficulty knobs of an e-commerce instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(8, ge=2, le=16, description="warehouse capacity, in units (stock levels 0 … size)")
-    horizon: int = Field(120, ge=2, le=365, description="number of trading days played, in days")
+    size: int = knob(8, 2, 16, sampled=(4, 12), description="warehouse capacity, in units (stock levels 0 … size)")
+    horizon: int = knob(120, 2, 365, sampled=(60, 365), description="number of trading days played, in days")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -410,6 +416,11 @@ def _mean_demand(weights: list[int]) -> float:
     return sum(d * w for d, w in enumerate(weights)) / sum(weights)
 
 
+# z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
+# default (middle price, no ads, order-up-to) already nearly solves the instance
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Middle price, no ads, and a reorder point: when the day opens with stock s below
     r = min(capacity, ceil(m)), m = the mean demand of a normal day (traffic 0)
@@ -582,6 +593,9 @@ def turn_budget(theta: dict) -> int:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("catalog", "prices", "stock", "orders", "ledger", "campaigns", "sales", "state")
 
 
 class World(BaseWorld):
@@ -964,16 +978,5 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",
-    # z = (u0 − u_idle) / (u* − u_idle): below −1 idling would score over 0.5; above 0.95 the
-    # default (middle price, no ads, order-up-to) already nearly solves the instance
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (4, 12), "horizon": (60, 365)},
-    plan_format=(
-        "an integer array of shape [horizon, capacity + 1, cash_cap + 1, 3]: entry [d, s, c] is the plan for day d "
-        "when it opens with s units in stock and cash c, as (order quantity q, price level 0–2 indexing "
-        "price_levels, ad level 0–2 indexing ad_costs), where q ≥ 0, s + q ≤ capacity and (q > 0)·order_fee + "
-        "unit_cost·q ≤ c."
-    ),
-    tables=("catalog", "prices", "stock", "orders", "ledger", "campaigns", "sales", "state"),
-    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
+    stochastic=True,
 ))

@@ -37,6 +37,12 @@ Tools
     both instructions tell): hours stop at H − 1, listings at H rows, and a charge or a discharge
     at the power limit.
 
+Plan
+    an integer array of shape [horizon, capacity + 1, len(regime_prices)]: entry [t, s, r] is
+    the signed number of units traded in hour t when the battery holds s units and the regime is
+    r (k > 0 charges k, k < 0 discharges −k, 0 idles), with |k| ≤ power and 0 ≤ s + k ≤ capacity
+    in every entry.
+
 Reward
     utility = cash at the end − cash at the start = sales × efficiency − purchases − wear +
     buy-back of the final charge, in the currency. r = clip01((u − u_default) / (u* − u_default))
@@ -61,9 +67,9 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -81,8 +87,8 @@ class Params(BaseModel):
     """Difficulty knobs of an energy-storage instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(12, ge=2, le=MAX_CAPACITY, description="battery capacity, in energy units")
-    horizon: int = Field(24, ge=2, le=MAX_HORIZON, description="number of hours traded, in hours")
+    size: int = knob(12, 2, MAX_CAPACITY, sampled=(4, 40), description="battery capacity, in energy units")
+    horizon: int = knob(24, 2, MAX_HORIZON, sampled=(12, 72), description="number of hours traded, in hours")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -238,6 +244,11 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return float(value[theta["initial_soc"], theta["initial_regime"]]) / 100
 
 
+# z = (u0 − u_idle) / (u* − u_idle), u_idle = buy-back of the initial charge: below −1 never
+# trading would score over 0.5; above 0.95 the mean-price threshold already nearly solves it
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Threshold rule on the mean price M = mean(regime_prices) + mean(hour_profile): charge as
     much as the power limit and the free capacity allow when the hour's price is below M,
@@ -389,6 +400,9 @@ def turn_budget(theta: dict) -> int:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("battery", "prices", "trades", "ledger", "state")
 
 
 class World(BaseWorld):
@@ -681,14 +695,5 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",
-    # z = (u0 − u_idle) / (u* − u_idle), u_idle = buy-back of the initial charge: below −1 never
-    # trading would score over 0.5; above 0.95 the mean-price threshold already nearly solves it
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (4, 40), "horizon": (12, 72)},
-    plan_format="an integer array of shape [horizon, capacity + 1, len(regime_prices)]: entry [t, s, r] is the "
-                "signed number of units traded in hour t when the battery holds s units and the regime is r "
-                "(k > 0 charges k, k < 0 discharges −k, 0 idles), with |k| ≤ power and 0 ≤ s + k ≤ capacity "
-                "in every entry.",
-    tables=("battery", "prices", "trades", "ledger", "state"),
-    vocabulary=("site", "currency"),
+    stochastic=True,
 ))

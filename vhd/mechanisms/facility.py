@@ -40,6 +40,10 @@ Tools
     is a choice. A town not surveyed is, to that guess, equally dear from every depot, so it does
     not sway the choice of depots at all.
 
+Plan
+    a 0/1 integer vector of length n_sites: entry k is 1 if depot k is opened (at least one);
+    every town is served by its cheapest open depot.
+
 Reward
     utility = −C(S) for the finalized network S (higher is better). The idle plan is depot 0
     alone. r = clip01((u − u_default) / (u* − u_default)), where u_default is the utility of the
@@ -68,10 +72,10 @@ from __future__ import annotations
 
 import numpy as np
 import scipy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from vhd.mechanisms._advantage import until_committed
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, exact_milp, integer_mip_bound, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -84,10 +88,12 @@ HIDDEN = ("opening_costs", "service_costs")
 class Params(BaseModel):
     """Difficulty knobs of a facility-location instance."""
 
-    size: int = Field(5, ge=3, le=MAX_SITES, description="number of candidate depot sites n, in sites; solve() "
-                                                         "refuses θ with more than MAX_SITES = 8")
-    horizon: int = Field(6, ge=3, le=MAX_TOWNS, description="number of customer towns m to serve, in towns; solve() "
-                                                           "refuses θ with more than MAX_TOWNS = 12")
+    size: int = knob(5, 3, MAX_SITES, sampled=(5, 8),
+                     description="number of candidate depot sites n, in sites; solve() refuses θ with more than "
+                                 "MAX_SITES = 8")
+    horizon: int = knob(6, 3, MAX_TOWNS, sampled=(4, 12),
+                        description="number of customer towns m to serve, in towns; solve() refuses θ with more than "
+                                    "MAX_TOWNS = 12")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -192,6 +198,12 @@ def solve(theta: dict) -> Solution:
                       solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
                       state_space=2 ** theta["n_sites"] - 1)
     return solved(theta, found, evaluate, default_policy, idle_policy)
+
+
+# z = (u_default − u_idle) / (u* − u_idle): below −3 the null plan (depot 0 alone) would beat the
+# default by three times the room above it (a default that bad teaches nothing); above 0.97 the
+# plain rule already nearly solves the instance. About 89% of sampled θ fall inside.
+DEFAULT_BAND = (-3.0, 0.97)
 
 
 def default_policy(theta: dict) -> np.ndarray:
@@ -518,16 +530,5 @@ register(Family.of(
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",
-    # z = (u_default − u_idle) / (u* − u_idle): below −3 the null plan (depot 0 alone) would beat the
-    # default by three times the room above it (a default that bad teaches nothing); above 0.97 the
-    # plain rule already nearly solves the instance. About 89% of sampled θ fall inside.
-    default_band=(-3.0, 0.97),
-    knob_ranges={"size": (5, 8), "horizon": (4, 12)},
-    plan_format=(
-        'a 0/1 integer vector of length n_sites: entry k is 1 if depot k is opened (at least one); every town'
-        ' is served by its cheapest open depot.'
-    ),
     stochastic=False,
-    tables=tuple(table for table, _ in World.SCHEMA) + ("state",),
-    vocabulary=("site", "item", "currency"),
 ))

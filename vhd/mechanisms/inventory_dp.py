@@ -35,6 +35,13 @@ Tools
     1 + 6 + 7 · (capacity + 1) probes. The supplier's terms come first in `probe_calls`: the lead
     time shapes the plan (the states include the pipeline).
 
+Plan
+    an integer table of shape [horizon, S]: row d is day d, column s a start-of-day state; with
+    lead_time 0 or 1 state s is 'on hand = s' (S = capacity + 1); with lead_time 2 the states
+    are the pairs (on hand i, in transit o) with i + o ≤ capacity in lexicographic order (i
+    ascending, then o). Entry [d, s] is the quantity ordered that day in that state, 0 …
+    capacity − i − o.
+
 Reward
     utility = cash at the end − cash at the start (sales + salvage − purchases − order fees −
     holding − shortage penalties). r = clip01((u − u_default) / (u* − u_default)) where both
@@ -61,9 +68,9 @@ import math
 import random
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -78,8 +85,8 @@ class Params(BaseModel):
     """Difficulty knobs of an inventory instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(12, ge=3, le=40, description="storage capacity, in units")
-    horizon: int = Field(30, ge=3, le=365, description="number of days played")
+    size: int = knob(12, 3, 40, sampled=(4, 30), description="storage capacity, in units")
+    horizon: int = knob(30, 3, 365, sampled=(7, 120), description="number of days played")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -259,6 +266,11 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return float(value[proc.start()])
 
 
+# z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
+# above 0.95 the default is already near-optimal (no room to learn)
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Order up to (lead time + 1) days of mean demand every day, the mean as the forecast sticker
     has it (the average of its seven weekday means, which may be 30 % off), ignoring costs and fees."""
@@ -431,6 +443,9 @@ def _demand_guess(row: list[int], seen: set[int], mean: float) -> list[int]:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("catalog", "orders", "ledger", "days", "state")
 
 
 class World(BaseWorld):
@@ -654,17 +669,6 @@ register(Family.of(
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",
+    stochastic=True,
     hidden=("lead_time",) + COST_FIELDS + ("demand_weights",),
-    # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
-    # above 0.95 the default is already near-optimal (no room to learn)
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (4, 30), "horizon": (7, 120)},
-    plan_format=(
-        'an integer table of shape [horizon, S]: row d is day d, column s a start-of-day state; with '
-        "lead_time 0 or 1 state s is 'on hand = s' (S = capacity + 1); with lead_time 2 the states are the "
-        'pairs (on hand i, in transit o) with i + o ≤ capacity in lexicographic order (i ascending, then o). '
-        'Entry [d, s] is the quantity ordered that day in that state, 0 … capacity − i − o.'
-    ),
-    tables=("catalog", "orders", "ledger", "days", "state"),
-    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
 ))

@@ -33,6 +33,10 @@ Tools
     In presentation I the instruction states every value, load and capacity, so every lot counts
     as inspected and the capacities as read from the start.
 
+Plan
+    a 0/1 integer vector of length n_items: entry i is 1 if lot i is selected; the selection
+    must fit every capacity.
+
 Reward
     utility = total value of the submitted selection (the empty selection scores 0).
     r = clip01((u − u_default) / (u* − u_default)), where u_default is the value of taking the
@@ -58,10 +62,10 @@ from __future__ import annotations
 
 import numpy as np
 import scipy
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, model_validator
 
 from vhd.mechanisms._advantage import until_committed
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, exact_milp, integer_mip_bound, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -75,12 +79,12 @@ HIDDEN = ("values", "weights", "capacities")
 class Params(BaseModel):
     """Difficulty knobs of a knapsack instance."""
 
-    size: int = Field(10, ge=1, le=MAX_ITEMS, description="number of candidate lots (items) n, in lots; solve() "
-                                                          "refuses θ with more than MAX_ITEMS = 100, or more "
-                                                          "than MAX_ITEMS_MULTI = 50 with two or more resources")
-    horizon: int = Field(5, ge=1, le=MAX_RESOURCES,
-                         description="number of resource constraints m (each a capacity in resource units); "
-                                     "solve() refuses θ with more than MAX_RESOURCES = 12")
+    size: int = knob(10, 1, MAX_ITEMS, sampled=(6, 14),
+                     description="number of candidate lots (items) n, in lots; solve() refuses θ with more than "
+                                 "MAX_ITEMS = 100, or more than MAX_ITEMS_MULTI = 50 with two or more resources")
+    horizon: int = knob(5, 1, MAX_RESOURCES, sampled=(1, 11),
+                        description="number of resource constraints m (each a capacity in resource units); solve() "
+                                    "refuses θ with more than MAX_RESOURCES = 12")
 
     @model_validator(mode="after")
     def _lots_per_resources(self) -> "Params":
@@ -186,6 +190,11 @@ def solve(theta: dict) -> Solution:
                       solver="scipy.optimize.milp (HiGHS)", solver_version=scipy.__version__,
                       state_space=2 ** theta["n_items"])
     return solved(theta, found, evaluate, default_policy, idle_policy)
+
+
+# z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0 (the empty selection): z ≥ 0 always, since
+# any selection is worth ≥ 0; above 0.95 the index-order first fit already nearly solves it
+DEFAULT_BAND = (0.0, 0.95)
 
 
 def default_policy(theta: dict) -> np.ndarray:
@@ -311,6 +320,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("catalog", "resources", "loads", "selection", "log", "state")
 
 
 class World(BaseWorld):
@@ -569,14 +581,4 @@ register(Family.of(
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",
     stochastic=False,
-    # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0 (the empty selection): z ≥ 0 always, since
-    # any selection is worth ≥ 0; above 0.95 the index-order first fit already nearly solves it
-    default_band=(0.0, 0.95),
-    knob_ranges={"size": (6, 14), "horizon": (1, 11)},
-    plan_format=(
-        'a 0/1 integer vector of length n_items: entry i is 1 if lot i is selected; the selection must fit '
-        'every capacity.'
-    ),
-    tables=("catalog", "resources", "loads", "selection", "log", "state"),
-    vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

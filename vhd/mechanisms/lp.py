@@ -45,6 +45,10 @@ Tools
     own turns (one per product it makes, and the close) only n + 1 − (products made) of the
     n + m + 1 probes can be paid for: what to find out is a choice.
 
+Plan
+    a vector of n = products real numbers: x[j] is the quantity of product j (0 ≤ x[j] ≤
+    demand[j]; the resource hours usage · x must fit capacity).
+
 Reward
     utility = Σ_j profit[j] · x[j] of the closed plan (a float, in currency). Idle (produce
     nothing) scores 0. r = clip01((u − u_default) / (u* − u_default)), where the default fills
@@ -74,10 +78,12 @@ from fractions import Fraction
 
 import numpy as np
 import scipy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from vhd.mechanisms._advantage import until_committed
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
+from vhd.mechanisms._contract import (
+    AgentError, BaseWorld, Episode, Family, Solution, integer, knob, number, register, tool,
+)
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, quiet_native_stdout
 from vhd.mechanisms._theta import ThetaCheck
@@ -91,12 +97,12 @@ MAX_RESOURCES = 6  # Params and solve() bound
 class Params(BaseModel):
     """Difficulty knobs of a production-planning instance."""
 
-    size: int = Field(4, ge=2, le=MAX_PRODUCTS, description="number of products (decision variables), in products; "
-                                                            "solve() refuses θ outside 2 … MAX_PRODUCTS = 8")
-    horizon: int = Field(3, ge=2, le=MAX_RESOURCES,
-                         description="number of shared resources / machines (constraints), in resources; not a "
-                                     "time horizon: the plan is one run; solve() refuses θ outside 2 … "
-                                     "MAX_RESOURCES = 6")
+    size: int = knob(4, 2, MAX_PRODUCTS, sampled=(3, 8),
+                     description="number of products (decision variables), in products; solve() refuses θ outside 2 … "
+                                 "MAX_PRODUCTS = 8")
+    horizon: int = knob(3, 2, MAX_RESOURCES, sampled=(2, 6),
+                        description="number of shared resources / machines (constraints), in resources; not a time "
+                                    "horizon: the plan is one run; solve() refuses θ outside 2 … MAX_RESOURCES = 6")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -306,6 +312,11 @@ def _profit(theta: dict, quantities) -> float:
     return float(total)
 
 
+# z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: the greedy fill is never worse than idling
+# (z ≥ 0 always); above 0.95 the index-order fill already nearly solves the LP (nothing to learn)
+DEFAULT_BAND = (0.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Fill the products in index order, each as much as fits: x_j = min(demand_j, min over
     resources i with usage[i][j] > 0 of (hours left on i) / usage[i][j]), ignoring profits.
@@ -423,6 +434,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 
 _PRODUCT = integer(0, MAX_PRODUCTS - 1, "product number, from 0")
 _RESOURCE = integer(0, MAX_RESOURCES - 1, "resource number, from 0")
+
+
+TABLES = ("catalog", "resources", "usage", "plan", "state")
 
 
 class World(BaseWorld):
@@ -656,17 +670,5 @@ register(Family.of(
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",
     hidden=("profit", "usage", "capacity"),
-    # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: the greedy fill is never worse than idling
-    # (z ≥ 0 always); above 0.95 the index-order fill already nearly solves the LP (nothing to learn)
-    default_band=(0.0, 0.95),
-    # two products are allowed by Params, but sampling starts at three: with two, filling the
-    # best seller first is optimal more than half the time and the default band rejects it
-    knob_ranges={"size": (3, 8), "horizon": (2, 6)},
-    plan_format=(
-        'a vector of n = products real numbers: x[j] is the quantity of product j (0 ≤ x[j] ≤ demand[j]; the '
-        'resource hours usage · x must fit capacity).'
-    ),
     stochastic=False,
-    tables=("catalog", "resources", "usage", "plan", "state"),
-    vocabulary=("site", "item", "sku", "unit", "currency"),
 ))

@@ -41,6 +41,12 @@ Tools
     fitted to the instance, in I and A alike (both instructions tell H): the work log lists at most
     the H days. No tool takes an id or an amount.
 
+Plan
+    an integer table of shape [horizon, n_conditions]: entry [d, c] is the action taken on day d
+    when the machine starts the day in condition c, 0 = run (a failed machine, c = n_conditions
+    − 1, then stands idle and pays the downtime penalty), 1 = preventive maintenance (not
+    allowed for c = n_conditions − 1), 2 = replace.
+
 Reward
     utility = revenue − maintenance − replacement − downtime penalties + salvage (cash at the end; the
     ledger starts at 0). r = clip01((u − u_default) / (u* − u_default)) where both references are played on
@@ -71,9 +77,9 @@ from fractions import Fraction
 from functools import reduce
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -88,9 +94,9 @@ class Params(BaseModel):
     """Difficulty knobs of a maintenance instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(8, ge=3, le=16, description="number of machine condition states, new to failed inclusive, "
-                                                  "in states")
-    horizon: int = Field(40, ge=3, le=200, description="number of days the machine is operated, in days")
+    size: int = knob(8, 3, 16, sampled=(4, 12),
+                     description="number of machine condition states, new to failed inclusive, in states")
+    horizon: int = knob(40, 3, 200, sampled=(20, 120), description="number of days the machine is operated, in days")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -279,6 +285,11 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     return _evaluate_exact(theta, _check_plan(theta, policy))
 
 
+# z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
+# 0.5; above 0.95 running to failure already nearly solves the instance
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Run to failure: run in every working condition, replace a failed machine (every day, the last included)."""
     table = np.zeros((theta["horizon"], theta["n_conditions"]), dtype=np.int8)
@@ -371,6 +382,9 @@ def turn_budget(theta: dict) -> int:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("machines", "worklog", "ledger", "inspections", "state")
 
 
 class World(BaseWorld):
@@ -651,16 +665,5 @@ register(Family.of(
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",
-    # z = (u0 − u_idle) / (u* − u_idle): below −1 leaving a failed machine standing would score over
-    # 0.5; above 0.95 running to failure already nearly solves the instance
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (4, 12), "horizon": (20, 120)},
-    plan_format=(
-        "an integer table of shape [horizon, n_conditions]: entry [d, c] is the action taken on day d when the "
-        "machine starts the day in condition c, 0 = run (a failed machine, c = n_conditions − 1, then stands idle "
-        "and pays the downtime penalty), 1 = preventive maintenance (not allowed for c = n_conditions − 1), "
-        "2 = replace."
-    ),
-    tables=("machines", "worklog", "ledger", "inspections", "state"),
-    vocabulary=("site", "item", "currency"),
+    stochastic=True,
 ))

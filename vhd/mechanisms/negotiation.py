@@ -42,6 +42,12 @@ Tools
     option's 0 … ⌊V/8⌋; it hides the weights, the delay cost and the outside option. The stated
     guess for what is unread (`belief`): the sticker's weight, the middle of each range.
 
+Plan
+    an integer table of shape [horizon, max_price + 1]: entry [t, b] is the action in round t
+    when b is the highest value the buyer may still have (b = max_price before any rejection,
+    else the lowest rejected price − 1): −1 walk away, −2 pass the round, or a price p with 0 ≤
+    p ≤ b to post.
+
 Reward
     utility = sale price − delay costs paid (or outside option − delay costs paid when no deal
     is made). r = clip01((u − u_default) / (u* − u_default)) where both references are played
@@ -71,9 +77,9 @@ import random
 from fractions import Fraction
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -89,10 +95,12 @@ class Params(BaseModel):
     """Difficulty knobs of a negotiation instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(6, ge=3, le=12, description="number of support points of the buyer's value distribution "
-                                                    "(distinct values step, 2·step, …, V in currency units)")
-    horizon: int = Field(6, ge=2, le=12, description="number of negotiation rounds (at most one offer per round; "
-                                                      "θ uses min(horizon, size): π* never needs more)")
+    size: int = knob(6, 3, 12, sampled=(3, 12),
+                     description="number of support points of the buyer's value distribution (distinct values step, "
+                                 "2·step, …, V in currency units)")
+    horizon: int = knob(6, 2, 12, sampled=(2, 12),
+                        description="number of negotiation rounds (at most one offer per round; θ uses min(horizon, "
+                                    "size): π* never needs more)")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -246,6 +254,11 @@ def _mean_price(theta: dict) -> int:
     return (2 * first + total) // (2 * total)
 
 
+# z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
+# above 0.95 the default is already near-optimal (no room to learn)
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Offer the mean of v by the survey sticker (rounded half up) in every round, whatever was
     rejected: it reads the sticker, so a misleading survey misleads it."""
@@ -371,6 +384,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("catalog", "offers", "rounds", "ledger", "state")
 
 
 class World(BaseWorld):
@@ -607,16 +623,5 @@ register(Family.of(
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",
-    # z = (u0 − u_idle) / (u* − u_idle): below −1 the idle policy would score over 0.5 (trivial);
-    # above 0.95 the default is already near-optimal (no room to learn)
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (3, 12), "horizon": (2, 12)},
-    plan_format=(
-        'an integer table of shape [horizon, max_price + 1]: entry [t, b] is the action in round t when b is '
-        'the highest value the buyer may still have (b = max_price before any rejection, else the lowest '
-        'rejected price − 1): −1 walk away, −2 pass the round, or a price p with 0 ≤ p ≤ b to post.'
-    ),
     stochastic=True,
-    tables=("catalog", "offers", "rounds", "ledger", "state"),
-    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
 ))

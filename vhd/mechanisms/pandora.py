@@ -41,6 +41,13 @@ Tools
     pays its sticker for sure, and its unread fee is the middle of that range, 32.5 % of
     (sticker − fallback)^+ rounded, at least 1.
 
+Plan
+    an integer table of shape [2^n_boxes, L]: row m is the set of boxes already opened as a bit
+    mask (bit i = box i), column k the best prize in hand, as the index k into the sorted
+    distinct values of max(fallback, v) over every prize value v and the fallback itself; the
+    entry is the box to open next (an unopened box, and only while fewer than max_open are open)
+    or −1 to stop and take the best prize.
+
 Reward
     utility = max(fallback, best revealed prize) − total fees paid. r = clip01((u − u_default) /
     (u* − u_default)) where both references are played on the same episode seed (the same
@@ -71,9 +78,9 @@ import random
 from fractions import Fraction
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -89,10 +96,10 @@ class Params(BaseModel):
     """Difficulty knobs of a Pandora's-box instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(5, ge=2, le=MAX_BOXES, description="number of sealed boxes n, in boxes")
-    horizon: int = Field(5, ge=1, le=MAX_BOXES,
-                         description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size − 1): "
-                                     "the cap always binds)")
+    size: int = knob(5, 2, MAX_BOXES, sampled=(4, 7), description="number of sealed boxes n, in boxes")
+    horizon: int = knob(5, 1, MAX_BOXES, sampled=(2, 7),
+                        description="cap on how many boxes may be opened, in openings (θ uses min(horizon, size − 1): "
+                                    "the cap always binds)")
 
 
 def _expected_excess(values: list[int], weights: list[int], level: float) -> Fraction:
@@ -333,6 +340,11 @@ def solve(theta: dict) -> Solution:
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
+# z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
+# above 0.95 the fee-blind exhaustive search in sticker order already nearly solves it
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Believe the stickers and search exhaustively, blind to fees and to what is found: open the
     unopened box with the highest sticker (the lowest number on ties) while the cap allows, then
@@ -457,6 +469,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("boxes", "prizes", "openings", "ledger", "state")
 
 
 class World(BaseWorld):
@@ -683,17 +698,5 @@ register(Family.of(
     group="far_ood",
     model_class="sequential search with costly inspection (Pandora's boxes, finite MDP)",
     solver="backward induction over (opened set, best prize); Weitzman reservation-value index cross-check",
-    # z = (u0 − u_idle) / (u* − u_idle): below −1 stopping at once would score over 0.5 (trivial);
-    # above 0.95 the fee-blind exhaustive search in sticker order already nearly solves it
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (4, 7), "horizon": (2, 7)},
-    plan_format=(
-        'an integer table of shape [2^n_boxes, L]: row m is the set of boxes already opened as a bit mask '
-        '(bit i = box i), column k the best prize in hand, as the index k into the sorted distinct values of '
-        'max(fallback, v) over every prize value v and the fallback itself; the entry is the box to open next'
-        ' (an unopened box, and only while fewer than max_open are open) or −1 to stop and take the best '
-        'prize.'
-    ),
-    tables=("boxes", "prizes", "openings", "ledger", "state"),
-    vocabulary=("site", "item", "sku", "supplier", "currency"),
+    stochastic=True,
 ))

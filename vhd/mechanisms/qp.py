@@ -42,6 +42,10 @@ Tools
     middle of its range, 16, before the forecast is read), a cap and a loading the middle of
     their ranges (7 and 1).
 
+Plan
+    a vector of `assets` real numbers: the amount allocated to each project (0 ≤ x[i] ≤ caps[i],
+    summing to at most the budget).
+
 Reward
     utility = f(x) of the committed allocation (a float; idle, allocating nothing, scores 0).
     The default reads the sticker: it splits the budget in proportion to the forecast returns
@@ -71,10 +75,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from vhd.mechanisms._advantage import until_committed
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, number, register, tool
+from vhd.mechanisms._contract import (
+    AgentError, BaseWorld, Episode, Family, Solution, integer, knob, number, register, tool,
+)
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -87,8 +93,8 @@ class Params(BaseModel):
     """Difficulty knobs of an allocation instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(4, ge=2, le=8, description="number of projects (assets) to allocate across")
-    horizon: int = Field(2, ge=1, le=6, description="number of risk factors (rows of the exposure matrix A)")
+    size: int = knob(4, 2, 8, sampled=(2, 8), description="number of projects (assets) to allocate across")
+    horizon: int = knob(2, 1, 6, sampled=(1, 6), description="number of risk factors (rows of the exposure matrix A)")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -293,6 +299,11 @@ def evaluate(theta: dict, policy: np.ndarray) -> float:
     if total > budget + World.TOL:
         raise ValueError(f"the allocation {total} exceeds the budget {budget}")
     return float(World.objective(theta, [float(v) for v in x]))
+
+
+# z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
+# the default (trivial); above 0.95 the equal split is already near-optimal (nothing to learn)
+DEFAULT_BAND = (-1.0, 0.95)
 
 
 def default_policy(theta: dict) -> np.ndarray:
@@ -696,15 +707,5 @@ register(Family.of(
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",
     hidden=("returns", "caps", "exposures", "forecast"),
-    # z = (u0 − u_idle) / (u* − u_idle), u_idle = 0: below −1 idling would score over 0.5 against
-    # the default (trivial); above 0.95 the equal split is already near-optimal (nothing to learn)
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (2, 8), "horizon": (1, 6)},
-    plan_format=(
-        'a vector of `assets` real numbers: the amount allocated to each project (0 ≤ x[i] ≤ caps[i], summing'
-        ' to at most the budget).'
-    ),
     stochastic=False,
-    tables=tuple(table for table, _ in World.SCHEMA) + ("state",),
-    vocabulary=("site", "currency"),
 ))

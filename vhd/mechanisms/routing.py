@@ -45,6 +45,11 @@ Tools
     or guessed, the cost 1 per minute, a payment 14 minutes' worth plus the believed minutes
     from the depot. The default (nearest neighbour) reads no sticker: routing has none.
 
+Plan
+    an integer vector of length n_stops: the stops to visit in order (numbers 1 … n_stops, each
+    at most once, every leg obeying the time-budget rule), padded at the end with −1; all −1
+    means stay at the depot.
+
 Reward
     utility = rewards collected − travel_cost × minutes driven, in whole currency units
     (0 for staying at the depot). r = clip01((u − u_default) / (u* − u_default)) with u_default
@@ -72,9 +77,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -89,9 +94,10 @@ class Params(BaseModel):
     """Difficulty knobs of a routing instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(6, ge=3, le=MAX_STOPS, description="number of customer stops (besides the depot)")
-    horizon: int = Field(10, ge=3, le=30, description="time budget in tens of minutes: the van must be back "
-                                                      "at the depot within 10 × horizon minutes")
+    size: int = knob(6, 3, MAX_STOPS, sampled=(5, 9), description="number of customer stops (besides the depot)")
+    horizon: int = knob(10, 3, 30, sampled=(5, 15),
+                        description="time budget in tens of minutes: the van must be back at the depot within 10 × "
+                                    "horizon minutes")
 
 
 def _minutes(a: list[int], b: list[int]) -> int:
@@ -287,6 +293,11 @@ def _feasible(theta: dict, position: int, clock: int, visited: set[int]) -> list
             if k not in visited and clock + t[position][k] + t[k][0] <= budget]
 
 
+# z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
+# 0.5 (trivial); above 0.95 nearest-neighbour already nearly solves it (no room to learn)
+DEFAULT_BAND = (-1.0, 0.95)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Nearest neighbour: always drive to the closest unvisited stop that the driving rule
     allows (ties to the lower stop number), ignoring rewards and the cost per minute; go home
@@ -419,6 +430,9 @@ def _stop_arg(description: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("stops", "travel", "legs", "state")
 
 
 class World(BaseWorld):
@@ -647,16 +661,5 @@ register(Family.of(
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",
-    # z = (u0 − u_idle) / (u* − u_idle) with u_idle = 0: below −1 staying home would score over
-    # 0.5 (trivial); above 0.95 nearest-neighbour already nearly solves it (no room to learn)
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (5, 9), "horizon": (5, 15)},
-    plan_format=(
-        'an integer vector of length n_stops: the stops to visit in order (numbers 1 … n_stops, each at most '
-        'once, every leg obeying the time-budget rule), padded at the end with −1; all −1 means stay at the '
-        'depot.'
-    ),
     stochastic=False,
-    tables=("stops", "travel", "legs", "state"),
-    vocabulary=("site", "item", "currency"),
 ))

@@ -36,6 +36,10 @@ Tools
     instruction states the range 1 … 20 and the list's error, so a job neither inspected nor
     listed is guessed at PROCESSING_GUESS = 10 and a listed one at its estimate (`belief`).
 
+Plan
+    an integer vector of length n_jobs: entry j is the machine (0 … n_machines − 1) of job j, or
+    −1 for unassigned (it then goes on machine 0).
+
 Reward
     utility = −makespan of the dispatched plan (an integer, ≤ −ceil(Σp / m)). r = clip01((u −
     u_default) / (u* − u_default)), where u_default is list scheduling in index order as the job
@@ -64,10 +68,10 @@ Episode end
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from vhd.mechanisms._advantage import until_committed
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -84,9 +88,9 @@ class Params(BaseModel):
     """Difficulty knobs of a P||Cmax instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(7, ge=MIN_JOBS, le=MAX_JOBS, description="number of jobs n to process, in jobs")
-    horizon: int = Field(3, ge=MIN_MACHINES, le=MAX_MACHINES,
-                         description="number of identical parallel machines m, in machines")
+    size: int = knob(7, MIN_JOBS, MAX_JOBS, sampled=(6, 10), description="number of jobs n to process, in jobs")
+    horizon: int = knob(3, MIN_MACHINES, MAX_MACHINES, sampled=(2, 4),
+                        description="number of identical parallel machines m, in machines")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -199,6 +203,14 @@ def solve(theta: dict) -> Solution:
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
+# z = (u0 − u_idle) / (u* − u_idle), idle = everything on machine 0 (makespan Σp). List
+# scheduling is a 2 − 1/m approximation, and on the job list's estimates (off by at most 2
+# each) not much worse, so z sits high (typically 0.8–0.95); it is often optimal outright,
+# which the band gate's realized-gap check rejects. Above 0.99 the default
+# is within a unit or so of π* on a large instance; below 0 it would do worse than idling.
+DEFAULT_BAND = (0.0, 0.99)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """List scheduling in index order (not LPT) on the job list's estimates: jobs 0, 1, …, n − 1
     each go to the machine with the least estimated load so far (`World.listed` of each time, the
@@ -277,6 +289,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 
 _JOB = integer(0, MAX_JOBS - 1, "number of the job (0-based)")
 _MACHINE = integer(0, MAX_MACHINES - 1, "number of the machine (0-based)")
+
+
+TABLES = ("jobs", "machines", "assignments", "inspections", "log", "state")
 
 
 class World(BaseWorld):
@@ -517,17 +532,4 @@ register(Family.of(
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",
     stochastic=False,
-    # z = (u0 − u_idle) / (u* − u_idle), idle = everything on machine 0 (makespan Σp). List
-    # scheduling is a 2 − 1/m approximation, and on the job list's estimates (off by at most 2
-    # each) not much worse, so z sits high (typically 0.8–0.95); it is often optimal outright,
-    # which the band gate's realized-gap check rejects. Above 0.99 the default
-    # is within a unit or so of π* on a large instance; below 0 it would do worse than idling.
-    default_band=(0.0, 0.99),
-    knob_ranges={"size": (6, 10), "horizon": (2, 4)},
-    plan_format=(
-        'an integer vector of length n_jobs: entry j is the machine (0 … n_machines − 1) of job j, or −1 for '
-        'unassigned (it then goes on machine 0).'
-    ),
-    tables=("jobs", "machines", "assignments", "inspections", "log", "state"),
-    vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

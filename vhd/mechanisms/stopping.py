@@ -39,6 +39,10 @@ Tools
     The budget (horizon + 2) affords declining every day; π* usually sells early, which leaves
     turns to probe, but never enough to read the fee and all n amounts (1 + 3n turns).
 
+Plan
+    an integer vector of length horizon: entry d is the lowest offer accepted on day d
+    (max(values) + 1 means decline every offer that day).
+
 Reward
     utility = accepted offer − waiting_cost × day of acceptance (0 if no offer is accepted).
     r = clip01((u − u_default) / (u* − u_default)) where both references are played on the
@@ -57,9 +61,11 @@ import random
 from fractions import Fraction
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, text, tool
+from vhd.mechanisms._contract import (
+    AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, text, tool,
+)
 from vhd.mechanisms._plan import PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -77,9 +83,10 @@ class Params(BaseModel):
     """Difficulty knobs of a stopping instance; solve() refuses a θ past these bounds
     (`check_theta`)."""
 
-    size: int = Field(8, ge=3, le=12, description="number of distinct offer amounts (support points of the "
-                                                  "offer distribution), in amounts")
-    horizon: int = Field(20, ge=3, le=MAX_HORIZON, description="number of days, one offer a day, in days")
+    size: int = knob(8, 3, 12, sampled=(5, 12),
+                     description="number of distinct offer amounts (support points of the offer distribution), in "
+                                 "amounts")
+    horizon: int = knob(20, 3, MAX_HORIZON, sampled=(18, 30), description="number of days, one offer a day, in days")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -181,6 +188,12 @@ def solve(theta: dict) -> Solution:
 def evaluate(theta: dict, policy: np.ndarray) -> float:
     """Exact expected utility of a threshold vector (ValueError for a malformed one)."""
     return float(_value(theta, _check_plan(theta, policy)))
+
+
+# z = (u0 − u_idle) / (u* − u_idle), u_idle = E[offer] (accept the first one): below −1 taking
+# the first offer would score over 0.5 (waiting for the mean is a trap, nothing to learn
+# beyond "take it"); above 0.95 the mean threshold already nearly solves the instance
+DEFAULT_BAND = (-1.0, 0.95)
 
 
 def default_policy(theta: dict) -> np.ndarray:
@@ -290,6 +303,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("catalog", "offers", "ledger", "notes", "state")
 
 
 class World(BaseWorld):
@@ -489,15 +505,5 @@ register(Family.of(
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",
-    # z = (u0 − u_idle) / (u* − u_idle), u_idle = E[offer] (accept the first one): below −1 taking
-    # the first offer would score over 0.5 (waiting for the mean is a trap, nothing to learn
-    # beyond "take it"); above 0.95 the mean threshold already nearly solves the instance
-    default_band=(-1.0, 0.95),
-    knob_ranges={"size": (5, 12), "horizon": (18, 30)},
-    plan_format=(
-        'an integer vector of length horizon: entry d is the lowest offer accepted on day d (max(values) + 1 '
-        'means decline every offer that day).'
-    ),
-    tables=("catalog", "offers", "ledger", "notes", "state"),
-    vocabulary=("site", "item", "sku", "unit", "supplier", "currency"),
+    stochastic=True,
 ))

@@ -40,6 +40,10 @@ Tools
     read, an uninspected job at GUESS = 5 time units and weight 5, due at the middle of the
     window its believed total processing time gives (`belief`).
 
+Plan
+    an integer vector of at most n_jobs distinct job numbers: the processing order; jobs left
+    out are appended in index order.
+
 Reward
     utility = −Σ_j weights[j] · max(0, C_j − due[j]) over the released schedule (an integer,
     ≤ 0; 0 when no job is late). r = clip01((u − u_default) / (u* − u_default)), where
@@ -70,10 +74,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from vhd.mechanisms._advantage import until_committed
-from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, register, tool
+from vhd.mechanisms._contract import AgentError, BaseWorld, Episode, Family, Solution, integer, knob, register, tool
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.mechanisms._solve import certified, solved
 from vhd.mechanisms._theta import ThetaCheck
@@ -89,12 +93,13 @@ HIDDEN = ("processing", "due", "weights")
 class Params(BaseModel):
     """Difficulty knobs of a weighted-tardiness instance."""
 
-    size: int = Field(6, ge=3, le=MAX_JOBS, description="number of jobs n on the machine, in jobs; solve() "
-                                                        "refuses θ with more than MAX_JOBS = 10")
-    horizon: int = Field(6, ge=1, le=20,
-                         description="due-date window, in tenths of the total processing time P: every due "
-                                     "date is drawn uniformly from 1 … ceil(horizon · P / 10) time units "
-                                     "(small = tight due dates, 10 = due dates spread over the whole makespan)")
+    size: int = knob(6, 3, MAX_JOBS, sampled=(4, 10),
+                     description="number of jobs n on the machine, in jobs; solve() refuses θ with more than MAX_JOBS "
+                                 "= 10")
+    horizon: int = knob(6, 1, 20, sampled=(5, 10),
+                        description="due-date window, in tenths of the total processing time P: every due date is "
+                                    "drawn uniformly from 1 … ceil(horizon · P / 10) time units (small = tight due "
+                                    "dates, 10 = due dates spread over the whole makespan)")
 
 
 def sample(params: Params, rng: np.random.Generator) -> dict:
@@ -201,6 +206,13 @@ def solve(theta: dict) -> Solution:
     return solved(theta, found, evaluate, default_policy, idle_policy)
 
 
+# z = (u0 − u_idle) / (u* − u_idle), idle = index order. WSPT is optimal when every job is late
+# anyway (then ΣwT = ΣwC − Σwd), so z near 1 means tight due dates with nothing to learn; above
+# 0.97 Smith's rule nearly solves it (here on the sheet's estimates, which lowers z somewhat).
+# Below −1 idling beats Smith's rule by more than π* beats idling.
+DEFAULT_BAND = (-1.0, 0.97)
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Smith's rule (WSPT) on the job sheet's estimates: every job, by listed(processing[j]) /
     listed(weights[j]) ascending (`World.listed`, the middle of each figure's block of five), ties
@@ -277,6 +289,9 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The world the template setter embeds in generated modules: standard library only. It may use
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
+
+
+TABLES = ("catalog", "inspections", "sequence", "log", "state")
 
 
 class World(BaseWorld):
@@ -522,16 +537,4 @@ register(Family.of(
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",
     stochastic=False,
-    # z = (u0 − u_idle) / (u* − u_idle), idle = index order. WSPT is optimal when every job is late
-    # anyway (then ΣwT = ΣwC − Σwd), so z near 1 means tight due dates with nothing to learn; above
-    # 0.97 Smith's rule nearly solves it (here on the sheet's estimates, which lowers z somewhat).
-    # Below −1 idling beats Smith's rule by more than π* beats idling.
-    default_band=(-1.0, 0.97),
-    knob_ranges={"size": (4, 10), "horizon": (5, 10)},
-    plan_format=(
-        'an integer vector of at most n_jobs distinct job numbers: the processing order; jobs left out are '
-        'appended in index order.'
-    ),
-    tables=("catalog", "inspections", "sequence", "log", "state"),
-    vocabulary=("site", "item", "sku", "supplier", "currency"),
 ))

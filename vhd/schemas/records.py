@@ -69,8 +69,12 @@ class RunRecord(BaseModel):
     summary: dict[str, Any] = Field(default_factory=dict)
 
 
+VOCABULARY_KEYS = ("site", "item", "sku", "unit", "supplier", "currency")  # the words every passage names
+
+
 class PassageRecord(Record):
-    """A real-world text passage that supplies a skin's vocabulary."""
+    """A real-world text passage that supplies a skin's vocabulary (every one of VOCABULARY_KEYS,
+    and optional synonyms)."""
 
     kind = "passage"
     id_field = "passage_id"

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from vhd.schemas.errors import PassageFormatError, SetterError, VhdError
-from vhd.schemas.records import PassageRecord
+from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord
 
-VOCABULARY_KEYS = ("site", "item", "sku", "unit", "supplier", "currency")
 # The parts a passage may give its own word for. They name the SQLite tables (`<site>_<word>`),
 # which the player does not see; the only one that reaches a tool name is `staff` (rostering's
 # `list_<staff>`): a tool's name is the family's verb and noun with the passage's unit or staff in

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError
-from vhd.schemas.records import PassageRecord, SetterOutputRecord, ToolBinding
+from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
 
 SETTER = "template"
@@ -142,9 +142,10 @@ def tool_name(family: Family, canonical: str, passage: PassageRecord) -> str:
 def _skin(family: Family, passage: PassageRecord) -> dict:
     vocab = dict(passage.vocabulary)
     words = vocab.pop("synonyms", {})
-    missing = [key for key in family.vocabulary if key not in vocab]
-    if missing:
-        raise SetterError(f"passage {passage.passage_id[:12]} lacks vocabulary {missing} that {family.name} needs")
+    missing = [key for key in VOCABULARY_KEYS if key not in vocab]
+    if missing:  # a passage loaded from a file is checked on load; one built in code may not be
+        raise SetterError(f"passage {passage.passage_id[:12]} lacks vocabulary {missing}; every passage names "
+                          f"all of {', '.join(VOCABULARY_KEYS)}")
     if "unit" in vocab:
         vocab["unit_one"] = singular(vocab["unit"])
     site = _slug(vocab["site"])
