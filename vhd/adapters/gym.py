@@ -244,7 +244,8 @@ class TextToolEnv(gymnasium.Env):
 
     def finish(self) -> tuple[float, dict[str, Any]]:
         """Stop the episode now (the player quits): the module's `Env.finish()` plays the rest
-        by the instruction's rule for running out of turns. Returns the reward and the outcome."""
+        by the instruction's rule for running out of turns. Returns the episode's whole decision
+        reward (not the part the steps have not paid) and the outcome; again on a second call."""
         with self._lock:
             if self._env is None:
                 raise RuntimeError("call reset() before finish()")
