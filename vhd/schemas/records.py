@@ -25,6 +25,18 @@ from vhd.schemas.hashing import content_id
 Presentation = Literal["F", "I", "A"]
 
 
+class _Fields(dict):
+    """A record's fields as `str.format_map` asks for them, one by one (`dict(record)` would copy
+    every field of the record first; the audit asks this of every stored row)."""
+
+    def __init__(self, record: BaseModel):
+        super().__init__()
+        self.record = record
+
+    def __missing__(self, key: str) -> Any:
+        return getattr(self.record, key)
+
+
 class Record(BaseModel):
     """A content-addressed row."""
 
@@ -39,7 +51,7 @@ class Record(BaseModel):
         raise NotImplementedError
 
     def version(self) -> str:
-        return self.made_by.format_map(dict(self))
+        return self.made_by.format_map(_Fields(self))
 
     def expected_id(self) -> str:
         return content_id(self.kind, self.version(), self.content())
