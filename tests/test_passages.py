@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.schemas.errors import PassageFormatError
+from vhd.schemas.errors import PassageFormatError, SetterError
+from vhd.schemas.records import PassageRecord
 from vhd.tasks.passages import CORE_SYNONYMS, SYNONYM_PARTS, VOCABULARY_KEYS, builtin_passages, load_passages
 from vhd.tasks.sample import draw
 from vhd.tasks.setters.template import render_module
@@ -148,6 +149,16 @@ def _variant(**changes):
         else:
             row[key] = value
     return row
+
+
+def test_a_passage_built_in_code_without_a_word_is_refused_by_name():
+    """The loader refuses a row without every vocabulary word; a PassageRecord built in code
+    skips the loader, so the setter checks again and names what is missing."""
+    good = PASSAGES[0]
+    vocabulary = {k: v for k, v in good.vocabulary.items() if k != "unit"}
+    bare = PassageRecord.build(domain=good.domain, source=good.source, text=good.text, vocabulary=vocabulary)
+    with pytest.raises(SetterError, match=r"lacks vocabulary \['unit'\]"):
+        render_module(registry.get("stopping"), bare)
 
 
 def test_load_passages_keeps_good_rows_and_names_each_bad_row(tmp_path):

@@ -146,8 +146,7 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
     if missing:  # a passage loaded from a file is checked on load; one built in code may not be
         raise SetterError(f"passage {passage.passage_id[:12]} lacks vocabulary {missing}; every passage names "
                           f"all of {', '.join(VOCABULARY_KEYS)}")
-    if "unit" in vocab:
-        vocab["unit_one"] = singular(vocab["unit"])
+    vocab["unit_one"] = singular(vocab["unit"])
     site = _slug(vocab["site"])
 
     tools = []
