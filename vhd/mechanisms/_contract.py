@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -73,10 +74,11 @@ def knob(default: int, low: int, high: int, *, sampled: tuple[int, int], descrip
 
 
 def doc_section(doc: str, name: str) -> str:
-    """The text of a docstring section (a line `name`, then indented lines), as one line.
+    """The text of a docstring section (a line `name`, then indented lines), dedented; "" if the
+    docstring has no such section.
 
         >>> doc_section("Toy.\\n\\nPlan\\n    a vector of\\n    n numbers.\\n\\nReward\\n    u.\\n", "Plan")
-        'a vector of n numbers.'
+        'a vector of\\nn numbers.'
     """
     lines = doc.splitlines()
     if name not in lines:
@@ -86,7 +88,7 @@ def doc_section(doc: str, name: str) -> str:
         if line.strip() and not line.startswith(" "):
             break
         body.append(line)
-    return " ".join(" ".join(body).split())
+    return textwrap.dedent("\n".join(body)).strip()
 
 
 def tool(role: Role, description: str, *, reveals: tuple[str, ...] = (), turn_cost: int = 1, noisy: bool = False,
@@ -256,7 +258,7 @@ class Family:
             found["knob_ranges"] = {name: tuple(field.json_schema_extra["sampled"])
                                     for name, field in params.model_fields.items()
                                     if isinstance(field.json_schema_extra, dict) and "sampled" in field.json_schema_extra}
-        found["plan_format"] = doc_section(found.get("doc") or "", "Plan")
+        found["plan_format"] = " ".join(doc_section(found.get("doc") or "", "Plan").split())
         found.update(data)
         missing = [name for key, name in CONVENTION.items() if key in REQUIRED and key not in found]
         missing += ["a Params knob(…, sampled=…)"] * (params is not None and not found["knob_ranges"])

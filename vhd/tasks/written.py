@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 import time
 from typing import Any
 
@@ -39,6 +38,7 @@ import numpy as np
 from jsonschema import Draft202012Validator
 
 from vhd.mechanisms import Family
+from vhd.mechanisms._contract import doc_section
 from vhd.mechanisms._plan import InvalidPlan, PlanSpec
 from vhd.schemas.errors import TrajectoryFormatError
 from vhd.tasks.reward import reward
@@ -52,12 +52,10 @@ DEEP = 1500  # the nesting depth of the deep malformed plan (past json's and Pyt
 
 def model_text(family: Family) -> str:
     """The `Model` section of the family's docstring, dedented."""
-    doc = family.doc or ""
-    start = doc.find("\nModel\n")
-    end = doc.find("\nState\n", start + 1)
-    if start < 0 or end < 0:
-        raise ValueError(f"{family.name}'s docstring lacks its Model/State sections")
-    return textwrap.dedent(doc[start + len("\nModel\n"):end]).strip()
+    text = doc_section(family.doc or "", "Model")
+    if not text:
+        raise ValueError(f"{family.name}'s docstring lacks its Model section")
+    return text
 
 
 def tools(family: Family) -> list[dict[str, Any]]:
