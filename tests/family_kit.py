@@ -58,6 +58,25 @@ def play(family: Family, k: int, env: Any, canonical_calls: list[dict[str, Any]]
     return [env.call(out.tool_name(call["tool"]), call["arguments"]) for call in canonical_calls]
 
 
+def refused(env: Any, name: str, arguments: Any) -> dict[str, Any]:
+    """Make a call the module must refuse, and check the rules of play on it: the answer is a
+    structured refusal, the world's state is unchanged, and the turns used grow by the tool's turn
+    cost when the world refused it, by nothing when the call was malformed (an unknown tool, or
+    arguments its fitted schema refuses) or needed more turns than were left. The answer."""
+    names = type(env).call.__globals__  # the module's own namespace: its `schema_problem`
+    spec = env._specs.get(name) if isinstance(name, str) else None
+    before, turns, over = env.state_digest(), env.outcome()["turns_used"], env.done
+    answer = env.call(name, arguments)
+    assert answer["ok"] is False and isinstance(answer["error"], str) and answer["error"], (name, arguments, answer)
+    cost = spec.get("turn_cost", 1) if spec else 0
+    free = (over or spec is None or names["schema_problem"](spec["input_schema"], arguments) is not None
+            or turns + cost > env._budget)
+    assert env.outcome()["turns_used"] == turns + (0 if free else cost), (name, arguments, answer)
+    if free or turns + cost < env._budget:  # (a refusal that used the last turn ran the episode out)
+        assert env.state_digest() == before, (name, arguments, "the refusal changed the world")
+    return answer
+
+
 def gated(family: Family, models: int = 6, seed: int = 0) -> CheckedBatch:
     """One run of the real gates over `models` sampled models of the family (cached per session)."""
     key = (family.code_version, models, seed)

@@ -110,7 +110,8 @@ def test_edge_values_reach_just_past_every_theta_size_inside_the_schema():
     assert values[:4] == [ordered[0], ordered[-1], ordered[1], ordered[-2]] and len(set(values)) == len(values)
     assert {0, 1, 2, 3, 4, 5, 6, 9, 10} <= set(values) and -1 not in values and 12 not in values
     amounts = edge_values({"type": "number", "minimum": 0, "maximum": 100}, {"caps": [7, 40]})
-    assert amounts == sorted(amounts, reverse=True)  # the refusals past a limit first
+    # θ's numbers from both ends inward, each with its neighbours: every refusal uses a turn now (issue 26)
+    assert amounts[:6] == [40.0 + 1e-9, 40.0, 40.0 - 1e-9, 7.0 + 1e-9, 7.0, 7.0 - 1e-9]
     assert {7.0, 7.0 + 1e-9, 7.0 - 1e-9, 40.0 + 1e-9} <= set(amounts)
 
 

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from family_kit import PASSAGES, env_of, generated
+from family_kit import PASSAGES, env_of, generated, refused
 from vhd.mechanisms import registry
 
 FAM = registry.get("inventory_dp")
@@ -151,12 +151,10 @@ def test_same_calls_same_digest():
 
 
 def _assert_rejected(env, name, arguments):
-    digest, used = env.state_digest(), env.outcome()["turns_used"]
-    resp = env.call(name, arguments)
-    assert set(resp) == {"ok", "error"}, (name, arguments, resp)
-    assert resp["ok"] is False and isinstance(resp["error"], str) and resp["error"], (name, arguments, resp)
-    assert env.state_digest() == digest, (name, arguments)
-    assert env.outcome()["turns_used"] == used
+    """A refusal by the rules of play (`family_kit.refused`): the world unchanged, its turn used when
+    the world refused it, none when the call was malformed."""
+    resp = refused(env, name, arguments)
+    assert set(resp) <= {"ok", "error", "turns_left"}, (name, arguments, resp)
     return resp["error"]
 
 

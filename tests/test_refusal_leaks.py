@@ -157,7 +157,8 @@ def test_an_observation_with_an_argument_that_shows_hidden_demand_is_rejected():
                     'entry = {"shift": j, "name": name, "staff": staff, "heads": heads[j], '
                     '"hint": self.p["demand"][day][j]}')
     gates = hiding(check_batch(family, leaky, candidates, every_candidate=True))
-    assert any(not g.passed and "before any probe or decision" in g.message for g in gates), [g.message for g in gates]
+    assert any(not g.passed and "view_date" in g.message and "differs" in g.message for g in gates), \
+        [g.message for g in gates]
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -165,7 +166,7 @@ def test_every_family_module_passes_the_replayed_twin(name):
     family = registry.get(name)
     output, candidates = candidates_of(name, 2, seed=7)
     for gate in hiding(check_batch(family, output, candidates, every_candidate=True)):
-        assert gate.passed and "refusals invariant to hidden θ" in gate.message, gate.message
+        assert gate.passed and "answers and refusals invariant to the hidden θ not read" in gate.message, gate.message
         assert "(0 call sequences" not in gate.message
 
 
@@ -182,11 +183,21 @@ def test_comparison_stops_where_the_worlds_part():
                                 calls, roles, True)
     assert _twin_difference(mine, [[True, "day 2"], [False, "storage full"], [False, "cash 4"], [True, "end"]],
                             calls, roles, True)
-    # an observation answer before any probe or decision (deterministic families only)
+    # every accepted answer, before and after decisions (deterministic families: the twin moved only
+    # what no call of the sequence read), but not the answer of the call that ends the episode
     calls = [{"tool": t, "arguments": {}} for t in ("look", "act", "look", "tick")]
     mine = [[True, "x"], [True, "y"], [True, "z"], [True, "end"]]
     assert _twin_difference(mine, [[True, "x2"], [True, "y"], [True, "z"], [True, "end"]], calls, roles, False)
-    assert not _twin_difference(mine, [[True, "x"], [True, "y"], [True, "z2"], [True, "end"]], calls, roles, False)
+    assert _twin_difference(mine, [[True, "x"], [True, "y"], [True, "z2"], [True, "end"]], calls, roles, False)
+    assert _twin_difference(mine, [[True, "x"], [True, "y2"], [True, "z"], [True, "end"]], calls, roles, False)
+    assert not _twin_difference(mine, [[True, "x"], [True, "y"], [True, "z"], [True, "end2"]], calls, roles, False)
+    assert not _twin_difference(mine, [[True, "x"], [True, "y"], [True, "z2"], [True, "end"]], calls, roles, True)
+    # a family without a belief: the twin moved what a probe read, so answers are compared up to it
+    calls = [{"tool": t, "arguments": {}} for t in ("look", "peek", "look", "tick")]
+    assert not _twin_difference(mine, [[True, "x"], [True, "y2"], [True, "z2"], [True, "end"]], calls, roles, False,
+                                blind=True)
+    assert _twin_difference(mine, [[True, "x2"], [True, "y"], [True, "z"], [True, "end"]], calls, roles, False,
+                            blind=True)
     assert not _twin_difference(mine, [[True, "x2"], [True, "y"], [True, "z"], [True, "end"]], calls, roles, True)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import run_vhd
 from vhd.mechanisms import registry
+from vhd.tasks.check import check_batch
 from vhd.tasks.pipeline import check_models
 from vhd.tasks.selftest import mutants, selftest
 
@@ -55,3 +56,22 @@ def test_selftest_command_reports_totals(prefect_server, refreshed):
     assert set(report["families"]) == {"inventory_dp"} and report["mutants"] > 0
     missing = run_vhd(prefect_server, "selftest", "--families", "nope", "--db", db)
     assert missing.returncode == 1 and "unknown family 'nope'" in missing.stderr
+
+
+def test_a_planted_side_channel_is_rejected_by_information_hiding():
+    """A decision's answer that echoes a hidden entry no probe read (issue 26): the twin compares
+    every answer after accepted decisions too, so the mutant is rejected in presentation A, while
+    the module it was made from passes the same gate on the same candidates."""
+    family = registry.get("facility")
+    run = check_models(family, 4, seed=1, presentations=("A",))
+    output = run.outputs[0]
+    mine = [c for c in run.candidates if c.setter_output.setter_output_id == output.setter_output_id]
+    planted = [m for m in mutants(family, output, mine[0].model.theta, 0.0, np.random.default_rng(0))
+               if m.operator == "side_channel"]
+    assert len(planted) == 1 and "tool_open_site" in planted[0].where
+    original = [v for v in run.verdicts if v.candidate in mine]
+    assert all(g.passed for v in original for g in v.gates if g.name == "information_hiding")
+    wrong = output.model_copy(update={"module": planted[0].module})
+    for verdict in check_batch(family, wrong, mine, every_candidate=True):
+        gate = next(g for g in verdict.gates if g.name == "information_hiding")
+        assert not gate.passed and "open_site" in gate.message and "differs" in gate.message, gate.message

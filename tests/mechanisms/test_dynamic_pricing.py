@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import env_of, failed, gated, generated, mutant_verdicts
+from family_kit import env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import dynamic_pricing as dp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
@@ -437,8 +437,8 @@ def q_star(theta, t, n, a):
 
 def expected_advantages(theta, calls, seed, budget):
     """(A* of every call, A* of finishing, the sale surprises Σ r + V(next) − Q) by the Advantages
-    paragraph: end_period Q − V, running out salvage · n − V, every other call 0; one turn a
-    successful call, run out at the budget."""
+    paragraph: end_period Q − V, running out salvage · n − V, every other call 0; one turn a call
+    (accepted or refused by the world), run out at the budget."""
     tickets, closed = tickets_of(theta, seed), len(theta["prices"])
     t, n, posted, turns, per_call, surprise = 0, theta["capacity"], closed, 0, [], Fraction(0)
 
@@ -449,7 +449,8 @@ def expected_advantages(theta, calls, seed, budget):
         return theta["salvage_value"] * n - expectimax(theta, t, n)
 
     for call in calls:
-        value, ok = Fraction(0), not over()
+        value, live = Fraction(0), not over()
+        ok = live
         if ok and call["tool"] == "end_period":
             value = q_star(theta, t, n, posted) - expectimax(theta, t, n)
             sold = posted < closed and tickets[t] < numerator(theta, t, posted)
@@ -460,8 +461,8 @@ def expected_advantages(theta, calls, seed, budget):
             posted = call["arguments"]["level"]
         elif ok and call["tool"] == "close_sales":
             ok, posted = posted < closed, closed
-        turns += ok
-        if ok and turns == budget and n and t < theta["horizon"]:
+        turns += live  # accepted or refused by the world, a call uses its turn
+        if live and turns == budget and n and t < theta["horizon"]:
             value += run_out()
         per_call.append(value)
     return per_call, Fraction(0) if over() else run_out(), surprise

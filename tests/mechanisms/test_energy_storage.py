@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import env_of, failed, gated, generated, mutant_verdicts
+from family_kit import env_of, failed, gated, generated, mutant_verdicts, refused
 from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import energy_storage as es
 from vhd.mechanisms import registry

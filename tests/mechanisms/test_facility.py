@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -302,7 +302,7 @@ def test_probes_and_observations_report_theta():
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]])
     out, _ = generated(FAM, 1)
-    env = env_of(FAM, 1, theta, "I")
+    env = env_of(FAM, 1, theta, "I", budget=30)
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert call("open_site", {"site": 0})["ok"]
     bad = [
@@ -320,18 +320,15 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("finalize_network", {"now": True}),
         ("no_such_tool", {}),
     ]
-    for tool, args in bad:
-        before = env.state_digest()
-        result = call(tool, args)
-        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
-        assert env.state_digest() == before, (tool, args)
+    for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
+        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert "already open" in call("open_site", {"site": 0})["error"]
     assert call("close_site", {"site": 0})["ok"] and call("view_network", {})["total_cost"] is None
     assert env.outcome()["utility"] == -cost(theta, [0])  # what finalizing the empty network scores
     assert call("finalize_network", {})["ok"] and env.done
     before = env.state_digest()
     assert call("open_site", {"site": 2})["ok"] is False and env.state_digest() == before
-    assert env.outcome().items() >= {"utility": float(-cost(theta, [0])), "terminal": True, "turns_used": 4}.items()
+    assert env.outcome().items() >= {"utility": float(-cost(theta, [0])), "terminal": True, "turns_used": 7}.items()
 
 
 def test_running_out_of_turns_finalizes_the_network_as_it_stands():
@@ -474,7 +471,7 @@ def test_only_finalizing_has_an_advantage_and_it_is_the_regret(theta):
     u_star = brute_force(theta)[0]
     n = theta["n_sites"]
     for trial in range(8):
-        # random openings and closings (some refused: already open, not open), then finalize or run out
+        # random openings and closings (some refused, using their turn: already open, not open), then finalize or run out
         calls = [{"tool": "open_site" if rng.random() < 0.6 else "close_site", "arguments": {"site": int(s)}}
                  for s in rng.integers(0, n, size=2 * n + 2)]
         if trial % 2:
@@ -485,12 +482,13 @@ def test_only_finalizing_has_an_advantage_and_it_is_the_regret(theta):
         chosen, expected, turns, done = set(), [], 0, False
         for call in calls:
             site = call["arguments"].get("site")
-            if done or (call["tool"] == "open_site") == (site in chosen) and call["tool"] != "finalize_network":
+            if done:
                 expected.append(0)
                 continue
-            if call["tool"] != "finalize_network":
+            refused = (call["tool"] == "open_site") == (site in chosen) and call["tool"] != "finalize_network"
+            if call["tool"] != "finalize_network" and not refused:
                 chosen ^= {site}
-                turns += 1
+            turns += 1  # a refused call uses its turn too
             done = call["tool"] == "finalize_network" or turns == budget
             expected.append(-cost(theta, sorted(chosen) or [0]) - u_star if done else 0)
         finish = 0 if done else -cost(theta, sorted(chosen) or [0]) - u_star

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -334,7 +334,7 @@ def test_probes_and_observations_report_theta():
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([5, 4, 3], [[4, 3, 2], [1, 2, 3]], [6, 4])
     out, _ = generated(FAM, 1)
-    env = env_of(FAM, 1, theta, "I")
+    env = env_of(FAM, 1, theta, "I", budget=20)
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert call("add_item", {"item": 0})["ok"]
     bad = [
@@ -350,11 +350,8 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("view_log", {"limit": 0}),
         ("no_such_tool", {}),
     ]
-    for tool, args in bad:
-        before = env.state_digest()
-        result = call(tool, args)
-        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
-        assert env.state_digest() == before, (tool, args)
+    for tool, args in bad:  # the world's three refusals use a turn each, the malformed calls none
+        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert "capacity" in call("add_item", {"item": 1})["error"]
     assert call("remove_item", {"item": 0})["ok"]
     before = env.state_digest()
@@ -362,7 +359,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("submit_selection", {})["ok"] and env.done
     before = env.state_digest()
     assert call("add_item", {"item": 2})["ok"] is False and env.state_digest() == before
-    assert env.outcome().items() >= {"utility": 0.0, "terminal": True, "turns_used": 3}.items()
+    assert env.outcome().items() >= {"utility": 0.0, "terminal": True, "turns_used": 8}.items()
 
 
 def test_in_i_the_headroom_and_the_sums_count_every_lot_from_the_start():

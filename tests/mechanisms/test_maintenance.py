@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import maintenance as mt
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
@@ -472,8 +472,8 @@ def q_star(theta, day, c, action):
 def expected_advantages(theta, calls, seed, budget):
     """(A* of every call, A* of finishing, the wear surprises: Σ cash + V(next) − Q, and the run out
     days' realised − expected value) by the Advantages paragraph: end_day Q − V of the work
-    scheduled, running out the always-run value − V, every other call 0; one turn a successful
-    call, run out at the budget."""
+    scheduled, running out the always-run value − V, every other call 0; one turn a call (accepted
+    or refused by the world), run out at the budget."""
     ticket = tickets(theta, seed)
     day, c, work, turns, per_call, surprise = 0, theta["initial_condition"], RUN, 0, [], Fraction(0)
     idle = FAM.idle_policy(theta)
@@ -492,7 +492,8 @@ def expected_advantages(theta, calls, seed, budget):
         return expectation(theta, idle, day, c) - expectimax(theta, day, c)
 
     for call in calls:
-        value, ok, tool = Fraction(0), not over(), call["tool"]
+        value, live, tool = Fraction(0), not over(), call["tool"]
+        ok = live
         if ok and tool == "end_day":
             value = q_star(theta, day, c, work) - expectimax(theta, day, c)
             cash, after = _one_day(theta, c, work, ticket[day])
@@ -503,8 +504,8 @@ def expected_advantages(theta, calls, seed, budget):
             work = WORK[tool] if ok else work
         elif ok and tool == "cancel_work":
             ok, work = work != RUN, RUN
-        turns += ok
-        if ok and turns == budget and day < theta["horizon"]:
+        turns += live  # accepted or refused by the world, a call uses its turn
+        if live and turns == budget and day < theta["horizon"]:
             value += run_out()
         per_call.append(value)
     finish = Fraction(0) if over() else run_out()

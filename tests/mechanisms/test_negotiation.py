@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import registry
 from vhd.mechanisms import negotiation as neg
 from vhd.schemas.errors import InvalidParams

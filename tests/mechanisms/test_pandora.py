@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import registry
 from vhd.mechanisms import pandora as pan
 from vhd.schemas.errors import InvalidParams
@@ -446,7 +446,7 @@ def test_probes_and_observations_report_theta_and_state():
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make(0, 2, [(3, [(10, 1), (20, 1)]), (2, [(5, 1)]), (4, [(0, 1), (40, 1)])])
     out, _ = generated(FAM, 1)
-    env = env_of(FAM, 1, theta, "I")
+    env = env_of(FAM, 1, theta, "I", budget=30)
     tools = {t.name for t in FAM.tools}
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in tools else tool, args)
     assert call("open_box", {"box": 0})["ok"]
@@ -464,11 +464,8 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("stop_and_take", {"now": True}),
         ("no_such_tool", {}),
     ]
-    for tool, args in bad:
-        before = env.state_digest()
-        result = call(tool, args)
-        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
-        assert env.state_digest() == before, (tool, args)
+    for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
+        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert call("open_box", {"box": 1})["ok"]
     before = env.state_digest()
     result = call("open_box", {"box": 2})  # the cap of 2 is reached
@@ -477,7 +474,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     before = env.state_digest()
     assert call("open_box", {"box": 2})["ok"] is False and env.state_digest() == before
     prize0 = pan.World.draw(theta, 0)[0]
-    assert env.outcome().items() >= {"utility": float(max(prize0, 5) - 5), "terminal": True, "turns_used": 3}.items()
+    assert env.outcome().items() >= {"utility": float(max(prize0, 5) - 5), "terminal": True, "turns_used": 5}.items()
 
 
 def test_running_out_of_turns_keeps_the_best_prize_so_far():

@@ -19,7 +19,7 @@ import pytest
 from pydantic import ValidationError
 from scipy.optimize import minimize
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import qp as QP
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
@@ -366,6 +366,8 @@ def test_module_observations_track_the_plan():
     assert call("allocate", project=0, amount=3.0)["allocated"] == 5.0  # replaces, does not add
     assert call("view_allocation")["allocation"] == {"0": 3.0, "1": 0.0, "2": 2.0}
     assert call("view_budget")["left"] == 5.0
+    # presentation A, no side channel (issue 26): the objective shows once project 0's risk row is read too
+    assert call("view_objective")["objective"] is None and call("get_risk_model", project=0)["ok"]
     obj = call("view_objective")
     assert abs(obj["objective"] - float(objective(theta, [3, 0, 2]))) <= 1e-12
     assert obj["expected_return"] == 44.0
@@ -409,7 +411,7 @@ def test_invalid_calls_are_reported_and_change_nothing(k):
     theta = HAND[5]  # caps 5, 6, 7; budget 10; three projects
     env = env_of(FAM, k, theta)
     assert env.call(out.tool_name("allocate"), {"project": 0, "amount": 4.0})["ok"]
-    before, turns = env.state_digest(), env.outcome()["turns_used"]
+    before = env.state_digest()
     bad = [
         ("allocate", {"project": 0, "amount": 5.000001}),   # over its cap
         ("allocate", {"project": 1, "amount": 6.5}),        # over its cap
@@ -423,12 +425,10 @@ def test_invalid_calls_are_reported_and_change_nothing(k):
         ("release_asset", {"project": 1}),                  # nothing on it
         ("view_journal", {"limit": 0}),
     ]
-    for tool, args in bad:
-        resp = env.call(out.tool_name(tool), args)
-        assert resp["ok"] is False and isinstance(resp["error"], str) and resp["error"], (tool, args)
-        assert env.state_digest() == before and env.outcome()["turns_used"] == turns, (tool, args)
-    resp = env.call("no_such_tool", {})
-    assert resp["ok"] is False and env.state_digest() == before
+    for tool, args in bad:  # the world's refusals use their turn, malformed calls none (`refused`)
+        refused(env, out.tool_name(tool), args)
+    refused(env, "no_such_tool", {})
+    assert env.state_digest() == before
     # within 1e-9 of a cap or of the budget is accepted
     assert env.call(out.tool_name("allocate"), {"project": 2, "amount": 6.0 + 5e-10})["ok"]
 

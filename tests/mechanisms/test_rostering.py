@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -555,15 +555,12 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("view_log", {"limit": 0}),
         ("no_such_tool", {}),
     ]
-    for tool, args in bad:
-        before = env.state_digest()
-        result = call(tool, args)
-        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
-        assert env.state_digest() == before, (tool, args)
+    for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
+        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert call("assign_shift", {"staff": 1, "day": 0, "shift": 1})["ok"]   # the night of day 0
     before = env.state_digest()
-    refused = call("assign_shift", {"staff": 1, "day": 1, "shift": 0})      # unavailable anyway
-    assert refused["ok"] is False and env.state_digest() == before
+    answer = call("assign_shift", {"staff": 1, "day": 1, "shift": 0})      # unavailable anyway
+    assert answer["ok"] is False and env.state_digest() == before
     assert call("unassign_shift", {"staff": 0, "day": 2})["ok"]
     assert call("assign_shift", {"staff": 1, "day": 2, "shift": 0})["ok"]
     # rest rule in both directions: night of day 1 before an early shift on day 2, early after a night
@@ -577,7 +574,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
     assert call("assign_shift", {"staff": 1, "day": 1, "shift": 1})["ok"] is False and env.state_digest() == before
     # published: staff 0 on the night of day 0, staff 1 on the early shift of day 2: 8 + 5 in wages, 3 heads short
     roster = [[1, -1, -1], [-1, -1, 0]]
-    assert env.outcome().items() >= {"utility": float(-cost(theta, roster)), "terminal": True, "turns_used": 7}.items()
+    assert env.outcome().items() >= {"utility": float(-cost(theta, roster)), "terminal": True, "turns_used": 15}.items()
 
 
 def test_running_out_of_turns_publishes_the_roster_as_it_stands():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, play
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, play, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from theta_cases import bumped, smallest_theta
@@ -294,6 +294,14 @@ def test_probes_and_observations_report_theta():
     for j in range(5):
         assert call("assign_job", job=j, machine=plan[j])["ok"]
     loads = [sum(theta["processing"][j] for j in range(5) if plan[j] == k) for k in range(3)]
+    # no side channel (issue 26): a load sums its jobs' times, so it shows only once they are inspected
+    shown = [m["load"] for m in call("view_machine_loads")["machines"]]
+    assert shown == [load if all(plan[j] != k for j in range(5) if j != 3) else None for k, load in enumerate(loads)]
+    assert call("view_makespan")["makespan"] is None
+    assert [a["processing_time"] for a in call("view_assignments")["assignments"]] == [
+        theta["processing"][j] if j == 3 else None for j in range(5)]
+    for j in range(5):
+        assert call("inspect_job", job=j)["ok"]
     assert [m["load"] for m in call("view_machine_loads")["machines"]] == loads
     assert call("view_makespan")["makespan"] == max(loads)
     assert [(a["job"], a["machine"]) for a in call("view_assignments")["assignments"]] == list(enumerate(plan[:5]))
@@ -301,7 +309,8 @@ def test_probes_and_observations_report_theta():
     assert call("unassign_job", job=2)["was_on_machine"] == plan[2]
     assert call("view_log", limit=2)["log"][0]["action"] == "unassign"
     assert call("clear_assignments")["cleared"] == 4 and call("view_assignments")["assignments"] == []
-    assert call("assign_job", job=8, machine=2)["machine_load"] == theta["processing"][8]
+    assert call("assign_job", job=8, machine=2)["machine_load"] is None  # job 8 is not inspected
+    assert call("inspect_job", job=8)["ok"] and call("view_machine_loads")["machines"][2]["load"] == theta["processing"][8]
     done = call("dispatch")
     assert done["put_on_machine_0"] == list(range(8)) and env.done
     assert env.outcome()["utility"] == -max(sum(theta["processing"][:8]), theta["processing"][8])
@@ -332,17 +341,14 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("dispatch", {"now": True}),
         ("no_such_tool", {}),
     ]
-    for tool, args in bad:
-        before = env.state_digest()
-        result = call(tool, args)
-        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
-        assert env.state_digest() == before, (tool, args)
+    for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
+        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert "already assigned to machine 1" in call("assign_job", {"job": 2, "machine": 0})["error"]
     assert "must be <= 1" in call("assign_job", {"job": 0, "machine": 3})["error"]
     assert call("assign_job", {"job": 0, "machine": 1})["ok"] and call("dispatch", {})["ok"] and env.done
     before = env.state_digest()
     assert call("assign_job", {"job": 1, "machine": 1})["ok"] is False and env.state_digest() == before
-    assert env.outcome().items() >= {"utility": -float(3 + 2 + 2), "terminal": True, "turns_used": 3}.items()
+    assert env.outcome().items() >= {"utility": -float(3 + 2 + 2), "terminal": True, "turns_used": 8}.items()
 
 
 def test_a_world_refuses_after_dispatch_even_when_called_directly():
@@ -541,7 +547,8 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
     rng = np.random.default_rng(19)
     for _ in range(12):
         calls, expected, plan, dispatched = _random_calls(theta, rng, 14)
-        steps = step_advantages(FAM, _config(theta), calls)
+        # turns to spare: every call the world answers uses one, refused or not (running out is the next test's)
+        steps = step_advantages(FAM, _config(theta, budget=len(calls) + 1), calls)
         finish = 0 if dispatched else -makespan(theta, plan) - best_reachable(theta, plan)
         assert steps.per_call == [float(a) for a in expected] and steps.finish == finish
         assert steps.utility == -makespan(theta, plan) and steps.total == steps.utility - u_star

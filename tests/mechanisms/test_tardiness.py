@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -372,6 +372,12 @@ def test_probes_and_observations_report_theta():
     for j in seq[:4]:
         assert call("schedule_next", job=j)["ok"]
     ends = list(itertools.accumulate(theta["processing"][j] for j in seq[:4]))
+    # no side channel (issue 26): a completion time sums the times before it, so it shows only once they are read
+    known = next((k for k, j in enumerate(seq[:4]) if j != 3), 4)  # job 3 alone is inspected
+    assert [s["completes_at"] for s in call("view_sequence")["sequence"]] == ends[:known] + [None] * (4 - known)
+    assert call("view_completion_time")["completion_time"] is None and call("view_tardiness")["late_jobs"] is None
+    for j in seq[:4]:
+        assert call("inspect_job", job=j)["ok"]
     assert [s["completes_at"] for s in call("view_sequence")["sequence"]] == ends
     assert call("view_completion_time")["completion_time"] == ends[-1]
     late = sum(theta["weights"][j] * max(0, e - theta["due"][j]) for j, e in zip(seq[:4], ends))
@@ -407,16 +413,13 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("release_schedule", {"now": True}),
         ("no_such_tool", {}),
     ]
-    for tool, args in bad:
-        before = env.state_digest()
-        result = call(tool, args)
-        assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (tool, args)
-        assert env.state_digest() == before, (tool, args)
+    for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
+        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
     assert "already in the sequence" in call("schedule_next", {"job": 2})["error"]
     assert call("schedule_next", {"job": 0})["ok"] and call("release_schedule", {})["ok"] and env.done
     before = env.state_digest()
     assert call("schedule_next", {"job": 1})["ok"] is False and env.state_digest() == before
-    assert env.outcome().items() >= {"utility": float(-cost(theta, [2, 0, 1, 3])), "terminal": True, "turns_used": 3}.items()
+    assert env.outcome().items() >= {"utility": float(-cost(theta, [2, 0, 1, 3])), "terminal": True, "turns_used": 7}.items()
 
 
 def test_a_world_refuses_after_release_even_when_called_directly():

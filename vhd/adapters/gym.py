@@ -125,8 +125,8 @@ def _text(value: Any) -> str:
 def load_module(source: str) -> types.ModuleType:
     module = types.ModuleType("vhd_generated_env")
     exec(compile(source, "<generated module>", "exec"), module.__dict__)  # admitted code; see docs/TRAINING.md
-    if not callable(getattr(module, "create", None)) or getattr(module, "ENV_API", None) != 2:
-        raise TrajectoryFormatError("the module does not implement ENV_API 2 (Env.finish(), the call limit); "
+    if not callable(getattr(module, "create", None)) or getattr(module, "ENV_API", None) != 3:
+        raise TrajectoryFormatError("the module does not implement ENV_API 3 (refusals by the world use their turn); "
                                     "expected a module from this version of vhd (run `vhd refresh`)")
     return module
 

@@ -5,10 +5,12 @@
     >>> env = module.create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
     >>> env.call("view_stock", {})       # the skin's names (a bakery): the family's words, its unit in order_loaves
     {'on_hand': 5, 'in_transit': 0, 'ordered_today': 0, 'capacity': 14, 'ok': True, 'turns_left': 39}
-    >>> env.call("place_order", {"quantity": 2})["error"]   # the canonical name of order_loaves: refused, no turn used
+    >>> env.call("place_order", {"quantity": 2})["error"]   # the canonical name of order_loaves: malformed, free
     "unknown tool 'place_order'; expected one of ['cancel_order', 'end_day', ...]"
     >>> env.call("order_loaves", {"quantity": 2})
     {'ordered_today': 2, 'ok': True, 'turns_left': 38}
+    >>> env.call("order_loaves", {"quantity": 14})   # over the shelf: the world refuses it, and the turn is used
+    {'ok': False, 'error': 'order_loaves: ...', 'turns_left': 37}
 
 The template setter pastes this file's source (without this docstring), then a family's `World`
 class (a `BaseWorld`), then a `SKIN` dict into one module, so the module runs with no part of this
@@ -17,6 +19,12 @@ same `AgentError`. `Env` implements the contract of DESIGN §5: argument validat
 tool's JSON Schema, turn accounting, and all-or-nothing calls (every tool runs inside a SQLite
 savepoint; an `AgentError` rolls the world back and is reported as {"ok": False, "error": ...}).
 A `World` keeps all of its mutable state in the SQLite database, so that rollback is total.
+
+A refusal by the world uses the call's turns, as an accepted call would: what a refused decision
+tells about hidden θ (a cap exceeded, a stop out of reach) is then paid for like a probe, never a
+free oracle. A malformed call (an unknown tool, arguments outside the tool's schema, which in
+presentation A is fitted only to what the instruction tells) and a call that needs more turns than
+are left carry nothing hidden and stay free; the call limit bounds them.
 """
 
 import hashlib
@@ -26,7 +34,7 @@ import random  # noqa: F401  (for World)
 import sqlite3
 import threading
 
-ENV_API = 2  # what a module offers its callers (CHANGELOG.md: 2 added Env.finish(), the call limit, threads)
+ENV_API = 3  # what a module offers its callers (CHANGELOG.md: 3 made a refusal by the world use its turn)
 PRESENTATIONS = ("I", "A")
 
 
@@ -66,6 +74,7 @@ class BaseWorld:
 
     PARAMS = ()
     STATE = ()
+    presentation = "I"  # set by `Env`: in "A" an answer shows no hidden number the player has not read
 
     def __init__(self, db, params, episode_seed, skin):
         missing = [key for key in self.PARAMS if key not in params]
@@ -83,6 +92,15 @@ class BaseWorld:
 
     def _set(self, key, value):
         self.db.execute("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"], (value, key))
+
+    def _mark_read(self, probe, entry):
+        """Record in the state table that the player has read `entry` with `probe` (presentation A's
+        answers show what the player has read, and nothing else hidden)."""
+        self.db.execute("INSERT OR IGNORE INTO %s VALUES (?, 1)" % self.t["state"], ("read %s %s" % (probe, entry),))
+
+    def _was_read(self, probe, entry):
+        return self.db.execute("SELECT 1 FROM %s WHERE key = ?" % self.t["state"],
+                               ("read %s %s" % (probe, entry),)).fetchone() is not None
 
     def _log(self, action, **columns):
         """Append one entry to the log table: its `action` and the named columns."""
@@ -252,6 +270,7 @@ class Env:
         self._lock = threading.RLock()
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._world = World(self._db, config["params"], config["episode_seed"], SKIN)  # noqa: F821  (both follow)
+        self._world.presentation = self._presentation
         limits = self._world.limits(self._presentation)
         self._specs = {tool["name"]: dict(tool, input_schema=fitted(tool["input_schema"], limits.get(tool["canonical"])))
                        for tool in SKIN["tools"]}  # noqa: F821
@@ -261,9 +280,11 @@ class Env:
 
     def rules(self):
         """The rules of play every environment shares (the end of the instruction)."""
-        return ("Rules of play: a refused call (its answer has \"ok\": false) changes nothing and uses no turn. "
-                "The episode also ends after %d tool calls in all, refused ones included; an episode that ends "
-                "early, or that you stop, is finished as when the turns run out." % self._limit)
+        return ("Rules of play: a call the world refuses (its answer has \"ok\": false) changes nothing but uses "
+                "its turns, as an accepted call would; a malformed call (an unknown tool, or arguments outside "
+                "the tool's schema) is refused without using a turn. The episode also ends after %d tool calls "
+                "in all, refused ones included; an episode that ends early, or that you stop, is finished as "
+                "when the turns run out." % self._limit)
 
     @property
     def done(self):
@@ -294,18 +315,16 @@ class Env:
             return {"ok": False, "error": "%s needs %d turns, %d left" % (name, cost, self._budget - self._turns)}
         self._db.execute("SAVEPOINT tool_call")
         try:
-            result = getattr(self._world, "tool_" + spec["canonical"])(**arguments)
+            result, ok = dict(getattr(self._world, "tool_" + spec["canonical"])(**arguments)), True
         except AgentError as exc:
             self._db.execute("ROLLBACK TO tool_call")
-            self._db.execute("RELEASE tool_call")
-            return {"ok": False, "error": "%s: %s" % (name, exc)}
+            result, ok = {"ok": False, "error": "%s: %s" % (name, exc)}, False
         self._db.execute("RELEASE tool_call")
-        self._turns += cost
-        result = dict(result)
+        self._turns += cost  # refused or not: a refusal by the world is paid for like a probe
         if self._turns >= self._budget and not self._world.over():
             self._world.run_out()
             result = self._world.after_run_out(result)
-        result["ok"] = True
+        result["ok"] = ok
         result["turns_left"] = self._budget - self._turns
         return result
 
@@ -325,10 +344,10 @@ class Env:
                     "calls_used": self._calls}
 
     def state_digest(self):
-        """SHA-256 of the whole world state (for the gates' rollback and determinism checks)."""
+        """SHA-256 of the whole world state, the turns used apart (for the gates' rollback checks: a
+        refusal changes nothing in the world, whether or not it used its turn)."""
         with self._lock:
-            dump = "\n".join(self._db.iterdump())
-            return hashlib.sha256(("%s|%d" % (dump, self._turns)).encode("utf-8")).hexdigest()
+            return hashlib.sha256("\n".join(self._db.iterdump()).encode("utf-8")).hexdigest()
 
 
 def create(config):

@@ -434,18 +434,34 @@ class World(BaseWorld):
         return {"depots": [{"site": s, "label": label, "open": bool(o), "opening_cost": f if read else None}
                            for s, label, f, o, read in rows], "towns": self.p["n_towns"]}
 
+    def _surveyed(self):
+        return {row[0] for row in self.db.execute("SELECT town_id FROM %s WHERE surveyed = 1" % self.t["towns"])}
+
+    def _all_read(self):
+        """Whether the player has read every cost the current network's total sums (presentation A:
+        every town surveyed and every open depot's opening cost read); always in I."""
+        if self.presentation != "A":
+            return True
+        unread = self.db.execute("SELECT COUNT(*) FROM %s WHERE is_open = 1 AND cost_read = 0"
+                                 % self.t["depots"]).fetchone()[0]
+        return unread == 0 and len(self._surveyed()) == self.p["n_towns"]
+
     @tool("observe", "Show the open depots and the network's total cost in {currency} if every town is served by "
-          "its cheapest open depot.")
+          "its cheapest open depot (once every cost it sums has been read).")
     def tool_view_network(self):
         total = self._total()
-        return {"open": self._open(), "total_cost": total, "currency": self.v["currency"],
-                "note": "no depot is open" if total is None else "every town uses its cheapest open depot"}
+        note = "no depot is open" if total is None else "every town uses its cheapest open depot"
+        if total is not None and not self._all_read():  # a sum of unread costs would reveal them
+            total, note = None, "the total is shown once every town is surveyed and every open depot's cost read"
+        return {"open": self._open(), "total_cost": total, "currency": self.v["currency"], "note": note}
 
-    @tool("observe", "Show, town by town, which open depot serves it and at what cost.")
+    @tool("observe", "Show, town by town, which open depot serves it and at what cost (a town once surveyed).")
     def tool_view_assignment(self):
         served = {town: (site, cost) for town, site, cost in self._assignment()}
-        return {"towns": [{"town": k, "depot": served[k][0] if k in served else None,
-                           "cost": served[k][1] if k in served else None} for k in range(self.p["n_towns"])]}
+        shown = self._surveyed() if self.presentation == "A" else set(served)
+        return {"towns": [{"town": k, "depot": served[k][0] if k in served and k in shown else None,
+                           "cost": served[k][1] if k in served and k in shown else None}
+                          for k in range(self.p["n_towns"])]}
 
     @tool("observe", "List every town surveyed so far with its service costs.")
     def tool_view_surveys(self):
@@ -526,7 +542,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="facility",
-    version="5",
+    version="6",
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -355,9 +355,9 @@ def random_policy(theta: dict, rng: np.random.Generator) -> np.ndarray:
 def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary calls for the reference_agreement gate: each probe's id at its first and last
     valid number (resource 0 and m − 1, product 0 and n − 1), then the hours the plan uses, read
-    before and after a quantity is set. (The gate's edge sequences try ids from the largest down,
-    each twice, and the tight budget n + 2 can end them before they reach id 0 or the looks.) The
-    rng is not used."""
+    before and after a quantity is set, and every product set exactly at its demand plus TOLERANCE
+    (the largest quantity the World accepts: the gate's edge amounts, each a turn, run out before
+    they reach it under the budget n + 2). The rng is not used."""
     def call(tool, **arguments):
         return {"tool": tool, "arguments": arguments}
 
@@ -367,6 +367,8 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
          call("view_resource_use"), call("set_production", product=0, quantity=1.0), call("view_resource_use")],
         [call("get_profit_sheet", product=0), call("get_profit_sheet", product=last_product),
          call("get_usage_table", resource=last_resource), call("view_resource_use")],
+        [call("set_production", product=j, quantity=d + TOLERANCE) for j, d in enumerate(theta["demand"])]
+        + [call("view_resource_use")],
     ]
 
 

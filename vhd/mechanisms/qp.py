@@ -551,12 +551,14 @@ class World(BaseWorld):
           project=_PROJECT)
     def tool_inspect_project(self, project):
         self._check_project(project)
+        self._mark_read("inspect_project", project)
         return {"project": project, "expected_return_per_unit": self.p["returns"][project]}
 
     @tool("probe", "Read one project's row of the risk model: its loading on every risk factor.",
           reveals=("exposures",), project=_PROJECT)
     def tool_get_risk_model(self, project):
         self._check_project(project)
+        self._mark_read("get_risk_model", project)
         p = self.p
         return {"project": project, "loadings": {"factor %d" % f: row[project] for f, row in enumerate(p["exposures"])},
                 "ridge": p["ridge"], "risk_aversion": p["risk_aversion"],
@@ -585,9 +587,14 @@ class World(BaseWorld):
         return {"budget": self.p["budget"], "allocated": allocated, "left": self.p["budget"] - allocated,
                 "currency": self.v["currency"]}
 
-    @tool("observe", "Show the objective of the current plan: expected return minus the risk penalty.")
+    @tool("observe", "Show the objective of the current plan: expected return minus the risk penalty (in "
+          "presentation A once every project with an amount on it is inspected and its risk row read).")
     def tool_view_objective(self):
         amounts = self._amounts()
+        if self.presentation == "A" and not all(self._was_read("inspect_project", i) and self._was_read("get_risk_model", i)
+                                                for i, x in enumerate(amounts) if x > 0):
+            return {"objective": None, "expected_return": None, "risk_penalty": None,
+                    "note": "shown once every project with an amount is inspected and its risk row read"}
         ret = 0.0
         for r, x in zip(self.p["returns"], amounts):
             ret += r * x
@@ -702,7 +709,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="qp",
-    version="5",
+    version="6",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",

@@ -406,18 +406,25 @@ def probe_calls(theta: dict) -> list[dict]:
 
 
 def belief(theta: dict, read: list[dict]) -> dict:
-    """θ as known after the probe calls `read`: what they showed exact, the rest the stated guess."""
+    """θ as known after the accepted calls `read`: what they showed exact, the rest the stated guess.
+    A probe shows what it reads; a drive shows the minutes of its leg and the stop's payment."""
     n = theta["n_stops"]
     tools = {call["tool"] for call in read}
     inspected = {call["arguments"]["stop"] for call in read if call["tool"] == "inspect_stop"}
     rows = {call["arguments"]["from_stop"] for call in read if call["tool"] == "get_travel_matrix"}
     entries = {(call["arguments"]["from_stop"], call["arguments"]["to_stop"]) for call in read
                if call["tool"] == "get_travel_time"}
+    position, paid = 0, set()
+    for call in read:  # the legs driven, in order
+        if call["tool"] == "drive_to":
+            entries.add((position, call["arguments"]["stop"]))
+            position = call["arguments"]["stop"]
+            paid.add(position)
     cost = theta["travel_cost"] if "get_rate_card" in tools else 1
     points = [list(theta["coordinates"][k]) if k in inspected else list(CENTRE) for k in range(n + 1)]
     travel = [[theta["travel"][i][j] if i in rows or (i, j) in entries else _minutes(points[i], points[j])
                for j in range(n + 1)] for i in range(n + 1)]
-    rewards = [0] + [theta["rewards"][k] if "get_manifest" in tools or k in inspected
+    rewards = [0] + [theta["rewards"][k] if "get_manifest" in tools or k in inspected | paid
                      else cost * (14 + travel[0][k]) for k in range(1, n + 1)]
     return {**theta, "travel_cost": cost, "rewards": rewards, "coordinates": points, "travel": travel}
 
@@ -526,12 +533,14 @@ class World(BaseWorld):
           "visited.", reveals=("rewards", "coordinates"), stop=_stop_arg("stop number (0 is the depot)"))
     def tool_inspect_stop(self, stop):
         row = self._stop(stop)
-        return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "payment": row[4], "status": row[5]}
+        return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "payment": row[4] if stop else 0,
+                "status": row[5]}  # the depot pays nothing
 
     @tool("probe", "Show one row of the travel-time matrix: the minutes from one stop to every stop (stop 0 is the "
           "{site}).", reveals=("travel",), from_stop=_stop_arg("stop to leave from (0 is the depot)"))
     def tool_get_travel_matrix(self, from_stop):
         self._stop(from_stop)
+        self._mark_read("get_travel_matrix", from_stop)
         rows = self.db.execute("SELECT to_stop, minutes FROM %s WHERE from_stop = ? ORDER BY to_stop"
                                % self.t["travel"], (from_stop,)).fetchall()
         return {"from_stop": from_stop, "minutes": [m for _, m in rows], "note": "one entry per stop, 0 the depot"}
@@ -541,6 +550,7 @@ class World(BaseWorld):
     def tool_get_travel_time(self, from_stop, to_stop):
         self._stop(from_stop)
         self._stop(to_stop)
+        self._mark_read("get_travel_time", (from_stop, to_stop))
         return {"from_stop": from_stop, "to_stop": to_stop, "minutes": self._minutes(from_stop, to_stop)}
 
     @tool("probe", "Show what driving costs, in {currency} per minute, and the time budget of the round.",
@@ -582,11 +592,16 @@ class World(BaseWorld):
         position = self._get("position")
         return {"stop": position, "label": self._stop(position)[1], "clock": self._get("clock")}
 
-    @tool("observe", "Show minutes used, minutes left and minutes needed to get back to the {site}.")
+    @tool("observe", "Show minutes used, minutes left and minutes needed to get back to the {site} (in "
+          "presentation A once that travel time is read).")
     def tool_view_clock(self):
         clock, position = self._get("clock"), self._get("position")
+        back = 0 if position == 0 else self._minutes(position, 0)
+        if self.presentation == "A" and position != 0 and not (  # travel times are hidden: a probe reads them
+                self._was_read("get_travel_matrix", position) or self._was_read("get_travel_time", (position, 0))):
+            back = None
         return {"clock": clock, "budget": self.p["budget"], "minutes_left": self.p["budget"] - clock,
-                "minutes_to_depot": 0 if position == 0 else self._minutes(position, 0)}
+                "minutes_to_depot": back}
 
     @tool("observe", "List the stops visited and the stops still open.")
     def tool_view_visited(self):
@@ -657,7 +672,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="routing",
-    version="5",
+    version="6",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",

@@ -358,6 +358,20 @@ class World(BaseWorld):
     def _makespan(self):
         return max(load for _, _, _, load in self._loads())
 
+    def _inspected(self):
+        return {row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"])}
+
+    def _shown_loads(self):
+        """`_loads()` as the player may read them: in presentation A a machine's load is None while
+        a job on it is not inspected (a sum of unread times would reveal them)."""
+        loads = self._loads()
+        if self.presentation != "A":
+            return loads
+        inspected = self._inspected()
+        unread = {k for j, k in self.db.execute("SELECT job_id, machine_id FROM %s" % self.t["assignments"])
+                  if j not in inspected}
+        return [(k, label, count, None if k in unread else load) for k, label, count, load in loads]
+
     def _unassigned(self):
         return [row[0] for row in self.db.execute(
             "SELECT job_id FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) ORDER BY job_id"
@@ -421,7 +435,7 @@ class World(BaseWorld):
             raise AgentError("job %d is already assigned to machine %d; unassign it first" % (job, already))
         self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["assignments"], (job, machine))
         self._log("assign", job_id=job, machine_id=machine)
-        load = [l for k, _, _, l in self._loads() if k == machine][0]
+        load = [l for k, _, _, l in self._shown_loads() if k == machine][0]
         return {"assigned": job, "machine": machine, "machine_load": load}
 
     @tool("decision", "Take one assigned job off its machine.", job=_JOB)
@@ -456,10 +470,10 @@ class World(BaseWorld):
                 "makespan": self._makespan()}
 
     # -- observations -----------------------------------------------------------------------
-    @tool("observe", "Show every machine's number of jobs and load so far.")
+    @tool("observe", "Show every machine's number of jobs and load so far (once its jobs are inspected).")
     def tool_view_machine_loads(self):
         return {"machines": [{"machine": k, "label": label, "jobs": count, "load": load}
-                             for k, label, count, load in self._loads()]}
+                             for k, label, count, load in self._shown_loads()]}
 
     @tool("observe", "List the jobs not yet on a machine and whether each is inspected.")
     def tool_list_unassigned(self):
@@ -468,15 +482,21 @@ class World(BaseWorld):
                                "ORDER BY job_id" % (self.t["jobs"], self.t["assignments"])).fetchall()
         return {"unassigned": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
 
-    @tool("observe", "Show the makespan (largest machine load) of the jobs assigned so far.")
+    @tool("observe", "Show the makespan (largest machine load) of the jobs assigned so far (once they are "
+          "inspected).")
     def tool_view_makespan(self):
-        return {"makespan": self._makespan(), "jobs_assigned": sum(c for _, _, c, _ in self._loads())}
+        loads = self._shown_loads()
+        shown = None if any(load is None for _, _, _, load in loads) else max(load for _, _, _, load in loads)
+        return {"makespan": shown, "jobs_assigned": sum(c for _, _, c, _ in loads)}
 
-    @tool("observe", "Show the assignment table: every assigned job, its machine and its processing time.")
+    @tool("observe", "Show the assignment table: every assigned job, its machine and its processing time (once "
+          "inspected).")
     def tool_view_assignments(self):
         rows = self.db.execute("SELECT a.job_id, j.label, a.machine_id, j.processing FROM %s a JOIN %s j "
                                "ON j.job_id = a.job_id ORDER BY a.job_id" % (self.t["assignments"], self.t["jobs"]))
-        return {"assignments": [{"job": j, "label": label, "machine": k, "processing_time": proc}
+        shown = self._inspected() if self.presentation == "A" else None
+        return {"assignments": [{"job": j, "label": label, "machine": k,
+                                 "processing_time": proc if shown is None or j in shown else None}
                                 for j, label, k, proc in rows.fetchall()]}
 
     @tool("observe", "List every job inspected so far with its processing time.")
@@ -527,7 +547,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="scheduling",
-    version="5",
+    version="6",
     group="probe_budgeted",
     model_class="identical parallel machines, makespan (P||Cmax, assignment)",
     solver="branch and bound over job-machine assignments (exact, integer arithmetic)",

@@ -457,15 +457,32 @@ class World(BaseWorld):
                 "weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"]}
 
     # -- observations -----------------------------------------------------------------------
-    @tool("observe", "Show the sequence built so far with every job's completion time.")
+    def _known(self):
+        """How many jobs at the head of the sequence the player has read every figure of: in
+        presentation A a completion time is shown only when every job up to it is inspected (a
+        completion time sums the times before it), in I always."""
+        timeline = self._timeline()
+        if self.presentation != "A":
+            return len(timeline)
+        inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
+        known = 0
+        while known < len(timeline) and timeline[known][1] in inspected:
+            known += 1
+        return known
+
+    @tool("observe", "Show the sequence built so far with every job's completion time (once it and the jobs "
+          "before it are inspected).")
     def tool_view_sequence(self):
-        return {"sequence": [{"position": pos, "job": job, "label": label, "completes_at": end}
+        known = self._known()
+        return {"sequence": [{"position": pos, "job": job, "label": label, "completes_at": end if pos < known else None}
                              for pos, job, label, _, _, _, end in self._timeline()]}
 
-    @tool("observe", "Show when the last job of the sequence so far completes.")
+    @tool("observe", "Show when the last job of the sequence so far completes (once every job in it is inspected).")
     def tool_view_completion_time(self):
         timeline = self._timeline()
-        return {"jobs_scheduled": len(timeline), "completion_time": timeline[-1][6] if timeline else 0}
+        shown = self._known() == len(timeline)
+        return {"jobs_scheduled": len(timeline),
+                "completion_time": (timeline[-1][6] if timeline else 0) if shown else None}
 
     @tool("observe", "List the jobs not yet in the sequence and whether each is inspected.")
     def tool_list_unscheduled(self):
@@ -477,8 +494,12 @@ class World(BaseWorld):
     @tool("observe", "Show the weighted tardiness in {currency} of the sequence so far and which of its jobs "
           "are late.")
     def tool_view_tardiness(self):
+        timeline = self._timeline()
+        if self._known() < len(timeline):  # presentation A: it sums figures not inspected
+            return {"weighted_tardiness": None, "currency": self.v["currency"], "late_jobs": None,
+                    "note": "shown once every job in the sequence is inspected"}
         late = [{"job": job, "late_by": max(0, end - due), "cost": weight * max(0, end - due)}
-                for _, job, _, _, due, weight, end in self._timeline() if end > due]
+                for _, job, _, _, due, weight, end in timeline if end > due]
         return {"weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"], "late_jobs": late}
 
     @tool("observe", "List every job inspected so far with its processing time, due date and weight.")
@@ -532,7 +553,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="tardiness",
-    version="5",
+    version="6",
     group="probe_budgeted",
     model_class="single-machine weighted tardiness (1||ΣwT, sequencing)",
     solver="dynamic programming over job subsets (exact, integer arithmetic)",

@@ -21,6 +21,7 @@ extends (found with `ast`, so a mutation never lands in a comment or the rest of
 | `shift_horizon` | every read of θ's horizon-like field (`horizon`, `n_periods`…) plus one |
 | `free_probe` | a probe's turn cost set to 0 in the module's tool table |
 | `leak_hidden` | a no-argument observation tool also returns one hidden θ field |
+| `side_channel` | the first decision tool's answer also echoes the last entry of one hidden θ list, which no probe was paid for (deterministic families: a stochastic family's answers report draws of hidden θ by design) |
 | `constant_utility` | `utility()` returns π*'s utility on the first candidate's episode whatever happened |
 | `stale_state` | the runtime's `BaseWorld._set` writes nothing (every World keeps its state table through it) |
 
@@ -303,6 +304,19 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
             node.value = ast.Call(ast.Name("dict", ast.Load()), [node.value], [ast.keyword("leaked", leak)])
         found.append(Mutant("leak_hidden", f"{method.name} returns {key}", _splice(module, world)))
 
+    decisions = [t.name for t in family.tools if t.role == "decision"]
+    lists = [k for k in hidden if isinstance(theta[k], list) and theta[k]]
+    world = _parsed(module)
+    method = next((m for m in world.body if isinstance(m, ast.FunctionDef) and decisions
+                   and m.name == "tool_" + decisions[0]), None)
+    if lists and method is not None and store is not None and not family.stochastic:
+        key = lists[int(rng.integers(len(lists)))]
+        for node in [n for n in ast.walk(method) if isinstance(n, ast.Return) and n.value is not None]:
+            entry = ast.Subscript(value=ast.Subscript(value=store, slice=ast.Constant(key), ctx=ast.Load()),
+                                  slice=ast.UnaryOp(ast.USub(), ast.Constant(1)), ctx=ast.Load())
+            node.value = ast.Call(ast.Name("dict", ast.Load()), [node.value], [ast.keyword("note", entry)])
+        found.append(Mutant("side_channel", f"{method.name} echoes the last entry of {key}", _splice(module, world)))
+
     world = _parsed(module)
     utility = next((m for m in world.body if isinstance(m, ast.FunctionDef) and m.name == "utility"), None)
     if utility is not None:
@@ -325,7 +339,7 @@ def _stale_state(module: str) -> str | None:
     return "".join(lines[:base.lineno - 1]) + ast.unparse(ast.fix_missing_locations(base)) + "\n" + "".join(lines[base.end_lineno:])
 
 
-A_ONLY = ("leak_hidden", "free_probe")  # bugs that only presentation A must not have
+A_ONLY = ("leak_hidden", "free_probe", "side_channel")  # bugs that only presentation A must not have
 
 
 def _diff(original: str, mutated: str) -> str:

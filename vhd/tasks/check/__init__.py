@@ -30,14 +30,14 @@ from vhd.tasks.check.reading import _twin_difference
 from vhd.tasks.check.planning import default_band, in_band, needed_checks
 from vhd.tasks.check.reference import reference_module, reference_runs
 from vhd.tasks.check.sequences import (
-    CALL_PROFILES, IDLE, call_sequences, edge_sequences, edge_values, fuzz_calls, look_sequences, looks, perturbed,
-    random_calls, tailed,
+    CALL_PROFILES, IDLE, call_sequences, edge_sequences, edge_values, fuzz_calls, look_sequences, looks, perturbed, probed,
+    random_calls, tailed, twin_theta,
 )
 
 __all__ = [
     "ANNOTATOR_VERSION", "CALL_PROFILES", "CHECKER_VERSION", "CODE_VERSION", "EXTRA_THETAS", "GATES", "IDLE", "NOT_RUN",
     "RANDOM_TRAJECTORIES", "Candidate", "Evidence", "GateResult", "References", "Verdict", "_job", "_twin_difference",
     "call_sequences", "candidate_from", "check_batch", "check_written", "default_band", "edge_sequences", "edge_values",
-    "fuzz_calls", "in_band", "look_sequences", "looks", "make_candidates", "needed_checks", "perturbed", "random_calls",
-    "reference_module", "reference_runs", "references", "tailed", "to_calls",
+    "fuzz_calls", "in_band", "look_sequences", "looks", "make_candidates", "needed_checks", "perturbed", "probed",
+    "random_calls", "reference_module", "reference_runs", "references", "tailed", "to_calls", "twin_theta",
 ]

@@ -15,11 +15,11 @@ from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks import written
 from vhd.tasks.check.candidates import NOT_RUN, Candidate, GateResult, References, Verdict, references, to_calls
 from vhd.tasks.check.evidence import (
-    FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name, trajectory_names, twin_names,
+    FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name, trajectory_names,
 )
 from vhd.tasks.check.gates import GATES, gate_default_band
 from vhd.tasks.check.reference import reference_runs
-from vhd.tasks.check.sequences import IDLE, call_sequences, fuzz_calls, perturbed, tailed
+from vhd.tasks.check.sequences import IDLE, call_sequences, fuzz_calls, probed, tailed, twin_theta
 from vhd.tasks.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
 from vhd.tasks.solve import unpack_policy
@@ -28,9 +28,14 @@ EXTRA_THETAS = 2
 
 
 def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
-         refs: list[References], sequences: list[list[list[dict[str, Any]]]]) -> dict[str, Any]:
+         refs: list[References], sequences: list[list[list[dict[str, Any]]]],
+         expected: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """The first process's job: each candidate's trajectories (in `evidence.trajectory_names`' order)
-    and fuzz, its twin in presentation A, and EXTRA_THETAS other θ the module must also run on."""
+    and fuzz, its twin in presentation A, and EXTRA_THETAS other θ the module must also run on.
+
+    The twin plays the looks on θ with every hidden number moved, and each call sequence on its
+    own `twin_theta`: every number the sequence's accepted calls showed (those the reference World
+    accepted, `expected`, as the family's `belief` reads them) kept, every other one moved."""
     fuzz = fuzz_calls(setter_output, family)
     looks = [{"tool": setter_output.tool_name(t.name), "arguments": {}} for t in family.tools_with_role("observe")
              if not t.input_schema.get("required")]
@@ -38,7 +43,7 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                                                                       for key in t.input_schema.get("required", [])}}
               for t in family.tools_with_role("probe")]
     episodes = []
-    for c, r, random_sequences in zip(candidates, refs, sequences):
+    for c, r, random_sequences, runs in zip(candidates, refs, sequences, expected):
         optimal = to_calls(setter_output, r.optimal.calls)
         half = len(optimal) // 2
         plays = {name: to_calls(setter_output, ep.calls) for name, ep in r.episodes()}  # what each trajectory plays
@@ -47,10 +52,12 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
         episodes.append({"key": c.env_id, "config": c.config(),
                          "trajectories": [plays[name] for name in trajectory_names(r, len(random_sequences))],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
-        if c.presentation == "A":  # the same episode with every hidden parameter moved
-            theta = {k: perturbed(v) if k in family.hidden else v for k, v in c.model.theta.items()}
+        if c.presentation == "A":  # the same episode with the hidden numbers not paid for moved
+            theta = twin_theta(family, c.model.theta, [])
+            twins = [dict(plays[sequence_name(k)], params=twin_theta(family, c.model.theta, probed(calls, run))
+                          or theta) for k, (calls, run) in enumerate(zip(random_sequences, runs))]
             episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "numbers": False,
-                             "trajectories": [plays[name] for name in twin_names(len(random_sequences))]})
+                             "trajectories": [plays[LOOKS]] + twins})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}
@@ -121,7 +128,7 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
     expected = reference_runs(family, candidates, sequences, limits)
     reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
-    job = _job(family, setter_output, candidates, refs, sequences)
+    job = _job(family, setter_output, candidates, refs, sequences, expected)
     first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
     # the second process replays what `determinism` compares: the candidates' trajectories
     # (not the fuzz, the twins or the extra θ, which only the first run's gates read; and without

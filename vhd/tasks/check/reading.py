@@ -48,31 +48,33 @@ def gate_instruction_agreement(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
-    """Presentation A hides θ's `hidden` fields: only probes, which cost turns, reveal them.
+    """Presentation A hides θ's `hidden` fields: only probes, which cost turns, reveal them, and
+    each reveals only what the family's `belief` says it shows.
 
-    The twin is the same episode (seed, budget, module) with every hidden number moved
-    (`perturbed`). Nothing the player reads without probing may tell the two apart:
+    The twin is the same episode (seed, budget, module) on another θ: the looks on θ with every
+    hidden number moved (`perturbed`), and each call sequence on its own `twin_theta`, which keeps
+    the numbers that the sequence's accepted probes show and moves every other hidden one. Nothing
+    the player reads may tell the two apart unless it was paid for:
 
     - every probe must cost at least one turn (calling each once uses the sum of their costs);
     - the instruction, the tool list (the schemas' bounds fitted to the instance), and the first
       answer of every argument-free observation tool, are the same;
-    - the twin plays every call sequence (`tailed`) the candidate played, and wherever both
-      worlds refuse the call at the same position, the refusal texts are identical: a refusal
-      names the rule that was broken, never a hidden number (a cap, a travel time) nor which of
-      several hidden rules binds (availability or a shift limit). A refusal costs no turn, so a
-      hidden number in it would be free information. The comparison of a sequence stops where
-      the states may legitimately differ (`_twin_difference`): where one world accepts and the
-      other refuses, and past either episode's end; in a stochastic family, once the clock's
-      answers differ (the period's draws depend on hidden θ), two refusals may name different
-      rules, but one rule must read the same, numbers and all;
-    - in a deterministic family, while the world is untouched (no probe, decision or clock call
-      accepted yet in the sequence), every observation tool's answer is identical too,
-      arguments and all.
+    - the twin plays every call sequence the candidate played (`tailed`), and at every position
+      where both worlds refuse, or both accept, the answers are the same (`_twin_difference`): a
+      refusal names the rule that was broken, never a hidden number (a cap, a travel time) nor
+      which of several hidden rules binds; an accepted answer of any role (a decision's, an
+      observation's after decisions, a probe's) shows nothing of an entry no probe of the
+      sequence has read — a decision may report its consequences only through what was read
+      (facility's total cost, a machine's load, a job's completion time are side channels when
+      they sum unread costs). The comparison stops where one world accepts and the other refuses
+      (a refusal uses its turn, so the difference is paid for), and at the call that ends the
+      episode (its answer is the outcome). In a stochastic family only refusals are compared (its
+      hidden θ are distributions, which the draws every answer reports depend on); once an
+      accepted clock answer differs, two refusals may name different rules, but one rule must read
+      the same, numbers and all.
 
-    Accepted answers past that point may differ: every accepted call costs turns, so a
-    decision's answer that reports its consequence (the minutes a drive took, a machine's
-    load) is paid for like a probe. Fails on a free probe or on the first difference above;
-    passes (saying so) when the twin could not be built for this module.
+    Fails on a free probe or on the first difference above; passes (saying so) when the twin could
+    not be built for this module.
     """
     if ev.candidate.presentation != "A":
         return True, "presentation I reveals θ by design"
@@ -95,29 +97,32 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
     twin_sequences = [ev.twin_trajectory(sequence_name(k)) for k in range(len(ev.sequences))]
     for k, (calls, mine, theirs) in enumerate(zip(ev.sequences, ev.sequences_played(), twin_sequences)):
         leak = _twin_difference(mine.get("answers") or [], theirs.get("answers") or [], calls, roles,
-                                ev.family.stochastic)
+                                ev.family.stochastic, blind=ev.family.belief is None)
         if leak:
-            return False, f"call sequence {k}: {leak}, when only hidden parameters change: it leaks them"
+            return False, f"call sequence {k}: {leak}, when only hidden parameters no probe read change: it leaks them"
         compared += not mine.get("exception") and not theirs.get("exception")
-    return True, (f"instruction, observations and refusals invariant to hidden θ ({compared} call sequences "
-                  f"replayed on the twin); probes cost turns")
+    return True, (f"instruction, answers and refusals invariant to the hidden θ not read ({compared} call "
+                  f"sequences replayed on their twins); probes cost turns")
 
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def _twin_difference(mine: list[list[Any]], theirs: list[list[Any]], calls: list[dict[str, Any]],
-                     roles: dict[str, str], stochastic: bool) -> str:
-    """Where two worlds that differ only in hidden θ answered one call sequence differently
-    ('' if nowhere): a refusal text, or (deterministic families) an observation tool's answer
-    while the world is untouched (no probe, decision or clock call accepted yet).
+                     roles: dict[str, str], stochastic: bool, blind: bool = False) -> str:
+    """Where two worlds that differ only in hidden θ no probe of the sequence read answered one
+    call sequence differently ('' if nowhere): a refusal's text, or an accepted answer.
 
-    The comparison stops where one world accepts a call the other refuses, and past either
-    episode's end (its last accepted call: every call after the end is refused). In a
-    stochastic family, once an accepted clock call's answers differ (the period's draws depend
-    on hidden θ, so the visible state may differ by chance from there), two refusals may name
-    different rules; the same rule must still read the same, numbers and all."""
-    untouched, drawn = True, False
+    Compared while both worlds accept or both refuse, up to the call that ends the episode (the
+    last accepted one: every call after the end is refused; its own answer, the outcome, is not
+    compared). In a stochastic family accepted answers are not compared: its hidden θ are
+    distributions whose draws every answer may report, and a moved distribution (its weights no
+    longer summing to their total) is no θ the family samples; once an accepted clock answer
+    differs (the period's draws), two refusals may name different rules, but the same rule must
+    still read the same, numbers and all. `blind` (the family declares no `belief`, so the twin
+    moved what the probes read too): accepted answers are compared up to the first accepted
+    probe only."""
+    drawn = blinded = False
     end = min(max([at for at, (ok, _) in enumerate(answers) if ok], default=-1) for answers in (mine, theirs))
     for at, ((ok, text), (twin_ok, twin_text)) in enumerate(zip(mine[:end + 1], theirs)):
         call = calls[at] if at < len(calls) else {"tool": "the clock", "arguments": {}}
@@ -125,10 +130,16 @@ def _twin_difference(mine: list[list[Any]], theirs: list[list[Any]], calls: list
         if ok != twin_ok:
             return ""
         what = f"call {at} ({call['tool']}{call['arguments']})"
-        if not ok and text != twin_text and not (drawn and NUMBER.sub("#", text) != NUMBER.sub("#", twin_text)):
-            return f"the refusal of {what} reads {text[:150]!r} in one world and {twin_text[:150]!r} in the other"
-        if ok and text != twin_text and untouched and role == "observe" and not stochastic:
-            return f"the answer of {what}, before any probe or decision, differs"
-        untouched = untouched and (role == "observe" or not ok)
-        drawn = drawn or (stochastic and ok and role == "clock" and text != twin_text)
+        if not ok:
+            if text != twin_text and not (drawn and NUMBER.sub("#", text) != NUMBER.sub("#", twin_text)):
+                return f"the refusal of {what} reads {text[:150]!r} in one world and {twin_text[:150]!r} in the other"
+            continue
+        if stochastic:  # the draws depend on hidden θ: from the first that differs, refusals may differ in numbers
+            drawn = drawn or (role == "clock" and text != twin_text)
+            continue
+        blinded = blinded or (blind and role == "probe")  # the twin moved what this probe reads
+        if at == end or blinded:
+            continue
+        if text != twin_text:
+            return f"the answer of {what} differs"
     return ""

@@ -31,6 +31,43 @@ def perturbed(value: Any) -> Any:
     return value + 1 if isinstance(value, int) else value * 1.25 + 0.5
 
 
+def twin_theta(family: Family, theta: dict[str, Any], read: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """θ with every hidden number that the accepted calls `read` did not show moved (`perturbed`),
+    and every number they showed kept: the world a player who made those calls cannot tell from θ
+    by anything paid for. What calls show is the family's `belief`: a number is shown when the
+    belief after `read` follows it (differs between θ and the fully moved θ), a noisy sticker's
+    figure included (a number moved within the sticker's rounding stays moved). None when a probe
+    was read and the family declares no `belief` (what it showed is unknown).
+
+        >>> from vhd.mechanisms import registry
+        >>> theta = {"n_sites": 2, "n_towns": 2, "opening_costs": [30, 40], "service_costs": [[1, 2], [3, 4]]}
+        >>> twin_theta(registry.get("facility"), theta, [{"tool": "survey_town", "arguments": {"town": 1}}])
+        {'n_sites': 2, 'n_towns': 2, 'opening_costs': [31, 41], 'service_costs': [[2, 3], [3, 4]]}
+    """
+    moved = {k: perturbed(v) if k in family.hidden else v for k, v in theta.items()}
+    if family.belief is None:
+        probes = {t.name for t in family.tools_with_role("probe")}
+        return None if any(call["tool"] in probes for call in read) else moved
+    if not read:
+        return moved
+    known, known_moved = family.belief(theta, read), family.belief(moved, read)
+    return {k: _unshown(theta[k], moved[k], known.get(k), known_moved.get(k)) if k in family.hidden else v
+            for k, v in theta.items()}
+
+
+def probed(calls: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls of a canonical call sequence that the reference World's `run` of it accepted: what
+    the family's `belief` reads as the player's knowledge (a probe's reading, a drive's leg)."""
+    return [call for call, (ok, _) in zip(calls, run.get("answers") or []) if ok]
+
+
+def _unshown(true: Any, moved: Any, known: Any, known_moved: Any) -> Any:
+    """`moved` where the belief does not follow the number (not shown), `true` where it does."""
+    if isinstance(true, list) and all(isinstance(x, list) and len(x) == len(true) for x in (moved, known, known_moved)):
+        return [_unshown(*four) for four in zip(true, moved, known, known_moved)]
+    return moved if known == known_moved else true
+
+
 def _random_value(prop: dict[str, Any], rng: np.random.Generator, scale: int) -> Any:
     """A value the schema accepts: near the bottom of the range most of the time, anywhere else."""
     if "enum" in prop:
@@ -141,11 +178,10 @@ def _theta_numbers(value: Any) -> list[float]:
 
 
 def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
-    """Values at the edges of what θ makes valid, inside what the schema accepts. Amounts come
-    largest first (the refusals past a limit, which use no turn, before the accepted calls at its
-    edge); ids from both ends inward (largest, smallest, second largest…): every valid id is
-    accepted and uses a turn, and budgets leave little room beyond π*'s play, so the lowest and the
-    highest are tried before the turns run out:
+    """Values at the edges of what θ makes valid, inside what the schema accepts, from both ends
+    inward (largest, smallest, second largest…): every call the world answers uses a turn, refused
+    or not, and budgets leave little room beyond π*'s play, so the lowest and the highest are tried
+    before the turns run out:
     - integers (ids, counts): 0, 1, -1 and n - 1, n, n + 1, 2n - 1, 2n for every integer n of θ
       and every list length of θ (a schema is wider than the true range, so random ids rarely
       land just past it);
@@ -162,9 +198,11 @@ def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
         found = {x + d for x in numbers for d in (-TOLERANCE_PROBE, 0.0, TOLERANCE_PROBE)}
     else:
         return []
+    if prop.get("type") == "number":  # θ's numbers from both ends inward, each with its two neighbours
+        centres = sorted({x for x in numbers if lo <= x + TOLERANCE_PROBE and x - TOLERANCE_PROBE <= hi}, reverse=True)
+        centres = [centres[k // 2] if k % 2 == 0 else centres[-1 - k // 2] for k in range(len(centres))]
+        return [v for x in centres for v in (x + TOLERANCE_PROBE, x, x - TOLERANCE_PROBE) if lo <= v <= hi]
     ordered = sorted((v for v in found if lo <= v <= hi), reverse=True)
-    if prop.get("type") == "number":
-        return ordered
     return [ordered[k // 2] if k % 2 == 0 else ordered[-1 - k // 2] for k in range(len(ordered))]
 
 

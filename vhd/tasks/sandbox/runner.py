@@ -74,7 +74,7 @@ def _play(module, config, trajectory, finish, numbers=True):
     """Play one trajectory and report what happened. A trajectory is a list of calls, or
     {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
     the turn budget), then PAST_END more CLOCK calls, every answer recorded; or {"calls": [...],
-    "finish": true}. `finish` (or the trajectory's own "finish"): after the calls, the episode is
+    "finish": true}; either dict may carry "params", a θ that replaces the episode's for it. `finish` (or the trajectory's own "finish"): after the calls, the episode is
     ended by the module's `Env.finish()`, the contract's one rule for an unfinished episode.
     `answers` holds one [ok, text] per recorded call: a refusal's error text (at most MAX_REFUSAL
     characters), or the first 12 hex digits of an accepted answer's SHA-256 (the information-hiding
@@ -86,6 +86,8 @@ def _play(module, config, trajectory, finish, numbers=True):
     if isinstance(trajectory, dict):
         calls, then = trajectory["calls"], trajectory.get("then")
         finish = finish or trajectory.get("finish") is True
+        if "params" in trajectory:  # a θ of its own (the information-hiding twin of one call sequence)
+            config = dict(config, params=trajectory["params"])
     else:
         calls, then = trajectory, None
     try:
@@ -137,8 +139,10 @@ def _play(module, config, trajectory, finish, numbers=True):
 
 
 def _digest(env):
+    """The world's state digest and the turns used: an invalid call (malformed, or after the end)
+    must change neither (a refusal by the world uses its turn, but the fuzz makes none)."""
     probe = getattr(env, "state_digest", None)
-    return probe() if callable(probe) else None
+    return "%s|%s" % (probe(), env.outcome().get("turns_used")) if callable(probe) else None
 
 
 def _fuzz(module, config, prefix, calls, rest):

@@ -33,13 +33,13 @@ from vhd.tasks.setters.settings import LLMSettings
 from vhd.tasks.setters.template import render_module
 
 SETTER = "anthropic"
-SETTER_VERSION = "2"
+SETTER_VERSION = "3"
 THETA_GATES = ("default_band",)
 _CODE = re.compile(r"```(python|json)[^\n]*\n(.*?)```", re.S)
 
 SYSTEM = (
     "You write reinforcement-learning environments as one self-contained Python module (standard library "
-    "only; sqlite3 in memory for the relational world). The module defines ENV_API = 2, create(config) and an "
+    "only; sqlite3 in memory for the relational world). The module defines ENV_API = 3, create(config) and an "
     "Env with instruction, tools, call(name, arguments), done, outcome() and finish() (ends an unfinished "
     "episode by the rule for running out of turns), with the exemplars' turn rule and call limit, exactly like "
     "the exemplars; an Env must work when called from any thread. "

@@ -33,7 +33,7 @@ from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord, SetterOutputReco
 from vhd.tasks import AST_LOCK
 
 SETTER = "template"
-SETTER_VERSION = "4"
+SETTER_VERSION = "5"
 _RUNTIME = Path(__file__).parents[2] / "mechanisms" / "_runtime.py"
 
 
