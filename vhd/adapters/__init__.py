@@ -5,7 +5,8 @@ environment (vhd.adapters.gym) and an HTTP server for many episodes (vhd.adapter
     1.0
 
 Every surface gives one reward for one trajectory (docs/TRAINING.md, "One episode, one
-reward"): refused calls use no turn, an episode ends after the module's call limit, an
+reward"): a refusal by the world uses its turn, a malformed call none, an episode ends after
+the module's call limit, an
 unfinished episode is finished by the module's `Env.finish()`, and the rewards are those of
 `vhd score` (`vhd.tasks.score.Grading`): the decision reward from the exact advantages, the step
 rewards, and the outcome reward with the grader's u*, u_default and u_idle.

@@ -13,7 +13,7 @@ typed method per tool, named as the module names it, whose Google-style docstrin
 description with an `Args:` section giving each argument's description (its units) and bounds,
 so that `transformers.utils.get_json_schema(method)` renders the tool's JSON Schema. A call
 returns the tool's result as JSON text; whatever arguments the model sends go to the module
-unchanged, so bad ones are refused calls there (no turn used), as on every other surface.
+unchanged, so bad ones are refused calls there (malformed: no turn used), as on every other surface.
 
 `reset(**row)` starts the row's own episode (its stored seed) and returns the instruction;
 `get_reward()` ends the episode by the module's `Env.finish()` if it is still running and
