@@ -9,8 +9,9 @@ and the step rewards (the Gym wrapper's per-step rewards are the scorer's step r
 step carrying the rest, and sum to the episode's reward), on the empty trajectory (0), π* cut at
 every quarter and without its last call (stopping's last call is the decision to sell: it scored
 1 when the surfaces finished the episode with π*'s last call), refusals only (until the call
-limit ends the episode), π* with a refusal after every call (1, refusals use no turn) and π*
-itself (1, every step reward 0). In presentation F, whose surfaces are `vhd score` and `vhd play`
+limit ends the episode), π* with a malformed call after every call (1: a malformed call uses no
+turn), decision-heavy random calls of which the world refuses some (each refusal using its turn,
+issue 26) and π* itself (1, every step reward 0). In presentation F, whose surfaces are `vhd score` and `vhd play`
 (the adapters refuse F), both give the same reward for π*'s plan, the default's, a malformed plan
 and no submission.
 """
@@ -20,7 +21,9 @@ from __future__ import annotations
 import io
 import json
 import threading
+import types
 
+import numpy as np
 import pytest
 
 from family_kit import admitted_environments
@@ -29,8 +32,9 @@ from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
 from vhd.adapters.play import play
 from vhd.mechanisms import registry
-from vhd.tasks.check import to_calls
+from vhd.tasks.check import CALL_PROFILES, random_calls, to_calls
 from vhd.tasks.oracle import reference_module
+from vhd.tasks.sample import draw
 from vhd.tasks.score import score
 from vhd.mechanisms._runtime import call_limit
 
@@ -38,14 +42,56 @@ FAMILIES = registry.names()
 REFUSED = {"tool": "no_such_tool", "arguments": {}}
 
 
-def trajectories(row):
+def trajectories(row, family, output):
     optimal = row["grader"]["reference_trajectory"]
     quarters = [optimal[: len(optimal) * k // 4] for k in (1, 2, 3)]
     interleaved = [step for call in optimal for step in (call, REFUSED)]
     refusals = [REFUSED] * (call_limit(row["grader"]["config"]["turn_budget"]) + 3)
     return {"empty": [], "quarter": quarters[0], "half": quarters[1], "three_quarters": quarters[2],
             "all_but_the_last_call": optimal[:-1], "refusals_only": refusals, "interleaved": interleaved,
-            "optimal": optimal}
+            "world_refusals": world_refused(row, family, output), "optimal": optimal}
+
+
+def _module(source):
+    module = types.ModuleType("surfaces_module")
+    exec(compile(source, "<surfaces>", "exec"), module.__dict__)
+    return module
+
+
+def world_refused(row, family, output, length=30):
+    """Random calls (decision-heavy) kept while the episode goes on, until `length` are kept: the
+    world refuses many of them, each refusal using its turn (issue 26), so the turns run out."""
+    module, rng, kept = _module(row["module"]), np.random.default_rng(26), []
+    for call in to_calls(output, random_calls(family, family.Params().model_dump(), rng, 400, CALL_PROFILES[1])):
+        env = module.create(row["grader"]["config"])
+        for step in kept + [call]:
+            env.call(step["tool"], step["arguments"])
+        if not env.done or len(kept) + 1 == length:
+            kept.append(call)
+        if len(kept) == length:
+            break
+    return kept
+
+
+def world_refusals(module, config, calls):
+    """How many of `calls` the world refuses, each using its turn (its refusal tells the turns left;
+    a malformed call's does not), on a fresh episode of `module`."""
+    env = module.create(config)
+    return sum(1 for call in calls if not env.done and "turns_left" in (answer := env.call(call["tool"], call["arguments"]))
+               and answer["ok"] is False)
+
+
+def test_the_random_trajectory_has_refusals_by_the_world_in_most_families():
+    """`world_refused` plays what the issue asks of every surface: refusals that use their turn.
+    (A World may have none a player can reach: negotiation's are all behind its fitted schemas.)"""
+    found = {}
+    for family in registry.all():
+        module, output = reference_module(family)
+        _, theta = draw(family, 3)
+        config = {"params": theta, "presentation": "A", "episode_seed": 3, "turn_budget": family.turn_budget(theta)}
+        row = {"module": output.module, "grader": {"config": config}}
+        found[family.name] = world_refusals(module, config, world_refused(row, family, output))
+    assert sum(count > 0 for count in found.values()) >= len(found) - 2, found  # 15 of 16 when written
 
 
 def _episode(env, calls):
@@ -83,7 +129,7 @@ def play_reward(row, calls):
 def test_every_surface_gives_the_same_rewards(name):
     family = registry.get(name)
     for env, row, output, theta, solution in admitted_environments(family):
-        played = trajectories(row)
+        played = trajectories(row, family, output)
         scored = dict(zip(played, score(env, output, theta, family, solution, list(played.values()))))
         server = make_server(row)
         # serve_forever polls for shutdown() every 0.5 s by default: that wait, twice per family

@@ -74,9 +74,9 @@ def play(env: TextToolEnv, lines: TextIO, out: Callable[[str], None]) -> float:
     for call in calls(lines, out, HELP, describe_tools(env)):
         observation, r, terminated, truncated, info = env.step(call)
         out(observation)
-        if terminated:
-            out(f"episode ended: utility {info['utility']:g}, reward {r:.4f}")
-            return r
+        if terminated:  # the last step's reward is the rest; the episode's is `info["reward"]`
+            out(f"episode ended: utility {info['utility']:g}, reward {info['reward']:.4f}")
+            return info["reward"]
     # quit or end of input: the episode is finished by the module's rule, as every surface does
     r, info = env.finish()
     out(f"stopped; the episode was finished as when the turns run out: utility {info['utility']:g}, reward {r:.4f}")
