@@ -7,8 +7,8 @@
 Action: a JSON text (or a dict) {"tool": NAME, "arguments": {...}}. Observation: the tool's
 result as ASCII JSON text; a malformed action gives {"ok": false, "error": "..."} and counts as
 a refused call. The turn rule is the module's (one rule on every surface): a refusal by the world
-uses its turn, a malformed call none, the episode ends when the turns run out, at the clock or done tool, or after the
-module's call limit (refused calls included). Reward: each step's is its decision's exact
+uses its turn, a malformed call none, the episode ends when the turns run out, at the clock or
+done tool, or after the module's call limit (refused calls included). Reward: each step's is its decision's exact
 advantage over the span, A*_t / (E[u*] − E[u0]) (the `step_rewards` of `vhd score`), and the step
 that ends the episode also carries the rest, so that the rewards of an episode sum to its
 decision reward (`reward` of `vhd score`); `info` at the end has `reward`, `outcome_reward` and

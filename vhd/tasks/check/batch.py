@@ -15,7 +15,7 @@ from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks import written
 from vhd.tasks.check.candidates import NOT_RUN, Candidate, GateResult, References, Verdict, references, to_calls
 from vhd.tasks.check.evidence import (
-    FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name, trajectory_names,
+    FINISHED_AT_ONCE, LOOKS, PROBES, Evidence, sequence_name, trajectory_names, twin_names,
 )
 from vhd.tasks.check.gates import GATES, gate_default_band
 from vhd.tasks.check.reference import reference_runs
@@ -54,10 +54,13 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
         if c.presentation == "A":  # the same episode with the hidden numbers not paid for moved
             theta = twin_theta(family, c.model.theta, [])
-            twins = [dict(plays[sequence_name(k)], params=twin_theta(family, c.model.theta, probed(calls, run))
-                          or theta) for k, (calls, run) in enumerate(zip(random_sequences, runs))]
+            twins = {LOOKS: plays[LOOKS]}
+            for k, (calls, run) in enumerate(zip(random_sequences, runs)):
+                own = twin_theta(family, c.model.theta, probed(calls, run))  # None: the probes' reading unknown
+                twins[sequence_name(k)] = plays[sequence_name(k)] if own in (None, theta) else \
+                    dict(plays[sequence_name(k)], params=own)  # (a θ of its own only where it differs)
             episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "numbers": False,
-                             "trajectories": [plays[LOOKS]] + twins})
+                             "trajectories": [twins[name] for name in twin_names(len(random_sequences))]})
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}

@@ -7,7 +7,8 @@ A candidate's module plays, in this order (`trajectory_names`, the one place it 
 the simulator's reference episodes (optimal, default, idle, random_0, ...), every call sequence
 (sequence_0, ...), the episode finished at once (FINISHED_AT_ONCE), one read of every
 argument-free observation tool (LOOKS) and one call of every probe (PROBES). Its twin
-(presentation A, hidden θ moved) plays the looks and the call sequences (`twin_names`).
+(presentation A) plays the looks with hidden θ moved and each call sequence on its own twin θ
+(`sequences.twin_theta`), in `twin_names`' order.
 `batch._job` writes the job in these orders; the gates read the reports through `Evidence`.
 """
 

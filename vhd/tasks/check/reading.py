@@ -53,8 +53,9 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
 
     The twin is the same episode (seed, budget, module) on another θ: the looks on θ with every
     hidden number moved (`perturbed`), and each call sequence on its own `twin_theta`, which keeps
-    the numbers that the sequence's accepted probes show and moves every other hidden one. Nothing
-    the player reads may tell the two apart unless it was paid for:
+    the numbers that the sequence's accepted calls show (a probe's reading, a decision's declared
+    consequence: the family's `belief`) and moves every other hidden one. Nothing the player reads
+    may tell the two apart unless it was paid for:
 
     - every probe must cost at least one turn (calling each once uses the sum of their costs);
     - the instruction, the tool list (the schemas' bounds fitted to the instance), and the first
@@ -101,7 +102,8 @@ def gate_information_hiding(ev: Evidence) -> tuple[bool, str]:
         if leak:
             return False, f"call sequence {k}: {leak}, when only hidden parameters no probe read change: it leaks them"
         compared += not mine.get("exception") and not theirs.get("exception")
-    return True, (f"instruction, answers and refusals invariant to the hidden θ not read ({compared} call "
+    compared_what = "refusals" if ev.family.stochastic else "answers and refusals"
+    return True, (f"instruction, {compared_what} invariant to the hidden θ not read ({compared} call "
                   f"sequences replayed on their twins); probes cost turns")
 
 

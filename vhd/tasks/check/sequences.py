@@ -191,18 +191,19 @@ def edge_values(prop: dict[str, Any], theta: dict[str, Any]) -> list[Any]:
         sizes = [v for v in theta.values() if isinstance(v, int) and not isinstance(v, bool)]
         sizes += [len(v) for v in theta.values() if isinstance(v, (list, tuple))]
         found = {0, 1, -1} | {n + d for n in sizes for d in (-1, 0, 1)} | {2 * n - 1 for n in sizes} | {2 * n for n in sizes}
-    elif prop.get("type") == "number":
+        return _inward(v for v in found if lo <= v <= hi)
+    if prop.get("type") == "number":  # θ's numbers from both ends inward, each with its two neighbours
         numbers = sorted(set(_theta_numbers(list(theta.values()))))
         if len(numbers) > 40:  # evenly spread, ends kept
             numbers = [numbers[round(i * (len(numbers) - 1) / 39)] for i in range(40)]
-        found = {x + d for x in numbers for d in (-TOLERANCE_PROBE, 0.0, TOLERANCE_PROBE)}
-    else:
-        return []
-    if prop.get("type") == "number":  # θ's numbers from both ends inward, each with its two neighbours
-        centres = sorted({x for x in numbers if lo <= x + TOLERANCE_PROBE and x - TOLERANCE_PROBE <= hi}, reverse=True)
-        centres = [centres[k // 2] if k % 2 == 0 else centres[-1 - k // 2] for k in range(len(centres))]
-        return [v for x in centres for v in (x + TOLERANCE_PROBE, x, x - TOLERANCE_PROBE) if lo <= v <= hi]
-    ordered = sorted((v for v in found if lo <= v <= hi), reverse=True)
+        reach = _inward(x for x in numbers if lo <= x + TOLERANCE_PROBE and x - TOLERANCE_PROBE <= hi)
+        return [v for x in reach for v in (x + TOLERANCE_PROBE, x, x - TOLERANCE_PROBE) if lo <= v <= hi]
+    return []
+
+
+def _inward(values: Any) -> list[Any]:
+    """`values` from both ends inward: the largest, the smallest, the second largest…"""
+    ordered = sorted(values, reverse=True)
     return [ordered[k // 2] if k % 2 == 0 else ordered[-1 - k // 2] for k in range(len(ordered))]
 
 
