@@ -9,7 +9,7 @@ from vhd.tasks.annotate import make_candidates
 from vhd.tasks.check import check_batch
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.sample import sample_models
-from vhd.tasks.selftest import mutants
+from vhd.tasks.mutants import mutants
 from vhd.tasks.solve import solve_models
 from vhd.tasks.synthesize import synthesize
 
@@ -117,7 +117,7 @@ def test_pandora_without_opening_cap_is_rejected():
 
 
 def test_flip_operator_leaves_the_returned_observation_dict_alone():
-    from vhd.tasks.selftest import _outside_messages
+    from vhd.tasks.mutants import _outside_messages
     import ast
 
     method = ast.parse("def tool_end(self):\n    day = self.day + 1\n    out = {'left': self.h - day}\n"

@@ -179,7 +179,7 @@ def test_scale_cost_skips_an_id_bound_past_the_fitted_schema():
     family's own schemas are used: there an n inside their range is mutated."""
     import numpy as np
 
-    from vhd.tasks.selftest import mutants
+    from vhd.tasks.mutants import mutants
 
     family, output, candidates = _admitted("scheduling")
     theta = candidates[0].model.theta
@@ -214,7 +214,7 @@ def test_drop_check_skips_a_raise_the_next_statement_repeats():
     planted here in its add_item.)"""
     import numpy as np
 
-    from vhd.tasks.selftest import mutants
+    from vhd.tasks.mutants import mutants
 
     family, output, candidates = _admitted("knapsack")
     short = 'raise AgentError("lot %d does not fit: it would push some resource past its capacity" % item)'

@@ -9,7 +9,8 @@ from conftest import run_vhd
 from vhd.mechanisms import registry
 from vhd.tasks.check import check_batch
 from vhd.tasks.pipeline import check_models
-from vhd.tasks.selftest import mutants, selftest
+from vhd.tasks.mutants import mutants
+from vhd.tasks.selftest import selftest
 
 FAMILY = registry.get("inventory_dp")
 
