@@ -556,8 +556,8 @@ class World(BaseWorld):
             (f"The season ends after period {h - 1}, or as soon as the last unit is sold; units left then are bought "
              f"back by the {v['supplier']} at a fixed salvage price per unit."),
             (f"Your score is the revenue from sales plus the salvage, in {v['currency']}. You have {turn_budget} "
-             "turns: every successful tool call uses its turn cost; when they run out, sales close for the rest of "
-             "the season and the units left are bought back."),
+             "turns: every tool call the world answers uses its turn cost; when they run out, sales close for "
+             "the rest of the season and the units left are bought back."),
         ]
         if presentation == "I":
             lines += [

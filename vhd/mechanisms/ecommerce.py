@@ -939,9 +939,9 @@ class World(BaseWorld):
                  f"{p['cash_cap']} {cur} is transferred to the owner's account; it still counts. Stock left after "
                  "the last day is worthless.")
         score = ("Your score is the owner's account plus the final cash minus the opening cash. You have "
-                 f"{turn_budget} turns: every successful tool call uses its turn cost; when they run out, today's "
-                 "order is dropped and the remaining days are closed with the current price and ads and no new "
-                 "orders.")
+                 f"{turn_budget} turns: every tool call the world answers uses its turn cost; when they run "
+                 "out, today's order is dropped and the remaining days are closed with the current price and "
+                 "ads and no new orders.")
         lines = [self.skin["narrative"], "", opening, daily, demand, rules, score, ""]
         if presentation == "I":
             boosted = [d for d in range(7) if p["weekday_boost"][d]]

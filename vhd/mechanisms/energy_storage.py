@@ -664,8 +664,8 @@ class World(BaseWorld):
         prices = ("The price of an hour is its regime's base price plus an add-on for the hour of day. Energy "
                   "still stored after the last hour is bought back at a fixed price per unit.")
         score = (f"Your score is the cash you gain by the end, in {v['currency']}. You have {turn_budget} turns: "
-                 "every successful tool call uses its turn cost; when they run out, this hour's schedule is dropped "
-                 "and the remaining hours pass idle.")
+                 "every tool call the world answers uses its turn cost; when they run out, this hour's schedule "
+                 "is dropped and the remaining hours pass idle.")
         lines = [self.skin["narrative"], "", about, rules, prices, score, ""]
         if presentation == "I":
             base = ", ".join(f"{labels[r]} {x}" for r, x in enumerate(p["regime_prices"]))

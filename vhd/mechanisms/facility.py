@@ -521,7 +521,7 @@ class World(BaseWorld):
             "Open and close depots with %s and %s; %s ends the episode. Your score is minus the total cost of the "
             "final network: the opening costs of the open depots plus every town's service cost. Finalizing with "
             "no depot open opens depot 0 alone." % (n["open_site"], n["close_site"], n["finalize_network"]),
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the network "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the network "
             "is finalized as it stands." % turn_budget,
         ]
         if presentation == "I":

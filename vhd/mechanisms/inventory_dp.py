@@ -629,7 +629,7 @@ class World(BaseWorld):
                 v["supplier"], n["place_order"], n["cancel_order"], n["end_day"]),
             "Storage holds %s, counting what is on hand, in transit and ordered today. Stock left after "
             "the last day is sold off; orders still in transit then are lost." % self._count(p["capacity"]),
-            "Your score is the cash you gain by the end. You have %d turns: every successful tool call uses "
+            "Your score is the cash you gain by the end. You have %d turns: every tool call the world answers uses "
             "its turn cost; when they run out, the remaining days pass with no new orders." % turn_budget,
             "The forecast sticker gives the mean daily demand of each weekday, from weekday 0 to 6 (day d has "
             "weekday d %% 7; each mean may be up to 70 %% off, either way): %s %s." % (  # 70 %: STICKER_ERROR

@@ -549,7 +549,7 @@ class World(BaseWorld):
             "Build a selection with %s and %s (%s empties it); a lot that would push any resource past its "
             "capacity is refused. %s ends the episode and your score is the total value of the submitted lots."
             % (n["add_item"], n["remove_item"], n["clear_selection"], n["submit_selection"]),
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the "
             "selection is submitted as it stands." % turn_budget,
         ]
         told = self._theta_lines() if presentation == "I" else self._probe_lines()

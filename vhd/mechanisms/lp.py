@@ -635,7 +635,7 @@ class World(BaseWorld):
             "unit profit times quantity, in %s." % (n["close_plan"], v["currency"]),
             "Demand limits (at most this many %s can be sold): %s." % (
                 v["unit"], ", ".join("product %d: %d" % (j, d) for j, d in enumerate(p["demand"]))),
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the plan "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the plan "
             "as it stands is produced." % turn_budget,
         ]
         told = self._theta_lines() if presentation == "I" else self._probe_lines()

@@ -629,7 +629,7 @@ class World(BaseWorld):
             "%s installs a new machine (condition 0 tomorrow) for the replacement cost, earning nothing that day. "
             "%s undoes today's scheduled work." % (n["schedule_maintenance"], n["replace_machine"], n["cancel_work"]),
             "After the last day the machine is sold for the salvage value of its condition. Your score is the cash "
-            "you end with (the ledger starts at 0). You have %d turns: every successful tool call uses its turn "
+            "you end with (the ledger starts at 0). You have %d turns: every tool call the world answers uses its turn "
             "cost; when they run out, today's work is dropped and the remaining days pass with no work." % turn_budget,
         ]
         if presentation == "I":

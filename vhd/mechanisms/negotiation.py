@@ -581,7 +581,7 @@ class World(BaseWorld):
             "Every round that passes without a deal costs a delay cost; if no deal is made by the end of the last "
             "round you get the outside option. Your score is the sale price (or the outside option) minus the "
             "delay costs paid.",
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the remaining "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the remaining "
             "rounds pass with no offers." % turn_budget,
         ]
         if presentation == "I":

@@ -665,8 +665,9 @@ class World(BaseWorld):
             "single best prize found, or the fallback prize of %d %s if nothing opened beats it." % (
                 n["open_box"], self._count(p["max_open"], "boxes", "box"), n["stop_and_take"], p["fallback"],
                 v["currency"]),
-            "Your score is the prize you keep minus every fee you paid. You have %d turns: every successful "
-            "tool call uses its turn cost; when they run out, you keep the best prize found so far." % turn_budget,
+            "Your score is the prize you keep minus every fee you paid. You have %d turns: every "
+            "tool call the world answers uses its turn cost; when they run out, you keep the best prize found "
+            "so far." % turn_budget,
         ]
         if presentation == "I":
             lines += ["", "Boxes (fee; prize: chance out of the box's total weight):"]

@@ -674,7 +674,7 @@ class World(BaseWorld):
             "Your score is the objective of the committed plan: sum_i r_i x_i - risk_aversion * (sum over "
             "factors f of (sum_i a_fi x_i)^2 + ridge * sum_i x_i^2), where x_i is the amount on project i, r_i "
             "its expected return per %s and a_fi its loading on factor f." % v["currency"],
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the current "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the current "
             "allocation is committed as it stands." % turn_budget,
         ]
         told = self._theta_lines() if presentation == "I" else self._probe_lines()

@@ -815,7 +815,7 @@ class World(BaseWorld):
             "Build the roster with %s, %s and %s (a call that breaks a rule is refused); %s ends the episode. "
             "Your score is minus the total cost of the published roster (wages plus shortage penalties)."
             % (n["assign_shift"], n["unassign_shift"], n["clear_date"], n["publish_roster"]),
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the roster is "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the roster is "
             "published as it stands." % turn_budget,
         ]
         told = self._theta_lines() if presentation == "I" else self._probe_lines()

@@ -635,7 +635,7 @@ class World(BaseWorld):
             "depot within the time budget of %d minutes from that stop. End the round with %s, which drives "
             "straight back to the depot." % (n["drive_to"], p["budget"], n["return_to_depot"]),
             "Your score is the payments collected minus the cost of every minute driven, the drive home "
-            "included. Staying at the depot scores 0. You have %d turns: every successful tool call uses its "
+            "included. Staying at the depot scores 0. You have %d turns: every tool call the world answers uses its "
             "turn cost; when they run out, the van drives straight home." % turn_budget,
         ]
         told = self._theta_lines() if presentation == "I" else self._probe_lines()

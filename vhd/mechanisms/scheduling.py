@@ -526,7 +526,7 @@ class World(BaseWorld):
             "Build the plan with %s (put a job on a machine), %s and %s. %s ends the episode: any job not yet "
             "assigned is put on machine 0, and your score is minus the makespan, the largest machine load."
             % (n["assign_job"], n["unassign_job"], n["clear_assignments"], n["dispatch"]),
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the plan is "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the plan is "
             "dispatched as it stands (unassigned jobs on machine 0)." % turn_budget,
         ]
         if presentation == "I":

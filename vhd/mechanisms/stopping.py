@@ -473,7 +473,7 @@ class World(BaseWorld):
             "next day's offer arrives. Declining the offer of the last day ends the episode with no sale." % (
                 n["accept_offer"], n["decline_offer"]),
             "Your score is the accepted offer minus the storage fees (a fee per day waited, times the day "
-            "number of the sale); with no sale it is 0. You have %d turns: every successful tool call uses its "
+            "number of the sale); with no sale it is 0. You have %d turns: every tool call the world answers uses its "
             "turn cost; when they run out, the lot goes back unsold." % turn_budget,
             "The forecast sticker puts the average offer at %d %s (it may be up to 25 %% off, either way); "
             "buyers offer one of %d amounts, independently from day to day." % (

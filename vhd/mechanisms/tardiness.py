@@ -530,7 +530,7 @@ class World(BaseWorld):
             "sequence is appended in index order, and your score is minus the total weighted tardiness, "
             "the sum over jobs of weight × max(0, completion time − due date)."
             % (n["schedule_next"], n["unschedule_last"], n["clear_schedule"], n["release_schedule"]),
-            "You have %d turns: every successful tool call uses its turn cost; when they run out, the sequence "
+            "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the sequence "
             "is released as it stands (unscheduled jobs appended in index order)." % turn_budget,
         ]
         if presentation == "I":
