@@ -237,7 +237,7 @@ def test_a_tailed_sequence_is_played_by_the_clock_to_the_end_and_past_it():
     family, output, candidates = _admitted("inventory_dp")
     module, reference = reference_module(family)
     config = candidates[0].config()
-    run = _play(module, config, tailed(family, reference, []), None)
+    run = _play(module, config, tailed(family, reference, [], config["turn_budget"]), None)
     days = candidates[0].model.theta["horizon"]
     assert run["terminal"] is True and run["turns_used"] == days
     assert len(run["obs_numbers"]) == days + PAST_END and run["errors"] == PAST_END  # the days, then refusals

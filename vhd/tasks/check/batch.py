@@ -47,7 +47,8 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
         optimal = to_calls(setter_output, r.optimal.calls)
         half = len(optimal) // 2
         plays = {name: to_calls(setter_output, ep.calls) for name, ep in r.episodes()}  # what each trajectory plays
-        plays.update({sequence_name(k): tailed(family, setter_output, calls) for k, calls in enumerate(random_sequences)})
+        plays.update({sequence_name(k): tailed(family, setter_output, calls, c.turn_budget)
+                      for k, calls in enumerate(random_sequences)})
         plays.update({FINISHED_AT_ONCE: IDLE, LOOKS: looks, PROBES: probes})
         episodes.append({"key": c.env_id, "config": c.config(),
                          "trajectories": [plays[name] for name in trajectory_names(r, len(random_sequences))],

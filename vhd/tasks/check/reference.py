@@ -21,7 +21,7 @@ def reference_runs(family: Family, candidates: list[Candidate], sequences: list[
     _, output = reference_module(family)
     job = {"module": output.module, "episodes": [
         {"key": c.env_id, "config": c.config(),
-         "trajectories": [tailed(family, output, calls) for calls in seqs] + [IDLE]}
+         "trajectories": [tailed(family, output, calls, c.turn_budget) for calls in seqs] + [IDLE]}
         for c, seqs in zip(candidates, sequences)]}
     result = run_job(job, limits, hash_seed=0).settled()  # a wall_timeout is retried, not a verdict
     failed = {"exception": f"the reference World's sandbox run ended {result.status}: {result.message}"}

@@ -111,10 +111,15 @@ def random_calls(family: Family, knobs: dict[str, Any], rng: np.random.Generator
     return calls
 
 
-def tailed(family: Family, setter_output: SetterOutputRecord, calls: list[dict[str, Any]]) -> dict[str, Any]:
+def tailed(family: Family, setter_output: SetterOutputRecord, calls: list[dict[str, Any]],
+           turn_budget: int) -> dict[str, Any]:
     """A call sequence in the module's tool names, played on by the clock to the end of the
-    episode and `runner.PAST_END` calls past it (`runner._play`)."""
-    return {"calls": to_calls(setter_output, calls), "then": setter_output.tool_name(family.tools_with_role("clock")[0].name)}
+    episode and `runner.PAST_END` calls past it (`runner._play`), with `turn_budget` (the
+    candidate's) and one turn more for each of its calls: a refusal by the world uses a turn, so
+    under the candidate's own budget a sequence of refusals would end before the rules it aims
+    at (a module must be right under any budget; the reference World plays the same)."""
+    return {"calls": to_calls(setter_output, calls), "then": setter_output.tool_name(family.tools_with_role("clock")[0].name),
+            "turn_budget": turn_budget + len(calls)}
 
 
 def call_sequences(family: Family, candidate: Candidate, refs: References) -> list[list[dict[str, Any]]]:

@@ -74,7 +74,7 @@ def _play(module, config, trajectory, finish, numbers=True):
     """Play one trajectory and report what happened. A trajectory is a list of calls, or
     {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
     the turn budget), then PAST_END more CLOCK calls, every answer recorded; or {"calls": [...],
-    "finish": true}; either dict may carry "params", a θ that replaces the episode's for it. `finish` (or the trajectory's own "finish"): after the calls, the episode is
+    "finish": true}; either dict may carry "params" and "turn_budget", which replace the episode's for it. `finish` (or the trajectory's own "finish"): after the calls, the episode is
     ended by the module's `Env.finish()`, the contract's one rule for an unfinished episode.
     `answers` holds one [ok, text] per recorded call: a refusal's error text (at most MAX_REFUSAL
     characters), or the first 12 hex digits of an accepted answer's SHA-256 (the information-hiding
@@ -88,6 +88,8 @@ def _play(module, config, trajectory, finish, numbers=True):
         finish = finish or trajectory.get("finish") is True
         if "params" in trajectory:  # a θ of its own (the information-hiding twin of one call sequence)
             config = dict(config, params=trajectory["params"])
+        if "turn_budget" in trajectory:  # a budget of its own (a call sequence: `sequences.tailed`)
+            config = dict(config, turn_budget=trajectory["turn_budget"])
     else:
         calls, then = trajectory, None
     try:
