@@ -58,6 +58,11 @@ def play(family: Family, k: int, env: Any, canonical_calls: list[dict[str, Any]]
     return [env.call(out.tool_name(call["tool"]), call["arguments"]) for call in canonical_calls]
 
 
+def named(family: Family, out: SetterOutputRecord, tool: str) -> str:
+    """The module's name of a canonical tool of `family`; any other name (a made-up tool) as it is."""
+    return out.tool_name(tool) if tool in {t.name for t in family.tools} else tool
+
+
 def refused(env: Any, name: str, arguments: Any) -> dict[str, Any]:
     """Make a call the module must refuse, and check the rules of play on it: the answer is a
     structured refusal, the world's state is unchanged, and the turns used grow by the tool's turn

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, refused
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -351,7 +351,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("no_such_tool", {}),
     ]
     for tool, args in bad:  # the world's three refusals use a turn each, the malformed calls none
-        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+        refused(env, named(FAM, out, tool), args)
     assert "capacity" in call("add_item", {"item": 1})["error"]
     assert call("remove_item", {"item": 0})["ok"]
     before = env.state_digest()

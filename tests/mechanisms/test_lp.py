@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, refused
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play
 from vhd.mechanisms import lp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams

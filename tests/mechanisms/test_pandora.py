@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, refused
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.mechanisms import pandora as pan
 from vhd.schemas.errors import InvalidParams
@@ -465,7 +465,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("no_such_tool", {}),
     ]
     for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
-        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+        refused(env, named(FAM, out, tool), args)
     assert call("open_box", {"box": 1})["ok"]
     before = env.state_digest()
     result = call("open_box", {"box": 2})  # the cap of 2 is reached

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, refused
+from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -556,7 +556,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("no_such_tool", {}),
     ]
     for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
-        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+        refused(env, named(FAM, out, tool), args)
     assert call("assign_shift", {"staff": 1, "day": 0, "shift": 1})["ok"]   # the night of day 0
     before = env.state_digest()
     answer = call("assign_shift", {"staff": 1, "day": 1, "shift": 0})      # unavailable anyway

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, play, refused
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, play, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from theta_cases import bumped, smallest_theta
@@ -342,7 +342,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("no_such_tool", {}),
     ]
     for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
-        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+        refused(env, named(FAM, out, tool), args)
     assert "already assigned to machine 1" in call("assign_job", {"job": 2, "machine": 0})["error"]
     assert "must be <= 1" in call("assign_job", {"job": 0, "machine": 3})["error"]
     assert call("assign_job", {"job": 0, "machine": 1})["ok"] and call("dispatch", {})["ok"] and env.done

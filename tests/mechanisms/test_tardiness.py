@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, refused
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.sample import draw
@@ -414,7 +414,7 @@ def test_invalid_calls_are_reported_and_leave_state_unchanged():
         ("no_such_tool", {}),
     ]
     for tool, args in bad:  # the world's refusals use a turn each, the malformed calls none
-        refused(env, out.tool_name(tool) if tool in [t.name for t in FAM.tools] else tool, args)
+        refused(env, named(FAM, out, tool), args)
     assert "already in the sequence" in call("schedule_next", {"job": 2})["error"]
     assert call("schedule_next", {"job": 0})["ok"] and call("release_schedule", {})["ok"] and env.done
     before = env.state_digest()
