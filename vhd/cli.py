@@ -848,7 +848,9 @@ def play(env_id: str = typer.Argument(..., help="environment id (or a unique pre
 def eval_(
     agent: str = typer.Option(..., "--agent", help="scripted: oracle (π*'s calls), default, idle, random (seeded "
                               "valid random policy), greedy (a myopic heuristic per family), prober (in A reads "
-                              "the probes it can afford, then plays the optimum of what it read); or an LLM: "
+                              "the probes it can afford, then plays the optimum of what it read), sidechannel (in A also learns θ from "
+                              "refusals, decision answers and observations, then plays the optimum of what it "
+                              "inferred); or an LLM: "
                               "anthropic:MODEL (Messages tool use) or openai:BASE_URL:MODEL (chat completions)"),
     preset_name: str = typer.Option("diagnostic", "--preset", help="which families to evaluate (diagnostic: "
                                     "inventory_dp, knapsack, lp, qp, routing)"),

@@ -166,6 +166,24 @@ def test_sample_determinism_bounds_and_params():
             FAM.params(bad)
 
 
+def test_sampled_spans_are_a_sizeable_share_of_the_stakes():
+    """The reward's scale u* − u0 (u0 = max(u_default, u_idle)) is not a sliver of what the episode is
+    worth: over 30 θ drawn as the pipeline draws them (bench/spans.py measures every family), its
+    median is at least 20 % of u* − u_idle (the value of waiting rather than taking the first offer)
+    and 10 % of u*. A fee that makes waiting dear would break it: the default's mean threshold is
+    then near π*'s (issue 26)."""
+    from vhd.tasks.sample import draw
+
+    of_play, of_u_star = [], []
+    for seed in range(30):
+        _, theta = draw(FAM, seed)
+        s = FAM.solve(theta)
+        span = s.u_star - max(s.u_default, s.u_idle)
+        of_play.append(span / (s.u_star - s.u_idle))
+        of_u_star.append(span / s.u_star)
+    assert float(np.median(of_play)) >= 0.20 and float(np.median(of_u_star)) >= 0.10, (of_play, of_u_star)
+
+
 # --- the rendered module and the real gates (the generic ones are in tests/test_contract.py) ---
 
 

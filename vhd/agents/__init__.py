@@ -12,6 +12,7 @@
 | `random` | a valid random policy of the family (`Family.random_policy`, seeded by (episode seed, episode index)), cut at the turn budget |
 | `greedy` | a myopic heuristic per family (`vhd/agents/greedy.py`); in A, like the prober, it reads the probes it can afford and applies the heuristic to what it read (a family without `probe_calls`/`belief`: it pays for every no-argument probe and reads θ) |
 | `prober` | in A, reads every probe it can afford after keeping back π*'s turns, then plays the exact optimum of what it read (`vhd/agents/prober.py`); in F and I, where θ is told, π* |
+| `sidechannel` | an adversary: in A, like the prober, but it also spends up to half its spare turns on refusals, decision answers and observations that could tell candidate θ apart, keeps the candidates whose answers match, and plays the best plan over them (`vhd/agents/sidechannel.py`); in F and I, π* |
 
 A policy (π*, default, idle, random, greedy) is a feedback rule over the world's state (an
 order per (day, stock) for inventory, a plan for the one-shot families). It is turned into
@@ -36,7 +37,7 @@ from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
 
-SCRIPTED = ("oracle", "default", "idle", "random", "greedy", "prober")
+SCRIPTED = ("oracle", "default", "idle", "random", "greedy", "prober", "sidechannel")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
         return t.family.idle_policy(theta)
     if agent == "random":
         return t.family.random_policy(theta, np.random.default_rng([t.env.episode_seed, episode, 0xA6E7]))
-    if agent == "prober":  # θ is told (F, I), or the family declares no probe beliefs: π*, as stored
+    if agent in ("prober", "sidechannel"):  # θ is told (F, I), or the family declares no probe beliefs: π*, as stored
         from vhd.tasks.solve import unpack_policy
 
         return unpack_policy(t.solution.policy)
@@ -91,6 +92,12 @@ def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
         plan_of = (lambda known: greedy_policy(t.family, known)) if agent == "greedy" else None
         read, play = probe_then_play(t.family, t.model.theta, "A", t.env.turn_budget, t.env.episode_seed, plan_of)
         return to_calls(t.setter_output, read + play)
+    if agent == "sidechannel" and t.env.presentation == "A" and reads_probes(t.family):
+        from vhd.agents.sidechannel import infer_then_play
+        from vhd.tasks.check import to_calls
+
+        run = infer_then_play(t.family, t.model.theta, t.model.knobs, t.env.turn_budget, t.env.episode_seed)
+        return to_calls(t.setter_output, run.calls)
     policy = _policy(agent, t, episode)
     if t.env.presentation == "F":
         from vhd.tasks import written
