@@ -67,10 +67,6 @@ class Budget:
         return ""
 
 
-def _cost(family: Family, calls: list[dict[str, Any]]) -> int:
-    return turns_of(family, calls)
-
-
 def _reduced(family: Family, calls: list[dict[str, Any]], keeps) -> list[dict[str, Any]]:
     """`calls` with probes dropped, the most expensive first (ties: the last read first), while
     `keeps(rest)` holds."""
@@ -144,5 +140,5 @@ def measure(family: Family, theta: dict[str, Any], solution: Solution | None = N
     s = solution or family.solve(theta)
     return Budget(budget=family.turn_budget(theta) if budget is None else budget,
                   play=play_turns(family, theta, s.policy, s.u_star),
-                  full_reading=_cost(family, full_reading(family, theta)),
-                  needed_reading=_cost(family, needed_reading(family, theta, s.u_star, s.u_default)))
+                  full_reading=turns_of(family, full_reading(family, theta)),
+                  needed_reading=turns_of(family, needed_reading(family, theta, s.u_star, s.u_default)))

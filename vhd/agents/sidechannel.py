@@ -47,7 +47,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -96,6 +96,13 @@ class Worlds:
     def create(self, theta: dict[str, Any]) -> Any:
         return self.module.create({**self.config, "params": theta})
 
+    def after(self, theta: dict[str, Any], calls: list[dict[str, Any]]) -> Any:
+        """A fresh episode on θ with `calls` made."""
+        env = self.create(theta)
+        for call in calls:
+            self.call(env, call)
+        return env
+
     def call(self, env: Any, call: dict[str, Any]) -> dict[str, Any]:
         return env.call(self.output.tool_name(call["tool"]), call["arguments"])
 
@@ -118,10 +125,7 @@ class Worlds:
             undos: dict[str, dict[str, Any] | None]) -> tuple[list[dict[str, Any]], list[str]]:
         """`prefix` then `block`, each accepted call of the block undone (in reverse): (the block's
         calls as issued, undos included; their answers, serialised)."""
-        env = self.create(theta)
-        for call in prefix:
-            self.call(env, call)
-        return self.block(env, block, undos)
+        return self.block(self.after(theta, prefix), block, undos)
 
     def block(self, env: Any, block: list[dict[str, Any]], undos: dict[str, dict[str, Any] | None],
               ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -247,19 +251,14 @@ def _undo(worlds: Worlds, thetas: list[dict[str, Any]], prefix: list[dict[str, A
     does is usable with the first undo that restores every such world's state (logs apart)."""
     undo, changed = None, False
     for theta in thetas:
-        env = worlds.create(theta)
-        for c in prefix:
-            worlds.call(env, c)
+        env = worlds.after(theta, prefix)
         before = worlds.state(env)
         if not worlds.call(env, call).get("ok") or worlds.state(env) == before:
             continue
         changed = True
         options = [undo] if undo is not None else _undo_candidates(worlds.family, call)
         for option in options:
-            trial = worlds.create(theta)
-            for c in prefix + [call, option]:
-                worlds.call(trial, c)
-            if worlds.state(trial) == before:
+            if worlds.state(worlds.after(theta, prefix + [call, option])) == before:
                 undo = option
                 break
         else:
@@ -338,48 +337,32 @@ def _mismatch(worlds: Worlds, theta: dict[str, Any], read: list[dict[str, Any]],
     """How many values of the exploration's answers differ on `theta` from those seen (the calls
     replayed as issued; a world that does not start differs everywhere)."""
     try:
-        env = worlds.create(theta)
+        env = worlds.after(theta, read)
     except (ValueError, KeyError, IndexError, TypeError):
         return 10 ** 9
-    for call in read:
-        worlds.call(env, call)
     return sum(len(_leaves(_shown(worlds.call(env, call))) ^ _leaves(answer)) for call, answer in zip(explored, seen))
+
+
+def _walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every leaf of a decoded answer, in order."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+    if items is None:
+        yield path, value
+        return
+    for k, v in items:
+        yield from _walk(v, f"{path}/{k}")
 
 
 def _leaves(answer: str) -> set[tuple[str, str]]:
     """(path, value) of every value in a serialised answer."""
-    found = set()
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, path + "/" + k)
-        elif isinstance(value, list):
-            for k, v in enumerate(value):
-                walk(v, path + "/" + str(k))
-        else:
-            found.add((path, repr(value)))
-
-    walk(json.loads(answer), "")
-    return found
+    return {(path, repr(value)) for path, value in _walk(json.loads(answer))}
 
 
 def _numbers_in(answers: list[str]) -> list[float]:
-    found: list[float] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value not in found:
-            found.append(value)
-
-    for answer in answers:
-        walk(json.loads(answer))
-    return found
+    """Every distinct number the answers show, in order of appearance."""
+    numbers = (v for answer in answers for _, v in _walk(json.loads(answer))
+               if isinstance(v, (int, float)) and not isinstance(v, bool))
+    return list(dict.fromkeys(numbers))
 
 
 def refine(worlds: Worlds, start: dict[str, Any], read: list[dict[str, Any]], explored: list[dict[str, Any]],
@@ -412,9 +395,7 @@ def refine(worlds: Worlds, start: dict[str, Any], read: list[dict[str, Any]], ex
 def _answers_same(worlds: Worlds, a: dict[str, Any], b: dict[str, Any], read: list[dict[str, Any]],
                   explored: list[dict[str, Any]]) -> bool:
     def answers(theta: dict[str, Any]) -> list[str]:
-        env = worlds.create(theta)
-        for call in read:
-            worlds.call(env, call)
+        env = worlds.after(theta, read)
         return [_shown(worlds.call(env, call)) for call in explored]
     try:
         return answers(a) == answers(b)
@@ -458,9 +439,7 @@ def infer_then_play(family: Family, theta: dict[str, Any], knobs: dict[str, Any]
                             explore_turns)
     used = sum(turns_of(family, b) + sum(1 for c in b if undos.get(_key(c))) for b in chosen)
     read = affordable(family, theta, spare - used)
-    env = worlds.create(theta)  # the true world: what the agent is answered
-    for call in read:
-        worlds.call(env, call)
+    env = worlds.after(theta, read)  # the true world: what the agent is answered
     explored, seen = [], []
     for block in chosen:
         before = worlds.state(env)
