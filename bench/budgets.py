@@ -4,7 +4,8 @@
     PYTHONPATH=. python bench/budgets.py --families lp,routing
 
 Prints a markdown table: per family the budget's median, the medians of π*'s play, the full
-reading and the needed reading (vhd/agents/budget.py), and the share of θ whose budget binds.
+reading and the needed reading (vhd/tasks/budget.py), and the share of θ whose budget binds: in
+a family declaring BUDGET_BINDS, the share of in-band A candidates the default_band gate admits.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 from statistics import median
 
-from vhd.agents.budget import measure
+from vhd.tasks.budget import measure
 from vhd.mechanisms import registry
 from vhd.tasks.sample import draw
 
@@ -23,8 +24,8 @@ def main() -> None:
     parser.add_argument("--families", default="", help="comma list (default: every family with probe beliefs)")
     args = parser.parse_args()
     names = [n for n in args.families.split(",") if n] or [f.name for f in registry.all() if f.belief is not None]
-    print("| family | θ in band | budget | π*'s play | full reading | needed reading | binds |")
-    print("|---|---|---|---|---|---|---|")
+    print("| family | BUDGET_BINDS | θ in band | budget | π*'s play | full reading | needed reading | binds |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         family = registry.get(name)
         rows = []
@@ -37,7 +38,7 @@ def main() -> None:
         if not rows:
             continue
         binds = sum(b.binds for b in rows)
-        print(f"| {name} | {len(rows)} | "
+        print(f"| {name} | {'yes' if family.budget_binds else 'no'} | {len(rows)} | "
               f"{median(b.budget for b in rows):g} | {median(b.play for b in rows):g} | "
               f"{median(b.full_reading for b in rows):g} | {median(b.needed_reading for b in rows):g} | "
               f"{binds}/{len(rows)} ({100 * binds / len(rows):.0f} %) |", flush=True)

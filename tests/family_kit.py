@@ -95,6 +95,18 @@ def failed(verdicts: list[Verdict]) -> set[str]:
     return {g.name for v in verdicts for g in v.gates if not g.passed}
 
 
+def unbound(v: Verdict) -> bool:
+    """Rejected only because θ's turn budget does not bind in presentation A (default_band's
+    `planning.budget_binds`): a verdict on θ, which tests/test_budget.py measures, not on the module."""
+    return not v.admitted and failed([v]) == {"default_band"} and any(
+        g.name == "default_band" and g.message.startswith("in presentation A") for g in v.gates)
+
+
+def fit(v: Verdict) -> bool:
+    """Admitted, or refused by the binding-budget check alone: the module passed every gate on θ."""
+    return v.admitted or unbound(v)
+
+
 def mutant_verdicts(family: Family, run: CheckedBatch, old: str, new: str, which: int = 0) -> list[Verdict]:
     """The gates' verdicts on output `which` of a gated run with `old` (found exactly once in its
     module) replaced by `new`, over that output's own candidates, every one of them played (on a

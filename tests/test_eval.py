@@ -17,6 +17,8 @@ from vhd.warehouse import Warehouse
 
 MODELS = 3  # per family: 9 candidates (F, I, A of three θ), so that random and greedy have signal in every family
 SEED = 14
+# routing's A binds for some θ only: its own seed admits every presentation, random above 0 in each
+SEEDS = {"routing": 21}
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def diagnostic_db(tmp_path_factory):
     with Warehouse.open(path) as wh, wh.transaction():
         for name in DIAGNOSTIC_FAMILIES:
             family = registry.get(name)
-            run = check_models(family, count=MODELS, seed=SEED, presentations=("F", "I", "A"))
+            run = check_models(family, count=MODELS, seed=SEEDS.get(name, SEED), presentations=("F", "I", "A"))
             rows = [annotate(family, v) for v in run.verdicts]
             solutions = {v.candidate.solution.solution_id: v.candidate.solution for v in run.verdicts}
             wh.insert(run.models)
@@ -57,19 +59,19 @@ def _family_means(db, agent):
 def test_oracle_scores_one_and_default_zero_everywhere(diagnostic_db):
     oracle = _eval(diagnostic_db, "--agent", "oracle")
     assert set(oracle["families"]) == set(DIAGNOSTIC_FAMILIES)
-    assert all(set(cells) == {"F", "I", "A"} for cells in oracle["families"].values())
+    assert all(set(cells) == {"F", "I", "A"} for cells in oracle["families"].values()), oracle["families"]
     assert all(v == 1.0 for cells in oracle["families"].values() for v in cells.values())
     assert oracle["mean"] == {"F": 1.0, "I": 1.0, "A": 1.0} and oracle["gaps"] == {"F-I": 0.0, "I-A": 0.0}
     default = _eval(diagnostic_db, "--agent", "default", "--presentations", "I,A")
     assert all(set(cells) == {"I", "A"} for cells in default["families"].values())
-    assert all(v == 0.0 for cells in default["families"].values() for v in cells.values())
+    assert all(v == 0.0 for cells in default["families"].values() for v in cells.values()), default["families"]
 
 
 @pytest.mark.parametrize("agent, episodes", [("random", 8), ("greedy", 1)])
 def test_random_and_greedy_fall_strictly_between(diagnostic_db, agent, episodes):
     out = _eval(diagnostic_db, "--agent", agent, "--episodes", str(episodes))
     means, rows = _family_means(diagnostic_db, agent)
-    assert all(0.0 < m < 1.0 for m in means.values()), means
+    assert all(0.0 < m < 1.0 for m in means.values()), sorted(means.items())
     # the printed table is the stored episodes' table
     for family, cells in out["families"].items():
         for p, value in cells.items():

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from vhd.agents import SCRIPTED, trajectory
-from vhd.agents.prober import probe_then_play, reserved_turns
+from vhd.agents.prober import probe_then_play
 from vhd.agents.sidechannel import Worlds, infer_then_play
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.advantage import decision_grade
+from vhd.tasks.budget import reserved_turns
 from vhd.tasks.check import to_calls
 from vhd.tasks.check.sequences import twin_theta
 from vhd.tasks.oracle import reference_module

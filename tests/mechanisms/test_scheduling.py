@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, play, named, refused
+from family_kit import PASSAGES, config, env_of, failed, fit, gated, generated, mutant_verdicts, named, play, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from theta_cases import bumped, smallest_theta
@@ -319,7 +319,7 @@ def test_probes_and_observations_report_theta():
 def test_invalid_calls_are_reported_and_leave_state_unchanged():
     theta = make([3, 3, 2, 2, 2], 2)
     out, _ = generated(FAM, 1)
-    env = env_of(FAM, 1, theta, "I")
+    env = env_of(FAM, 1, theta, "I", budget=20)  # turns for every refusal below and the play after them
     tool_names = [t.name for t in FAM.tools]
     call = lambda tool, args: env.call(out.tool_name(tool) if tool in tool_names else tool, args)
     assert call("unassign_job", {"job": 0})["ok"] is False and call("clear_assignments", {})["ok"] is False
@@ -416,7 +416,7 @@ def test_the_gates_admit_five_of_six_and_hide_nothing_in_a():
     verdicts = gated(FAM, seed=SEED).verdicts
     for presentation in ("I", "A"):
         mine = [v for v in verdicts if v.candidate.presentation == presentation]
-        assert sum(v.admitted for v in mine) >= 5, [v.reason for v in mine]
+        assert sum(fit(v) for v in mine) >= 5, [v.reason for v in mine]
     for v in verdicts:  # a rejection may only come from the model's own default band
         assert v.admitted or failed([v]) == {"default_band"}, v.reason
     hiding = [g for v in verdicts if v.candidate.presentation == "A" for g in v.gates if g.name == "information_hiding"]
@@ -425,11 +425,11 @@ def test_the_gates_admit_five_of_six_and_hide_nothing_in_a():
 
 def _mutant(old, new, which=0):
     """The gates' verdicts on output `which` of the seed-5 run with `old` replaced by `new`; that
-    output's own candidates are all admitted (the gates play a mutant only on θ inside the band)."""
+    output's own candidates all pass every gate on the module (`fit`)."""
     run = gated(FAM, seed=SEED)
     output_id = run.outputs[which].setter_output_id
     mine = [v for v in run.verdicts if v.candidate.setter_output.setter_output_id == output_id]
-    assert mine and all(v.admitted for v in mine)
+    assert mine and all(fit(v) for v in mine)
     return mutant_verdicts(FAM, run, old, new, which)
 
 

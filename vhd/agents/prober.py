@@ -32,27 +32,12 @@ import numpy as np
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.budget import reserved_turns
 
 
 def reads_probes(family: Family) -> bool:
     """Whether the family tells the prober what its probes show (`probe_calls` and `belief`)."""
     return family.probe_calls is not None and family.belief is not None
-
-
-def turns_of(family: Family, calls: list[dict[str, Any]]) -> int:
-    """The turns canonical `calls` use if every one is accepted."""
-    return sum(family.tool(call["tool"]).turn_cost for call in calls)
-
-
-RESERVE_SEEDS = 16  # the episodes π*'s longest play is taken over (fixed seeds: not the episode's own draws)
-
-
-def reserved_turns(family: Family, theta: dict[str, Any], policy: np.ndarray) -> int:
-    """The turns kept back for playing: the longest of π*'s plays on RESERVE_SEEDS fixed episode
-    seeds (one in a deterministic family). Fixed seeds, so what is kept back does not tell the
-    agent how this episode's draws will go (π* accepting on the first day of this seed)."""
-    seeds = range(RESERVE_SEEDS if family.stochastic else 1)
-    return max(turns_of(family, family.simulate(theta, policy, seed).calls) for seed in seeds)
 
 
 def affordable(family: Family, theta: dict[str, Any], budget: int) -> list[dict[str, Any]]:

@@ -51,9 +51,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from vhd.agents.prober import affordable, reads_probes, reserved_turns, turns_of
+from vhd.agents.prober import affordable, reads_probes
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams, VhdError
+from vhd.tasks.budget import reserved_turns, turns_of
 from vhd.tasks.check.sequences import edge_sequences, looks
 from vhd.tasks.oracle import reference_module
 

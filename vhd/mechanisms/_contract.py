@@ -233,6 +233,10 @@ class Family:
     # with θ's form (belief(θ, probe_calls(θ)) == θ; belief(θ, []) does not depend on hidden θ)
     probe_calls: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
     belief: Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]] | None = None
+    # `BUDGET_BINDS = True`: the family's turn budget is made to bind in presentation A (vhd/tasks/budget.py:
+    # π*'s play with every probe does not fit, with the probes π* depends on it does), and the
+    # default_band gate admits an A environment only where it does (needs probe_calls and belief)
+    budget_binds: bool = False
 
     @classmethod
     def of(cls, namespace: dict[str, Any], **data: Any) -> Family:
@@ -247,7 +251,7 @@ class Family:
         The names are `CONVENTION`'s, each declared beside what it describes: `World` becomes `world`,
         `HIDDEN` `hidden`, `DEFAULT_BAND` `default_band`, `TABLES` `tables` (a World that lists its
         tables in `SCHEMA` needs none) and the module docstring `doc`; plan_spec, boundary_calls, the
-        three decision-reward functions, probe_calls and belief are optional. `knob_ranges` are the
+        three decision-reward functions, probe_calls, belief and BUDGET_BINDS are optional. `knob_ranges` are the
         `sampled` ranges of the Params knobs (`knob`), `plan_format` the docstring's Plan section. A
         keyword wins over anything found in `namespace`."""
         found = {key: namespace[name] for key, name in CONVENTION.items() if namespace.get(name) is not None}
@@ -314,7 +318,7 @@ CONVENTION = {"Params": "Params", "sample": "sample", "solve": "solve", "default
               "decision_values": "decision_values", "decision_state": "decision_state", "advantage": "advantage",
               "probe_calls": "probe_calls", "belief": "belief",
               "world": "World", "doc": "__doc__", "turn_budget": "turn_budget", "hidden": "HIDDEN",
-              "default_band": "DEFAULT_BAND", "tables": "TABLES"}
+              "default_band": "DEFAULT_BAND", "tables": "TABLES", "budget_binds": "BUDGET_BINDS"}
 REQUIRED = ("Params", "sample", "solve", "default_policy", "idle_policy", "random_policy", "evaluate", "simulate",
             "world", "doc", "turn_budget", "hidden", "default_band", "tables")
 

@@ -34,10 +34,10 @@ Tools
     one per town) reveal all of them. The A instruction states the ranges: an opening cost is
     20 … 30m + 20, a service cost 0 … 705 (demand 1 … 5 times a distance 0 … 141 on the 100 × 100
     map); an entry not read is guessed at the middle of its range (15m + 20, 352). No probe is
-    noisy and there are no stickers: the default rule reads the true costs. The budget n + 2 fits
-    any network (n openings and the finalization) and one turn more, so after π*'s own |S*| + 1
-    turns only n + 1 − |S*| of the n + m probes can be paid for: which towns and depots to look at
-    is a choice. A town not surveyed is, to that guess, equally dear from every depot, so it does
+    noisy and there are no stickers: the default rule reads the true costs. The budget n + 4 fits
+    any network (n openings and the finalization) and three turns more, so after π*'s own |S*| + 1
+    turns only n + 3 − |S*| of the n + m probes can be paid for: which towns and depots to look at
+    is a choice (A environments are admitted where that binds: `BUDGET_BINDS`). A town not surveyed is, to that guess, equally dear from every depot, so it does
     not sway the choice of depots at all.
 
 Plan
@@ -233,7 +233,7 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary calls for the reference_agreement gate: each id argument at its first and last
     valid number (town 0 and m − 1, depot 0 and n − 1), a probe twice, a depot opened and closed,
     then the matching observation. (The gate's edge sequences try ids from the largest down, each
-    twice, and the tight budget n + 2 ends them before they reach id 0.) The rng is not used."""
+    twice, and the turns may run out before they reach id 0.) The rng is not used."""
     first_town, last_town, first_site, last_site = 0, theta["n_towns"] - 1, 0, theta["n_sites"] - 1
 
     def call(tool, **arguments):
@@ -267,11 +267,15 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """Open every depot and finalize, and one turn more: room for any network (π*'s and the
-    default's), but in presentation A not for reading every depot and town as well (n + m
-    probes): what to look at is a choice."""
-    return theta["n_sites"] + 2
+    """Open every depot and finalize, and three turns more (n + 4): room for any network (π*'s and
+    the default's) and for the depots and towns π*'s choice depends on, but in presentation A not
+    for reading every depot and town as well (n + m probes): what to look at is a choice
+    (`vhd/tasks/budget.py` measures both)."""
+    return theta["n_sites"] + 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,7 +546,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="facility",
-    version="6",
+    version="7",
     group="probe_budgeted",
     model_class="uncapacitated facility location (mixed-integer program)",
     solver="facility-location MILP, branch and bound (scipy.optimize.milp, HiGHS)",

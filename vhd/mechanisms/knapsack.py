@@ -284,10 +284,16 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """Add every lot and submit, and one turn more: room for any selection, but in presentation A
-    not for reading every lot as well (n + 1 probes): what to inspect is a choice."""
-    return theta["n_items"] + 2
+    """One and a half turns per lot (n + n // 2, and n + 1 at least: any selection and the submit
+    fit): room for π*'s selection with the lots its choice depends on read, but in presentation A
+    not for reading every lot and the capacities (n + 1 probes) as well: what to inspect is a
+    choice (`vhd/tasks/budget.py` measures both)."""
+    n = theta["n_items"]
+    return n + max(1, n // 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,7 +582,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="knapsack",
-    version="6",
+    version="7",
     group="near_ood",
     model_class="multi-dimensional 0/1 knapsack (integer program)",
     solver="0/1 MILP, branch and bound (scipy.optimize.milp, HiGHS)",

@@ -41,9 +41,10 @@ Tools
     its (read or guessed) total hours per unit (margins are 1 … 5 per hour), a capacity at 30 % of
     the (read or guessed) hours that meeting every demand would need on the resource (15 … 45 %).
     No probe is noisy and there are no stickers: the default fill reads the true θ. The budget
-    n + 2 fits any plan (a quantity per product and the close) and one turn more, so after π*'s
-    own turns (one per product it makes, and the close) only n + 1 − (products made) of the
-    n + m + 1 probes can be paid for: what to find out is a choice.
+    n + m + 3 fits any plan (a quantity per product and the close), so after π*'s own turns (one
+    per product it makes, and the close) only n + m + 2 − (products made) of the n + m + 1 probes
+    can be paid for: what to find out is a choice. A environments are admitted where that binds
+    (`BUDGET_BINDS`: not every probe fits, the ones π* depends on do).
 
 Plan
     a vector of n = products real numbers: x[j] is the quantity of product j (0 ≤ x[j] ≤
@@ -356,8 +357,8 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary calls for the reference_agreement gate: each probe's id at its first and last
     valid number (resource 0 and m − 1, product 0 and n − 1), then the hours the plan uses, read
     before and after a quantity is set, and every product set exactly at its demand plus TOLERANCE
-    (the largest quantity the World accepts: the gate's edge amounts, each a turn, run out before
-    they reach it under the budget n + 2). The rng is not used."""
+    (the largest quantity the World accepts, which the gate's edge amounts step over). The rng is
+    not used."""
     def call(tool, **arguments):
         return {"tool": tool, "arguments": arguments}
 
@@ -390,11 +391,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """One call per product and the close, and one turn more: room for any plan (π*'s and the
-    default's), but in presentation A not for reading every profit, usage row and the capacities
-    as well (n + m + 1 probes): what to find out is a choice."""
-    return theta["products"] + 2
+    """n + m + 3 turns: π*'s plan (a call per product it makes and the close) with the profits,
+    usage rows and capacities it depends on read, but in presentation A not every one of the
+    n + m + 1 probes as well: what to find out is a choice (`vhd/tasks/budget.py` measures both)."""
+    return theta["products"] + theta["resources"] + 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,7 +671,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="lp",
-    version="5",
+    version="6",
     group="near_ood",
     model_class="linear programme (continuous production planning)",
     solver="HiGHS (scipy.optimize.linprog method='highs') + exact rational vertex recovery",

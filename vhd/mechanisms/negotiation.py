@@ -66,9 +66,11 @@ Advantages
 Episode end
     after an accepted offer, after `walk_away`, or after the last round passes with no deal;
     when the turn budget runs out the remaining rounds pass with no offers (no deal: the
-    outside option minus H delay costs). The budget is H + 1 turns: an offer every round (π*'s
-    and the default's longest play) and one turn more; in A every probe read is a round's offer
-    risked, and the K + 2 probes never all fit after π*'s play (H ≤ K).
+    outside option minus H delay costs). The budget is max(H, K) + 1 turns (K possible
+    values; a sampled θ has H ≤ K): an offer every round (π*'s and the default's longest play)
+    and K + 1 − H turns more; in A the
+    K + 2 probes never all fit after π*'s play, and A environments are admitted where the probes
+    π*'s offers depend on do (`BUDGET_BINDS`).
 """
 
 from __future__ import annotations
@@ -351,10 +353,14 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
     return float(Fraction(int(chosen) - int(row.max()), int(mass[b + 1])))
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """An offer in every round (π*'s and the default's longest play) and one turn more: in
-    presentation A there is room for a probe or two, not for the K + 2 of them (H ≤ K)."""
-    return theta["horizon"] + 1
+    """max(H, K) + 1 turns (K value points, H rounds; a sampled θ has H ≤ K): an offer in every
+    round (π*'s and the default's longest play) with the survey points π*'s offers depend on read,
+    but in presentation A not all K + 2 probes as well (`vhd/tasks/budget.py` measures both)."""
+    return max(theta["horizon"], len(theta["value_points"])) + 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,7 +625,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="negotiation",
-    version="5",
+    version="6",
     group="train",
     model_class="finite-horizon Bayesian sequential pricing (hidden reservation value)",
     solver="backward recursion over (round, price bound) (numpy, integer)",

@@ -35,9 +35,10 @@ Tools
 
     Presentation A hides the returns, the caps, the loadings and the forecast; it tells the
     budget, the risk aversion and the ridge, the ranges the generator draws from (returns 2 … 30,
-    caps 2 … 12, loadings −1 … 3) and the forecast's error. The turn budget 2(n + 1) fits any
-    plan (n allocations and a commit) and leaves n + 1 turns or more for probing, out of the
-    3n + 1 probe calls that show everything: the forecast and part of the projects' files. A
+    caps 2 … 12, loadings −1 … 3) and the forecast's error. The turn budget 3n + 1 fits any
+    plan (n allocations and a commit) and leaves 2n turns or more for probing, out of the 3n + 1
+    probe calls that show everything: the forecast and part of the projects' files (A
+    environments are admitted where that binds: `BUDGET_BINDS`). A
     player's stated guess for what it did not read (`belief`): a return the forecast's (the
     middle of its range, 16, before the forecast is read), a cap and a loading the middle of
     their ranges (7 and 1).
@@ -390,11 +391,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """An allocation per project and a commit (any plan, the default's and π*'s among them), and as
-    many turns again: in presentation A room for the forecast and a third of the 3n per-project
-    probes, not for all of them, so what to find out is a choice."""
-    return 2 * (theta["assets"] + 1)
+    """3n + 1 turns: π*'s plan (an allocation per project it funds and a commit) with what it
+    depends on read, but in presentation A not the forecast and all 3n per-project probes as well,
+    so what to find out is a choice (`vhd/tasks/budget.py` measures both)."""
+    return 3 * theta["assets"] + 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -709,7 +713,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="qp",
-    version="6",
+    version="7",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",

@@ -38,10 +38,11 @@ Tools
     it tells n, the time budget, the grid (0 … 30), the travel rule (straight-line minutes
     rounded half up), that driving costs 1 or 2 per minute and how payments run (up to 29
     minutes' worth of driving plus up to twice the stop's minutes from the depot). The turn
-    budget n + 2 fits any round (n drives and the return) and one turn more; the n + 3 probes
-    that show everything (rate card, manifest, the n + 1 positions) do not all fit besides π*'s
-    round. A player's stated guess for what it did not read (`belief`): an unread position the
-    grid's centre (15, 15), a travel time the rounded distance between the positions as known
+    budget (6n + horizon) // 4 (n + 1 at least) fits any round (n drives and the return); the
+    n + 3 probes that show everything (rate card, manifest, the n + 1 positions) do not all fit
+    besides π*'s round where A environments are admitted (`BUDGET_BINDS`). A player's stated
+    guess for what it did not read (`belief`): an unread position the grid's centre (15, 15), a
+    travel time the rounded distance between the positions as known
     or guessed, the cost 1 per minute, a payment 14 minutes' worth plus the believed minutes
     from the depot. The default (nearest neighbour) reads no sticker: routing has none.
 
@@ -377,12 +378,17 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
     return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """Any round (a drive to every stop and the return: the default's and π*'s among them) and one
-    turn more: in presentation A the turns π*'s round leaves (n + 2 − its drives − 1) read only part
-    of the n + 3 probes that show everything (rate card, manifest, every stop's position), so what
-    to find out is a choice."""
-    return theta["n_stops"] + 2
+    """(6n + horizon) // 4 turns, and n + 1 at least (any round: a drive to every stop and the
+    return). A longer day lets π*'s round take more stops, so the budget grows with it; in
+    presentation A the turns π*'s round leaves read only part of the n + 3 probes that show
+    everything (rate card, manifest, every stop's position), so what to find out is a choice
+    (`vhd/tasks/budget.py` measures both)."""
+    n = theta["n_stops"]
+    return max(n + 1, (6 * n + theta["horizon"]) // 4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,7 +678,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="routing",
-    version="6",
+    version="7",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",

@@ -36,8 +36,9 @@ Tools
     amounts there are); the instruction states their ranges (amounts in 0 … 25 · n, a fee of 0 … 8
     a day), and the stated guesses (`belief`) are the fee 4 and unread amounts spread evenly
     between the amounts read around them, sharing equally the probability the read ones leave.
-    The budget (horizon + 2) affords declining every day; π* usually sells early, which leaves
-    turns to probe, but never enough to read the fee and all n amounts (1 + 3n turns).
+    The budget (horizon + 9) affords declining every day and nine turns of probing besides; A
+    environments are admitted where the fee and all n amounts (1 + 3n turns) do not fit beside
+    π*'s longest play and what its threshold depends on does (`BUDGET_BINDS`).
 
 Plan
     an integer vector of length horizon: entry d is the lowest offer accepted on day d
@@ -261,12 +262,14 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
     return float(chosen - max(accept, wait))
 
 
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+
+
 def turn_budget(theta: dict) -> int:
-    """A decline or an accept for every day (the most any play needs), and two turns more. π*
-    usually sells before the last day, which leaves turns to probe, but not enough in
-    presentation A to read the fee and every amount of the forecast (3 turns each): what to read
-    is a choice."""
-    return theta["horizon"] + 2
+    """A decline or an accept for every day (the most any play needs), and nine turns more: in
+    presentation A room for the fee and the forecast amounts π*'s threshold depends on, not for
+    the fee and every amount (3 turns each) as well: what to read is a choice."""
+    return theta["horizon"] + 9
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,7 +504,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="stopping",
-    version="4",
+    version="5",
     group="far_ood",
     model_class="finite-horizon optimal stopping (i.i.d. offers, no recall)",
     solver="backward Bellman recursion (exact rationals)",

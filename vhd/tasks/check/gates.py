@@ -22,7 +22,7 @@ from jsonschema.exceptions import SchemaError
 
 from vhd.tasks.advantage import step_advantages
 from vhd.tasks.check.evidence import FINISHED_AT_ONCE, Evidence
-from vhd.tasks.check.planning import default_band
+from vhd.tasks.check.planning import budget_binds, default_band
 from vhd.tasks.check.reading import gate_information_hiding, gate_instruction_agreement
 from vhd.tasks.solve import unpack_policy
 
@@ -105,8 +105,12 @@ def gate_default_band(ev: Evidence) -> tuple[bool, str]:
     and π*, and on this episode π* realizes more than the default (`planning.default_band`).
     Judges θ and its solution, not the module: decided first, and a candidate that fails it is
     not played (its other gates are recorded as not run). Fails when idle is already optimal,
-    the default is outside the band, or π* does not beat it on this episode."""
-    return default_band(ev.family, ev.candidate.solution, ev.refs.optimal.utility, ev.refs.default.utility)
+    the default is outside the band, or π* does not beat it on this episode; and in presentation
+    A of a family declaring BUDGET_BINDS, when the turn budget does not bind (`planning.budget_binds`:
+    every probe fits beside π*'s play, or the probes π* depends on do not)."""
+    verdict = default_band(ev.family, ev.candidate.solution, ev.refs.optimal.utility, ev.refs.default.utility)
+    binds = budget_binds(ev.family, ev.candidate) if verdict[0] else verdict
+    return verdict if binds[0] else binds
 
 
 def gate_replay_agreement(ev: Evidence) -> tuple[bool, str]:

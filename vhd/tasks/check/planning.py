@@ -26,14 +26,39 @@ def default_band(family: Family, s: SolutionRecord, optimal: float, default: flo
     return True, f"default at {position:.3f} in [{lo}, {hi}]; realized gap {realized_gap:g}"
 
 
+_BINDS: dict[tuple[str, str, int], str] = {}  # (family version, model, budget) → why_not: a θ's, not a module's
+
+
+def budget_binds(family: Family, candidate: Candidate) -> tuple[bool, str]:
+    """In presentation A of a family that declares `BUDGET_BINDS`, the candidate's turn budget binds
+    (`vhd/tasks/budget.py`): π*'s play and every probe do not fit in it, π*'s play and the probes
+    it depends on do. Anything else passes. Measured once per model and budget in a process (the
+    planning guess, the gate and every self-test mutant ask again about the same θ)."""
+    if candidate.presentation != "A" or not family.budget_binds:
+        return True, "no binding budget declared for this presentation"
+    key = (family.code_version, candidate.model.model_id, candidate.turn_budget)
+    if key not in _BINDS:
+        from vhd.tasks.budget import measure
+        from vhd.mechanisms import Solution
+
+        s = candidate.solution
+        solution = Solution(s.u_star, unpack_policy(s.policy), s.u_default, s.u_idle, None)
+        if len(_BINDS) >= 100_000:
+            _BINDS.clear()
+        _BINDS[key] = measure(family, candidate.model.theta, solution, candidate.turn_budget).why_not()
+    problem = _BINDS[key]
+    return (False, "in presentation A " + problem) if problem else (True, "and the turn budget binds in A")
+
+
 def in_band(family: Family, candidate: Candidate) -> bool:
-    """Whether the candidate passes `default_band` (two simulator episodes, no module involved)."""
+    """Whether the candidate passes `default_band` and `budget_binds` (simulator episodes and the
+    family's solver, no module involved)."""
     s, theta = candidate.solution, candidate.model.theta
     if candidate.presentation == "F":
         return written.gate_default_band(family, s.u_star, s.u_default, s.u_idle)[0]
     optimal = family.simulate(theta, unpack_policy(s.policy), candidate.episode_seed).utility
     default = family.simulate(theta, family.default_policy(theta), candidate.episode_seed).utility
-    return default_band(family, s, optimal, default)[0]
+    return default_band(family, s, optimal, default)[0] and budget_binds(family, candidate)[0]
 
 
 def needed_checks(family: Family, candidates: list[Candidate], verdicts: dict[str, bool], wanted: int) -> list[Candidate]:

@@ -35,11 +35,26 @@ from typing import Any
 
 import numpy as np
 
-from vhd.agents.prober import reserved_turns, turns_of
 from vhd.mechanisms import Family, Solution
 
 TOLERANCE = 1e-6  # relative: a play is worth u* within this share of |u*| (exact solvers agree to ~1e-9)
 NEAR = 0.05  # a reading is enough when its plan loses at most this share of the span u* − u_default
+
+
+def turns_of(family: Family, calls: list[dict[str, Any]]) -> int:
+    """The turns canonical `calls` use if every one is accepted."""
+    return sum(family.tool(call["tool"]).turn_cost for call in calls)
+
+
+RESERVE_SEEDS = 16  # the episodes π*'s longest play is taken over (fixed seeds: not the episode's own draws)
+
+
+def reserved_turns(family: Family, theta: dict[str, Any], policy: np.ndarray) -> int:
+    """The turns kept back for playing: the longest of π*'s plays on RESERVE_SEEDS fixed episode
+    seeds (one in a deterministic family). Fixed seeds, so what is kept back does not tell the
+    agent how this episode's draws will go (π* accepting on the first day of this seed)."""
+    seeds = range(RESERVE_SEEDS if family.stochastic else 1)
+    return max(turns_of(family, family.simulate(theta, policy, seed).calls) for seed in seeds)
 
 
 @dataclass(frozen=True)
