@@ -189,9 +189,16 @@ def make_server(source: dict[str, Any] | TextToolEnv, host: str = "127.0.0.1", p
 
             self._answer(work)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = _Server((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5: fifty sessions connecting at once on a busy machine
+    overflow it and some connections are reset before they are accepted."""
+
+    request_queue_size = 128
 
 
 class HttpEnvClient:
