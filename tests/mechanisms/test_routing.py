@@ -651,3 +651,15 @@ def test_probe_calls_read_a_travel_row_only_where_the_positions_do_not_tell_it()
     rows = [call["arguments"]["from_stop"] for call in calls if call["tool"] == "get_travel_matrix"]
     assert rows == [1, 2] and FAM.belief(triangle, calls) == triangle  # the 1–2 leg is 1 minute, not 4
     assert not any(call["tool"] == "get_travel_matrix" for call in FAM.probe_calls(SIM_THETAS[0]))
+
+
+@pytest.mark.parametrize("new", ['if clock + there + back > 2 * self.p["budget"]:',
+                                 'if clock - there + back > self.p["budget"]:'])
+def test_a_world_that_misreads_the_time_budget_is_rejected_on_every_theta(new):
+    """The self-test found these surviving: on a θ whose index-order and random rounds all fit the
+    day, only a round of the longest legs first reaches the budget (`boundary_calls`)."""
+    run = gated(FAM, seed=7)
+    verdicts = [v for which in range(len(run.outputs))
+                for v in mutant_verdicts(FAM, run, 'if clock + there + back > self.p["budget"]:', new, which)]
+    assert len(verdicts) == 12 and not any(v.admitted for v in verdicts)
+    assert "reference_agreement" in failed(verdicts)

@@ -299,6 +299,32 @@ def _feasible(theta: dict, position: int, clock: int, visited: set[int]) -> list
 DEFAULT_BAND = (-1.0, 0.95)
 
 
+BOUNDARY_ORDERS = 4  # stop orders the boundary rounds take: index order, then random ones
+
+
+def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
+    """Near-boundary drives for the reference_agreement gate: rounds that run into the time budget.
+    Per stop order a drive to every stop in turn, of which those that would not end back at the
+    depot within the budget are refused; then every stop again (visited ones refused, the rest
+    refused by the budget); then the return. The orders: longest legs first (each next stop the
+    farthest that still fits, which spends the day), index order, then random ones. The gate's
+    random calls seldom spend a long day's minutes, so without these a World that ignored the
+    budget could pass."""
+    n, t = theta["n_stops"], theta["travel"]
+    longest, position, clock = [], 0, 0
+    while True:
+        fits = _feasible(theta, position, clock, set(longest))
+        if not fits:
+            break
+        k = max(fits, key=lambda s: (t[position][s], -s))
+        longest, position, clock = longest + [k], k, clock + t[position][k]
+    longest += [k for k in range(1, n + 1) if k not in longest]
+    orders = [longest, list(range(1, n + 1))] + [[int(k) + 1 for k in rng.permutation(n)]
+                                                 for _ in range(BOUNDARY_ORDERS - 2)]
+    return [[{"tool": "drive_to", "arguments": {"stop": k}} for k in order + order]
+            + [{"tool": "return_to_depot", "arguments": {}}] for order in orders]
+
+
 def default_policy(theta: dict) -> np.ndarray:
     """Nearest neighbour: always drive to the closest unvisited stop that the driving rule
     allows (ties to the lower stop number), ignoring rewards and the cost per minute; go home
@@ -678,7 +704,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="routing",
-    version="7",
+    version="8",
     group="train",
     model_class="deterministic prize-collecting orienteering (budgeted TSP)",
     solver="Held–Karp dynamic programming (numpy)",
