@@ -233,9 +233,10 @@ class Family:
     # with θ's form (belief(θ, probe_calls(θ)) == θ; belief(θ, []) does not depend on hidden θ)
     probe_calls: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
     belief: Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]] | None = None
-    # `BUDGET_BINDS = True`: the family's turn budget is made to bind in presentation A (vhd/tasks/budget.py:
-    # π*'s play with every probe does not fit, with the probes π* depends on it does), and the
-    # default_band gate admits an A environment only where it does (needs probe_calls and belief)
+    # `BUDGET_BINDS = True`: the family's turn budget is made to bind in presentation A
+    # (vhd/tasks/budget.py: π*'s play with every probe does not fit, with the probes π* depends on
+    # it does), and the default_band gate admits an A environment only where it does (needs
+    # probe_calls and belief)
     budget_binds: bool = False
 
     @classmethod
@@ -251,9 +252,9 @@ class Family:
         The names are `CONVENTION`'s, each declared beside what it describes: `World` becomes `world`,
         `HIDDEN` `hidden`, `DEFAULT_BAND` `default_band`, `TABLES` `tables` (a World that lists its
         tables in `SCHEMA` needs none) and the module docstring `doc`; plan_spec, boundary_calls, the
-        three decision-reward functions, probe_calls, belief and BUDGET_BINDS are optional. `knob_ranges` are the
-        `sampled` ranges of the Params knobs (`knob`), `plan_format` the docstring's Plan section. A
-        keyword wins over anything found in `namespace`."""
+        three decision-reward functions, probe_calls, belief and BUDGET_BINDS are optional.
+        `knob_ranges` are the `sampled` ranges of the Params knobs (`knob`), `plan_format` the
+        docstring's Plan section. A keyword wins over anything found in `namespace`."""
         found = {key: namespace[name] for key, name in CONVENTION.items() if namespace.get(name) is not None}
         world, params = found.get("world"), found.get("Params")
         if "tables" not in found and hasattr(world, "SCHEMA"):

@@ -109,7 +109,9 @@ def gate_default_band(ev: Evidence) -> tuple[bool, str]:
     A of a family declaring BUDGET_BINDS, when the turn budget does not bind (`planning.budget_binds`:
     every probe fits beside π*'s play, or the probes π* depends on do not)."""
     verdict = default_band(ev.family, ev.candidate.solution, ev.refs.optimal.utility, ev.refs.default.utility)
-    binds = budget_binds(ev.family, ev.candidate) if verdict[0] else verdict
+    if not verdict[0]:
+        return verdict
+    binds = budget_binds(ev.family, ev.candidate)
     return verdict if binds[0] else binds
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from vhd.mechanisms import Family
+from vhd.mechanisms import Family, Solution
 from vhd.schemas.records import SolutionRecord
 from vhd.tasks import written
+from vhd.tasks.budget import measure
 from vhd.tasks.check.candidates import Candidate
 from vhd.tasks.solve import unpack_policy
 
@@ -38,9 +39,6 @@ def budget_binds(family: Family, candidate: Candidate) -> tuple[bool, str]:
         return True, "no binding budget declared for this presentation"
     key = (family.code_version, candidate.model.model_id, candidate.turn_budget)
     if key not in _BINDS:
-        from vhd.tasks.budget import measure
-        from vhd.mechanisms import Solution
-
         s = candidate.solution
         solution = Solution(s.u_star, unpack_policy(s.policy), s.u_default, s.u_idle, None)
         if len(_BINDS) >= 100_000:
