@@ -164,3 +164,61 @@ def test_energy_storage_opposite_direction_checks_are_rejected(energy_storage):
     family, output, candidates = energy_storage
     _rejected_by_reference_agreement(family, output, candidates, "if scheduled < 0:", "if False:")
     _rejected_by_reference_agreement(family, output, candidates, "if scheduled > 0:", "if False:")
+
+
+def _tool(source):
+    import ast
+
+    return ast.parse(source).body[0]
+
+
+def test_same_refusals_proves_a_guard_the_fitted_schema_makes_dead():
+    """A guard that refuses no schema-valid call (or the same calls once mutated) is an equivalent
+    site; one that reads state, a reassigned argument or a float is never called equivalent."""
+    import ast
+
+    from vhd.tasks.mutants import _same_refusals
+
+    theta = {"max_price": 66, "prices": [3, 4, 5]}
+    ranges = [{"offer": {"price": ("integer", 0, 66)}}]
+    offer = _tool("def tool_offer(self, price):\n    if price > self.p['max_price']:\n"
+                  "        raise AgentError('too high')\n    return price\n")
+    guard = offer.body[0]
+    read = guard.test.comparators[0]
+    doubled = ast.BinOp(ast.Constant(2), ast.Mult(), read)
+    assert _same_refusals(offer, [theta], ranges, guard.body[0], None)  # dropped: it never refused
+    assert _same_refusals(offer, [theta], ranges, read, doubled)  # 2·V refuses nothing either
+    flipped = ast.Compare(guard.test.left, [ast.GtE()], guard.test.comparators)
+    assert not _same_refusals(offer, [theta], ranges, guard.test, flipped)  # price = V now refused
+    wider = [{"offer": {"price": ("integer", 0, 67)}}]
+    assert not _same_refusals(offer, [theta], wider, guard.body[0], None)  # 67 reaches the check
+    assert not _same_refusals(offer, [theta], [{"offer": {"price": ("number", 0, 66)}}], guard.body[0], None)
+
+    stateful = _tool("def tool_offer(self, price):\n    if price > self._get('cap'):\n"
+                     "        raise AgentError('too high')\n")
+    assert not _same_refusals(stateful, [theta], ranges, stateful.body[0].body[0], None)
+    moved = _tool("def tool_offer(self, price):\n    price = price * 2\n    if price > self.p['max_price']:\n"
+                  "        raise AgentError('too high')\n")
+    assert not _same_refusals(moved, [theta], ranges, moved.body[1].body[0], None)
+    level = _tool("def tool_offer(self, price):\n    n = len(self.p['prices'])\n    if price >= n:\n"
+                  "        raise AgentError('no such level')\n")
+    assert _same_refusals(level, [theta], [{"offer": {"price": ("integer", 0, 2)}}], level.body[1].body[0], None)
+    assert not _same_refusals(level, [theta], [{"offer": {"price": ("integer", 0, 3)}}], level.body[1].body[0], None)
+
+
+@pytest.mark.parametrize("name, site, message", [
+    ("negotiation", "drop_check: tool_make_offer's", "prices run from 0"),
+    ("dynamic_pricing", "drop_check: tool_set_price's", "the menu has levels"),
+    ("routing", "drop_check: tool_drive_to's `stop == 0`", "stop 0 is the depot")])
+def test_range_checks_behind_fitted_schemas_are_equivalent_sites(name, site, message):
+    """Self-test survivors (negotiation's price bound, dynamic_pricing's level bound, routing's
+    "stop 0 is the depot"): dead behind the schemas fitted to every judged θ, so not mutated."""
+    family = registry.get(name)
+    models = sample_models(family, 3, seed=2, batch="equivalent")
+    outputs, _ = synthesize(family, models, builtin_passages()[:1])
+    equivalent: list[str] = []
+    made = mutants(family, outputs[0], models[0].theta, 0.0, np.random.default_rng(0), [m.theta for m in models],
+                   equivalent)
+    assert any(e.startswith(site) for e in equivalent), equivalent
+    assert message in outputs[0].module
+    assert all(message in m.module for m in made if m.operator == "drop_check")

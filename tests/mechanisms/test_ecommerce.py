@@ -850,3 +850,21 @@ def test_order_and_listing_arguments_are_bounded_by_the_instance():
     assert refused["ok"] is False and "must be <= 4" in refused["error"]
     assert told.call(name("place_order"), {"quantity": 4})["order_cost"] == 4 + 3 * 4 == 16
     assert "would cost more than the cash" in probed.call(name("place_order"), {"quantity": 5})["error"]  # the World's rule
+
+
+def test_a_world_that_doubles_the_capacity_is_rejected():
+    """The self-test found this surviving: the boundary orders of a full warehouse were refused
+    by the cash check first. One unit over the free room on day 0 is the cheapest order the
+    capacity refuses (`boundary_calls`): wherever the opening cash pays it, the mutant is caught.
+    (Where it does not, reaching the capacity with cash to spare takes sales first.)"""
+    old = 'if stocked + quantity > p["capacity"]:'
+    run = gated(FAM)
+    verdicts = [v for which in range(len(run.outputs))
+                for v in mutant_verdicts(FAM, run, old, old.replace('p["capacity"]', '2 * p["capacity"]'), which)]
+    def pays(theta):
+        return theta["order_fee"] + theta["unit_cost"] * (theta["capacity"] - theta["initial_stock"] + 1) <= \
+            theta["initial_cash"]
+
+    paid = [v for v in verdicts if pays(v.candidate.model.theta)]
+    assert len(verdicts) == 12 and len(paid) >= 8 and not any(v.admitted for v in paid)
+    assert "reference_agreement" in failed(paid)

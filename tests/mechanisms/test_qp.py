@@ -694,3 +694,16 @@ def test_belief_is_what_was_read_and_the_stated_guess_for_the_rest():
     assert known["returns"] == [6, 9, 4] and known["forecast"] == [6, 15, 4] and known["caps"] == [7, 7, 9]
     assert known["exposures"] == [[2, 1, 1], [0, 1, 1]]
     assert FAM.belief(theta, FAM.probe_calls(theta)) == theta and len(FAM.probe_calls(theta)) == 1 + 3 * 3
+
+
+def test_a_world_that_doubles_the_budget_is_rejected():
+    """The self-test found this surviving: `boundary_calls` spent the budget and then raised the
+    last project past it, which its cap refused anyway. A project with room under its cap, raised
+    past the budget, is refused by the budget rule alone (wherever the caps leave such room)."""
+    run = gated(FAM)
+    verdicts = [v for which in range(len(run.outputs))
+                for v in mutant_verdicts(FAM, run, 'if total > self.p["budget"] + self.TOL:',
+                                         'if total > 2 * self.p["budget"] + self.TOL:', which)]
+    room = [v for v in verdicts if sum(v.candidate.model.theta["caps"]) > v.candidate.model.theta["budget"] + 1e-6]
+    assert len(room) >= len(verdicts) // 2 and not any(v.admitted for v in room)
+    assert "reference_agreement" in failed(room)

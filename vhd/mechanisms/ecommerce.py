@@ -476,11 +476,18 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     full warehouse, fee + unit_cost · capacity, so some night leaves 0 ≤ cash < that cost: a full
     order then fits the empty warehouse but not the cash. Every day offers a full order
     (refused while stock is left, accepted and cancelled while the cash pays it, refused by the
-    cash check after) and closes the day, for CASH_DAYS days. The rng is not used."""
-    day = [{"tool": "place_order", "arguments": {"quantity": int(theta["capacity"])}},
+    cash check after) and closes the day, for CASH_DAYS days. The rng is not used.
+    Before it, the capacity check on its own: on day 0 an order one unit over the free room (the
+    cheapest order the capacity refuses; a World that misread the capacity would accept it
+    wherever the cash pays it, which it does on most sampled θ), then a cancel."""
+    capacity, stock = int(theta["capacity"]), int(theta["initial_stock"])
+    over = ([{"tool": "place_order", "arguments": {"quantity": capacity - stock + 1}}] if stock >= 1 else
+            [{"tool": "place_order", "arguments": {"quantity": capacity}},
+             {"tool": "place_order", "arguments": {"quantity": 1}}])
+    day = [{"tool": "place_order", "arguments": {"quantity": capacity}},
            {"tool": "cancel_order", "arguments": {}}, {"tool": "end_day", "arguments": {}}]
     start = [{"tool": "set_price", "arguments": {"level": 0}}, {"tool": "set_ads", "arguments": {"level": 1}}]
-    return [start + day * min(CASH_DAYS, int(theta["horizon"]))]
+    return [over + [{"tool": "cancel_order", "arguments": {}}], start + day * min(CASH_DAYS, int(theta["horizon"]))]
 
 
 def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
@@ -974,7 +981,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="ecommerce",
-    version="5",
+    version="6",
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",

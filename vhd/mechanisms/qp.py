@@ -354,7 +354,9 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
     """Near-boundary decisions for the reference_agreement gate: each project at exactly its cap
     (and a hair above: refused), in a random order, until the budget is spent to the unit; then
     the last project's amount raised until the total is budget + TOL exactly (accepted: the
-    budget check is `>`, not `>=`), and raised by one (refused: over budget)."""
+    budget check is `>`, not `>=`), and raised by one (refused: over budget); then a project with
+    room under its cap raised halfway to it, at most by one (refused only by the budget: a World
+    that misread the budget would accept it, and the cap check cannot hide that)."""
     left, calls = float(theta["budget"]), []
     amounts = [0.0] * theta["assets"]
     order = [int(a) for a in rng.permutation(theta["assets"])]
@@ -370,6 +372,10 @@ def boundary_calls(theta: dict, rng: np.random.Generator) -> list[list[dict]]:
             if hair is not None:
                 calls.append({"tool": "allocate", "arguments": {"project": project, "amount": hair}})
             calls.append({"tool": "allocate", "arguments": {"project": project, "amount": amount + 1}})
+            room = next((q for q in order if theta["caps"][q] - amounts[q] > 2e-6), None)
+            if room is not None:
+                raised = amounts[room] + min(1.0, (theta["caps"][room] - amounts[room]) / 2)
+                calls.append({"tool": "allocate", "arguments": {"project": room, "amount": raised}})
             break
     return [calls + [{"tool": "commit_allocation", "arguments": {}}]]
 
@@ -713,7 +719,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="qp",
-    version="7",
+    version="8",
     group="near_ood",
     model_class="convex quadratic program (continuous allocation)",
     solver="cvxpy/Clarabel interior point + exact KKT active-set polish (numpy)",

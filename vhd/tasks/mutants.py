@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -160,6 +161,124 @@ def _refused_anyway(method: ast.FunctionDef, raise_: ast.Raise) -> bool:
     return False
 
 
+class _Unknown(Exception):
+    """An expression `_value` cannot evaluate from θ and the tool's arguments alone."""
+
+
+_ARITHMETIC = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b, ast.Div: lambda a, b: a / b}
+_COMPARE = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+            ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
+_CALLS = {"len": len, "min": min, "max": max, "abs": abs}
+
+
+def _value(node: ast.AST, theta: dict[str, Any], names: dict[str, Any], local: dict[str, ast.AST],
+           swapped: dict[int, ast.AST | None]) -> Any:
+    """`node`'s value from θ, the tool's arguments (`names`) and the locals assigned once from
+    such values (`local`), with the nodes in `swapped` replaced; `_Unknown` for anything else
+    (state, attributes, calls beyond len/min/max/abs)."""
+    def value(n: ast.AST) -> Any:
+        return _value(n, theta, names, local, swapped)
+
+    if id(node) in swapped:  # the replacement may hold the node it replaces (`2 * p["k"]`): not swapped again
+        return _value(swapped[id(node)], theta, names, local, {})
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in names:
+            return names[node.id]
+        if node.id in local:  # without itself: `n = n + 1` is not a definition
+            return _value(local[node.id], theta, names, {k: v for k, v in local.items() if k != node.id}, swapped)
+        raise _Unknown(node.id)
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in theta and (
+            (isinstance(node.value, ast.Name) and node.value.id in ("p", "params", "theta"))
+            or (isinstance(node.value, ast.Attribute) and node.value.attr in ("p", "params", "theta"))):
+        return theta[node.slice.value]
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        return _ARITHMETIC[type(node.op)](value(node.left), value(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+        return -value(node.operand) if isinstance(node.op, ast.USub) else not value(node.operand)
+    if isinstance(node, ast.BoolOp):
+        values = [value(v) for v in node.values]
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        sides = [value(node.left), *(value(c) for c in node.comparators)]
+        return all(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, sides, sides[1:]))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
+            and not node.keywords):
+        return _CALLS[node.func.id](*(value(a) for a in node.args))
+    raise _Unknown(ast.unparse(node))
+
+
+Ranges = list[dict[str, dict[str, tuple[str, float, float]]]]  # per judged θ: {tool: {argument: (type, low, high)}}
+MOST_CALLS = 4096  # schema-valid argument combinations `_same_refusals` enumerates at most
+
+
+def _ranges(family: Family, schemas: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> Ranges:
+    """Per judged θ, every tool argument's type and widest bounds in θ's fitted schemas."""
+    names = [spec.name for spec in family.tools]
+    out: Ranges = []
+    for _, fitted in schemas:
+        tools: dict[str, dict[str, tuple[str, float, float]]] = {}
+        for name, schema in zip(names * 2, fitted):
+            for argument, prop in schema.get("properties", {}).items():
+                low, high = prop.get("minimum", -float("inf")), prop.get("maximum", float("inf"))
+                kind, known_low, known_high = tools.setdefault(name, {}).get(argument, (prop.get("type"), low, high))
+                tools[name][argument] = (kind, min(low, known_low), max(high, known_high))
+        out.append(tools)
+    return out
+
+
+def _same_refusals(method: ast.FunctionDef, thetas: list[dict[str, Any]], ranges: Ranges, target: ast.AST,
+                   replacement: ast.AST | None) -> bool:
+    """True when `target` lies in the guard of an `if …: raise AgentError(…)` of a tool whose test
+    reads only θ and the tool's integer arguments (never reassigned), and the guard with `target`
+    replaced (`replacement`; None: the raise dropped) refuses exactly the calls it refused, among
+    every call the schemas fitted to each judged θ accept. The runtime refuses every other call
+    before the World sees it, so such a mutant is the module itself through `Env`."""
+    if not method.name.startswith("tool_"):
+        return False
+    parents = {id(child): node for node in ast.walk(method) for child in ast.iter_child_nodes(node)}
+    guard, node = None, target
+    while id(node) in parents:
+        node, child = parents[id(node)], node
+        if isinstance(node, ast.If):
+            guard = node if child is node.test or (child in node.body and child is target) else None
+            break
+    if guard is None or len(guard.body) != 1 or not _agent_error(guard.body[0]) or guard.orelse:
+        return False
+    stores = [n.id for n in ast.walk(method) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    parameters = {a.arg for a in method.args.args[1:]}
+    arguments = parameters - set(stores)
+    local = {a.targets[0].id: a.value for a in ast.walk(method) if isinstance(a, ast.Assign) and len(a.targets) == 1
+             and isinstance(a.targets[0], ast.Name) and a.targets[0].id not in parameters
+             and stores.count(a.targets[0].id) == 1 and a.lineno < guard.lineno}
+    used = sorted({n.id for n in ast.walk(guard.test) if isinstance(n, ast.Name)} & arguments)
+    swapped = {} if replacement is None else {id(target): replacement}
+    for theta, tools in zip(thetas, ranges):
+        bounds = tools.get(method.name[len("tool_"):], {})
+        if any(bounds.get(a, ("", 0, 0))[0] != "integer" or not all(map(np.isfinite, bounds[a][1:])) for a in used):
+            return False
+        grid = [range(int(bounds[a][1]), int(bounds[a][2]) + 1) for a in used]
+        if int(np.prod([len(g) for g in grid])) > MOST_CALLS:
+            return False
+        for values in itertools.product(*grid):
+            names = dict(zip(used, values))
+            try:
+                before = bool(_value(guard.test, theta, names, local, {}))
+                after = False if replacement is None else bool(_value(guard.test, theta, names, local, swapped))
+            except (_Unknown, ArithmeticError, TypeError, IndexError, KeyError):
+                return False
+            if before != after:
+                return False
+    return True
+
+
+def _guard_test(method: ast.FunctionDef, raise_: ast.Raise) -> ast.AST:
+    """The test of the `if` whose body is `raise_`."""
+    return next(node.test for node in ast.walk(method) if isinstance(node, ast.If) and raise_ in node.body)
+
+
 def _splice(module: str, world: ast.AST) -> str:
     start, end = _world_span(module)
     return module[:start] + ast.unparse(ast.fix_missing_locations(world)) + "\n\n" + module[end:]
@@ -216,19 +335,29 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
     moving = {"tool_" + t.name for t in family.tools if t.role in ("decision", "clock")}
     found: list[Mutant] = []
 
-    def operators(world):
-        return [(m.name, node) for m in _dynamics_methods(family, world) for node in _outside_messages(m)
-                if (isinstance(node, ast.BinOp) and type(node.op) in _FLIPS)
-                or (isinstance(node, ast.Compare) and type(node.ops[0]) in _FLIPS)]
+    judged = thetas or [theta]
+    schemas = [(t, fitted_schemas(family, t)) for t in judged]
+    ranges = _ranges(family, schemas)
 
     def flip(node):
         if isinstance(node, ast.BinOp):
             return ast.BinOp(node.left, _FLIPS[type(node.op)](), node.right)
         return ast.Compare(node.left, [_FLIPS[type(node.ops[0])](), *node.ops[1:]], node.comparators)
 
-    found += _each_site(module, operators, flip, "flip_operator", rng)
+    def all_operators(world):
+        return [(m, node) for m in _dynamics_methods(family, world) for node in _outside_messages(m)
+                if (isinstance(node, ast.BinOp) and type(node.op) in _FLIPS)
+                or (isinstance(node, ast.Compare) and type(node.ops[0]) in _FLIPS)]
 
-    schemas = [(t, fitted_schemas(family, t)) for t in (thetas or [theta])]
+    def operators(world):
+        return [(m.name, node) for m, node in all_operators(world)
+                if not _same_refusals(m, judged, ranges, node, flip(node))]
+
+    if equivalent is not None:
+        equivalent += [f"flip_operator: {m.name}'s `{ast.unparse(node)}` flipped refuses the same schema-valid calls"
+                       for m, node in all_operators(_parsed(module))
+                       if _same_refusals(m, judged, ranges, node, flip(node))]
+    found += _each_site(module, operators, flip, "flip_operator", rng)
 
     def past_schema(m, sub):  # an id bound above every id θ's fitted schemas accept, in a judged θ: 2n bounds the same ids
         return any(isinstance(t.get(sub.slice.value), int) and (top := _id_bounds(fitted, m, sub)) is not None
@@ -241,7 +370,10 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
                       for side in [c.left, *c.comparators]}  # 2·x == 0 iff x == 0: an equivalent mutant
         return [(m.name, sub) for m in _dynamics_methods(family, world)
                 for sub in _theta_reads(m, numeric - set(horizon) - zero) if id(sub) not in zero_tests
-                and not past_schema(m, sub)]
+                and not past_schema(m, sub) and not _same_refusals(m, judged, ranges, sub, double(sub))]
+
+    def double(sub):
+        return ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub))
 
     if equivalent is not None:
         equivalent += [f"scale_cost: {m.name} reads {sub.slice.value}, which is 0 in a judged θ"
@@ -251,19 +383,26 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
                        f"largest id the tool schemas accept"
                        for m in _dynamics_methods(family, _parsed(module))
                        for sub in _theta_reads(m, numeric - set(horizon) - zero) if past_schema(m, sub)]
-    found += _each_site(module, cost_reads, lambda sub: ast.BinOp(ast.Constant(2), ast.Mult(), _read(sub)),
-                        "scale_cost", rng)
+        equivalent += [f"scale_cost: {m.name} doubled {sub.slice.value} refuses the same schema-valid calls"
+                       for m in _dynamics_methods(family, _parsed(module))
+                       for sub in _theta_reads(m, numeric - set(horizon) - zero)
+                       if not past_schema(m, sub) and _same_refusals(m, judged, ranges, sub, double(sub))]
+    found += _each_site(module, cost_reads, double, "scale_cost", rng)
 
     def all_checks(world):
         return [(m, node) for m in world.body if isinstance(m, ast.FunctionDef) and m.name in moving
                 for node in ast.walk(m) if _agent_error(node)]
 
     def checks(world):
-        return [(m.name, node) for m, node in all_checks(world) if not _refused_anyway(m, node)]
+        return [(m.name, node) for m, node in all_checks(world)
+                if not _refused_anyway(m, node) and not _same_refusals(m, judged, ranges, node, None)]
 
     if equivalent is not None:
         equivalent += [f"drop_check: {m.name} refuses with its next statement anyway (only the message differs)"
                        for m, node in all_checks(_parsed(module)) if _refused_anyway(m, node)]
+        equivalent += [f"drop_check: {m.name}'s `{ast.unparse(_guard_test(m, node))}` refuses no schema-valid call"
+                       for m, node in all_checks(_parsed(module))
+                       if not _refused_anyway(m, node) and _same_refusals(m, judged, ranges, node, None)]
     found += _each_site(module, checks, lambda node: ast.Pass(), "drop_check", rng)
 
     if horizon:
