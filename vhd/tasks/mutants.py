@@ -22,12 +22,16 @@ extends (found with `ast`, so a mutation never lands in a comment or the rest of
 | `stale_state` | the runtime's `BaseWorld._set` writes nothing (every World keeps its state table through it) |
 
 Equivalent survivors (the change cannot alter any outcome) count as survivors all the same, but
-for three sites skipped before mutating, whose mutant is provably the module itself on a judged candidate:
+for four kinds of site skipped before mutating, whose mutant is provably the module itself on a judged candidate:
 a `scale_cost` site whose θ field is 0 in a judged θ (2·0 = 0), or that only bounds an id argument
 whose field, in a judged θ, is past the largest id the fitted schemas accept (`0 <= id < n` and
 `0 <= id < 2n` accept the same calls); a `drop_check` site whose `if` is directly followed by
-another `raise AgentError` (refused anyway; only the message changes). They are reported as
-`equivalent_skipped` (listed under `equivalent`), neither mutants nor survivors.
+another `raise AgentError` (refused anyway; only the message changes); and a `drop_check`,
+`scale_cost` or `flip_operator` site in the guard of a tool's `if …: raise AgentError(…)` whose
+test reads only θ and the tool's integer arguments, where the mutated guard refuses exactly the
+calls the module's refuses among every call the schemas fitted to each judged θ accept
+(`_same_refusals`: the runtime refuses every other call before the World sees it). They are
+reported as `equivalent_skipped` (listed under `equivalent`), neither mutants nor survivors.
 """
 
 from __future__ import annotations
