@@ -98,7 +98,7 @@ def optimal(family, seeds):
     for seed in range(1000, 1000 + seeds):
         graded = decision_grade(family, dict(base, episode_seed=seed), family.simulate(theta, s.policy, seed).calls,
                                 expected)
-        ones += graded["reward"] == 1.0 and set(graded["step_rewards"]) <= {0.0}
+        ones += graded["reward"] == 1.0 and set(graded["advantages"]) <= {0.0}
     return ones
 
 

@@ -26,10 +26,10 @@ reward r = clip01(1 + ΣA*/span) (vhd/tasks/reward.py):
   could be seen when they were made: the draws themselves earn nothing.
 - **Deterministic families**: the decision reward equals the outcome reward (the episode's
   references are the model's expected values, and ΣA* = u − u*), and the step rewards sum to it:
-  on the Gym wrapper exactly (its last step carries the rest), and in `vhd score`'s
-  `step_rewards` (A*_t / span, one per call) as 1 + Σ step_rewards = reward whenever that value
-  is not clipped (a trajectory worse than the zero reference scores 0; an empty trajectory has no
-  call to carry a step reward).
+  on the Gym wrapper and in `vhd score`'s `step_rewards` (A*_t / span, one per call, the baseline 1
+  on the first and the clip's correction on the last), whose first steps are the Gym's; 1 + Σ A*_t
+  / span = reward whenever that value is not clipped (a trajectory worse than the zero reference
+  scores 0; an empty trajectory has no call to carry a step reward, and scores 0).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def _exact_value_of_walking_away(family, theta):
 
 
 def _steps_at_most_zero(graded, s):
-    assert max(graded["step_rewards"], default=0.0) <= TOLERANCE * max(1.0, abs(s.u_star)) / _span(s), graded
+    assert max(graded["advantages"], default=0.0) <= TOLERANCE * max(1.0, abs(s.u_star)), graded
     assert graded["reward"] <= 1.0
 
 
@@ -274,9 +274,11 @@ def test_deterministic_decision_reward_equals_outcome_reward_on_every_surface(de
         scored = grading.row(env.trajectory, info["utility"])
         assert scored["reward"] == pytest.approx(info["reward"], abs=1e-12)
         assert scored["outcome_reward"] == pytest.approx(scored["reward"], abs=1e-9)
-        unclipped = 1 + math.fsum(scored["step_rewards"])
+        unclipped = 1 + scored["advantage"] / _span(s)
         if env.trajectory:
-            assert unclipped == pytest.approx(1 + scored["advantage"] / _span(s), abs=1e-9)
+            assert math.fsum(scored["step_rewards"]) == pytest.approx(scored["reward"], abs=1e-12)
+            assert scored["step_rewards"][:-1] == pytest.approx(
+                [a / _span(s) + (t == 0) for t, a in enumerate(scored["advantages"][:-1])], abs=1e-12)
             if 0.0 <= unclipped <= 1.0:
                 assert unclipped == pytest.approx(scored["reward"], abs=1e-9)
             else:

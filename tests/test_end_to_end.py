@@ -58,7 +58,8 @@ def test_optimal_scores_one_default_zero(refreshed, tmp_path):
     # the outcome reward on the episode's own draws: π* 1, the default 0; the decision reward: π* 1 on
     # every seed, the default's decisions below π*'s (0 only in expectation over seeds)
     assert [r["outcome_reward"] for r in rows[:2]] == [1.0, 0.0] and rows[0]["reward"] == 1.0 > rows[1]["reward"]
-    assert set(rows[0]["step_rewards"]) == {0.0} and len(rows[1]["step_rewards"]) == len(json.loads(default))
+    steps = rows[0]["step_rewards"]  # π*: the baseline 1 on the first call, then every advantage 0
+    assert steps == [1.0] + [0.0] * (len(steps) - 1) and len(rows[1]["step_rewards"]) == len(json.loads(default))
     assert rows[2]["error"] is None and 0.0 <= rows[2]["reward"] <= 1.0  # idle: the clock alone, padded to the end
 
 

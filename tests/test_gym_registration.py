@@ -141,7 +141,7 @@ def test_pickle_round_trip_continues_the_episode(rows, at):
         for call in optimal[at:at + 3]:
             assert copy.step(json.dumps(call))[:3] == env.step(json.dumps(call))[:3]
         assert copy.finish() == env.finish()
-        assert abs(paid) <= 1e-12  # π*'s step rewards are 0
+        assert abs(paid - (at > 0)) <= 1e-12  # π*'s step rewards: the baseline 1 on the first, then 0
     fresh = pickle.loads(pickle.dumps(gym_adapter.TextToolEnv(rows[0])))  # never reset: reset() first
     with pytest.raises(RuntimeError, match="call reset"):
         fresh.step("{}")
@@ -181,5 +181,32 @@ def test_make_by_env_id_loads_the_row_from_the_warehouse(refreshed):
     env_id = next(e["env_id"] for e in listed if e["presentation"] in ("I", "A"))
     env = gymnasium.make(ENV_ID, env_id=env_id, db=db)
     assert env.unwrapped.row == load_row(env_id, db)
+    assert gymnasium.make(ENV_ID, env_id=env_id[:12], db=db).unwrapped.row == env.unwrapped.row  # a prefix, as the CLI
     total, terminated, truncated, info = _play(env, env.unwrapped.row["grader"]["reference_trajectory"])
     assert (info["reward"], terminated) == (1.0, True) and abs(total - 1.0) <= 1e-12
+
+
+def test_a_time_limit_applied_by_hand_pays_what_the_decisions_were_worth(rows):
+    """An RL library's own TimeLimit (not make's) does not tell the env its limit: the cut episode
+    has then been paid 1 + Σ A*_t / span of its calls (π* cut: 1; before issue 27, 0 with the
+    baseline on the last step), and `FinishAtStepLimit` around it finishes by the module's rule."""
+    from gymnasium.wrappers import TimeLimit
+
+    for row in rows:
+        optimal = row["grader"]["reference_trajectory"]
+        cut = max(1, len(optimal) // 2)
+        for wrap, finished in ((lambda e: TimeLimit(e, cut), False),
+                               (lambda e: gym_adapter.FinishAtStepLimit(TimeLimit(e, cut)), True)):
+            env = wrap(gym_adapter.TextToolEnv(row))
+            env.reset()
+            paid, info = [], {}
+            for call in optimal[:cut]:
+                _, r, terminated, truncated, info = env.step(json.dumps(call))
+                paid.append(r)
+            assert truncated and not terminated
+            assert ("reward" in info) == finished == env.unwrapped.finished
+            if not finished:  # π*'s advantages are 0: the baseline alone
+                assert abs(sum(paid) - 1.0) <= 1e-12 and abs(paid[0] - 1.0) <= 1e-12
+            else:
+                assert info["reward"] == pytest.approx(sum(paid), abs=1e-12)
+                assert info["reward"] == reward(row["grader"], optimal[:cut], row["module"])

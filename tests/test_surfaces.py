@@ -11,7 +11,10 @@ every quarter and without its last call (stopping's last call is the decision to
 1 when the surfaces finished the episode with π*'s last call), refusals only (until the call
 limit ends the episode), π* with a malformed call after every call (1: a malformed call uses no
 turn), decision-heavy random calls of which the world refuses some (each refusal using its turn,
-issue 26) and π* itself (1, every step reward 0). In presentation F, whose surfaces are `vhd score` and `vhd play`
+issue 26), a few of those decisions and then π*, a call of every tool with an optional argument
+given as an explicit null (malformed: free) and then π* (1), and π* itself (1: the baseline 1 on
+its first step, every other step 0). With discounting (γ = 0.9, 0.99) no trajectory's Gym return
+beats π*'s, which is 1. In presentation F, whose surfaces are `vhd score` and `vhd play`
 (the adapters refuse F), both give the same reward for π*'s plan, the default's, a malformed plan
 and no submission.
 """
@@ -42,14 +45,28 @@ FAMILIES = registry.names()
 REFUSED = {"tool": "no_such_tool", "arguments": {}}
 
 
+def explicit_nulls(row):
+    """A call of every tool with an optional argument, each optional argument an explicit null
+    (outside every schema: malformed, so free on every surface that passes arguments unchanged)."""
+    return [{"tool": t["name"], "arguments": {k: None for k in t["input_schema"].get("properties", {})
+                                              if k not in t["input_schema"].get("required", [])}}
+            for t in row["player"]["tools"]
+            if set(t["input_schema"].get("properties", {})) - set(t["input_schema"].get("required", []))]
+
+
 def trajectories(row, family, output):
     optimal = row["grader"]["reference_trajectory"]
     quarters = [optimal[: len(optimal) * k // 4] for k in (1, 2, 3)]
     interleaved = [step for call in optimal for step in (call, REFUSED)]
     refusals = [REFUSED] * (call_limit(row["grader"]["config"]["turn_budget"]) + 3)
+    randoms = world_refused(row, family, output)
+    decisions = {output.tool_name(t.name) for t in family.tools_with_role("decision")}
+    costly = [call for call in randoms if call["tool"] in decisions][:3]
+    nulls = explicit_nulls(row)
     return {"empty": [], "quarter": quarters[0], "half": quarters[1], "three_quarters": quarters[2],
             "all_but_the_last_call": optimal[:-1], "refusals_only": refusals, "interleaved": interleaved,
-            "world_refusals": world_refused(row, family, output), "optimal": optimal}
+            "world_refusals": randoms, "decisions_then_optimal": costly + optimal,
+            "nulls_then_optimal": nulls + optimal, "optimal": optimal}
 
 
 def _module(source):
@@ -92,6 +109,10 @@ def test_the_random_trajectory_has_refusals_by_the_world_in_most_families():
         row = {"module": output.module, "grader": {"config": config}}
         found[family.name] = world_refusals(module, config, world_refused(row, family, output))
     assert sum(count > 0 for count in found.values()) >= len(found) - 2, found  # 15 of 16 when written
+
+
+def discounted(rewards, gamma):
+    return sum(r * gamma ** t for t, r in enumerate(rewards))
 
 
 def _episode(env, calls):
@@ -149,13 +170,20 @@ def test_every_surface_gives_the_same_rewards(name):
                 assert gym[2] == http[2] == mine["outcome_reward"], (name, label, gym, http, mine)
                 for stepped in (gym[1], http[1]):  # the per-step rewards are the scorer's, but the last step's
                     assert stepped[:-1] == mine["step_rewards"][:len(stepped) - 1], (name, label, stepped, mine)
+                for gamma in (0.9, 0.99):  # discounted, no trajectory's return beats π*'s, which is 1
+                    assert discounted(gym[1], gamma) <= 1.0 + 1e-9, (name, label, gamma, gym[1])
         finally:
             server.shutdown()
             server.server_close()
         rewards = {label: row["reward"] for label, row in scored.items()}
         assert rewards["empty"] == 0.0 and rewards["refusals_only"] == 0.0, (name, env.presentation, rewards)
         assert rewards["optimal"] == 1.0 and rewards["interleaved"] == 1.0, (name, env.presentation, rewards)
-        assert set(scored["optimal"]["step_rewards"]) == {0.0} and scored["optimal"]["outcome_reward"] == 1.0
+        optimal = scored["optimal"]["step_rewards"]
+        assert optimal == [1.0] + [0.0] * (len(optimal) - 1) and scored["optimal"]["outcome_reward"] == 1.0
+        assert rewards["nulls_then_optimal"] == 1.0, (name, env.presentation, rewards)  # nulls are malformed: free
+        if explicit_nulls(row):
+            nulls_first = scored["nulls_then_optimal"]["step_rewards"]
+            assert nulls_first == [1.0] + [0.0] * (len(nulls_first) - 1)
 
 
 def span(family, theta, policy, seed):

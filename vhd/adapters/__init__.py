@@ -73,8 +73,9 @@ def reward(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str
 
 
 def load_row(env_id: str, db: Any = None) -> dict[str, Any]:
-    """The export row (as `vhd export` writes it) of one admitted environment in the warehouse,
-    its rows verified first (ids and field digests; the latest version that holds it, if any)."""
+    """The export row (as `vhd export` writes it) of one admitted environment in the warehouse
+    (`env_id`: the id or a unique prefix of it, as the CLI takes), its rows verified first (ids and
+    field digests; the latest version that holds it, if any)."""
     from vhd.schemas.errors import UnknownEnvironment
     from vhd.schemas.records import EnvironmentRecord
     from vhd.tasks.export import rows_of
@@ -82,6 +83,7 @@ def load_row(env_id: str, db: Any = None) -> dict[str, Any]:
     from vhd.warehouse import Warehouse
 
     with Warehouse.open(db, read_only=True) as wh:
+        env_id = wh.resolve_env_id(env_id)
         env = wh.verified(EnvironmentRecord, [env_id]).get(env_id)
         if env is None or not env.admitted:
             raise UnknownEnvironment(f"no admitted environment {env_id!r}; expected an env_id from `vhd envs`")

@@ -9,10 +9,12 @@ result as ASCII JSON text; a malformed action gives {"ok": false, "error": "..."
 a refused call. The turn rule is the module's (one rule on every surface): a refusal by the world
 uses its turn, a malformed call none, the episode ends when the turns run out, at the clock or
 done tool, or after the module's call limit (refused calls included). Reward: each step's is its decision's exact
-advantage over the span, A*_t / (E[u*] − E[u0]) (the `step_rewards` of `vhd score`), and the step
-that ends the episode also carries the rest, so that the rewards of an episode sum to its
-decision reward (`reward` of `vhd score`); `info` at the end has `reward`, `outcome_reward` and
-`utility`. `finish()` stops an episode early by the module's `Env.finish()`, as `vhd score` does
+advantage over the span, A*_t / (E[u*] − E[u0]), the first step's plus the baseline 1, and the
+step that ends the episode carries the rest (finishing's advantage, the clip's correction), so
+that the rewards of an episode sum to its decision reward (`reward` of `vhd score`; step by step
+they are its `step_rewards`). As A*_t ≤ 0, a discounted return is at most 1, π*'s exactly 1, and
+an episode cut short has been paid what its decisions were worth. `info` at the end has
+`reward`, `outcome_reward` and `utility`. `finish()` stops an episode early by the module's `Env.finish()`, as `vhd score` does
 with a trajectory that stops early, and returns the episode's reward. Terminated when the episode
 is over; truncated only under a step limit (`gymnasium.make(..., max_episode_steps=N)`, or
 `env.step_limit = N`): the N-th step finishes the episode by the module's rule and carries its
@@ -45,7 +47,7 @@ from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
 from vhd.adapters import INVALID_TOOL, MAX_ACTION_CHARS, parse_action
 from vhd.schemas.errors import TrajectoryFormatError
 from vhd.tasks.advantage import Advantages
-from vhd.tasks.reward import decision_reward, reward, step_rewards
+from vhd.tasks.reward import decision_reward, reward, step_reward
 from vhd.tasks.score import Grading
 
 CHARSET = string.printable
@@ -231,7 +233,9 @@ class TextToolEnv(gymnasium.Env):
             else:
                 observation = self._env.call(call["tool"], call["arguments"])
             self.trajectory.append(call)
-            r = self._step_reward(self._decisions.call(call))
+            g = self.grading
+            r = step_reward(self._decisions.call(call), self.steps == 1, g.expected["u_star"], g.expected["u_default"],
+                            g.expected.get("u_idle"))
             terminated = bool(self._env.done)
             truncated = not terminated and self.step_limit is not None and self.steps >= self.step_limit
             info: dict[str, Any] = {"steps": self.steps}
@@ -252,10 +256,6 @@ class TextToolEnv(gymnasium.Env):
             if self.finished:
                 return self.result["reward"], dict(self.result)
             return self._end()
-
-    def _step_reward(self, advantage: float) -> float:
-        g = self.grading
-        return step_rewards([advantage], g.expected["u_star"], g.expected["u_default"], g.expected.get("u_idle"))[0]
 
     def _end(self) -> tuple[float, dict[str, Any]]:
         outcome = self._env.finish()

@@ -174,15 +174,17 @@ def decision_grade(family: Family, config: dict[str, Any], calls: list[dict[str,
                    expected: dict[str, float], names: dict[str, str] | None = None) -> dict[str, Any]:
     """The decision reward of a trajectory (in the module's names when `names` maps them to the
     canonical ones) with `expected` = the model's E[u*], E[u_default], E[u_idle]: `reward`,
-    `step_rewards` (one per call; the advantage of finishing an unfinished episode is the last
-    call's) and `advantage` (Σ A*)."""
+    `step_rewards` (one per call, summing to `reward`: `reward.step_rewards`; the advantage of
+    finishing an unfinished episode is the last call's), `advantages` (each call's A*_t, finishing's
+    in the last) and `advantage` (Σ A*)."""
     replay = Advantages(family, config, names)
     per_call = [replay.call(call) for call in calls]
     finish = replay.finish()
     if per_call:
         per_call[-1] = math.fsum((per_call[-1], finish))
     refs = (expected["u_star"], expected["u_default"], expected.get("u_idle"))
-    return {"reward": decision_reward(replay.total, *refs), "step_rewards": step_rewards(per_call, *refs),
+    episode = decision_reward(replay.total, *refs)
+    return {"reward": episode, "step_rewards": step_rewards(per_call, *refs, episode_reward=episode), "advantages": per_call,
             "advantage": replay.total, "reference_utility": replay.utility}
 
 

@@ -3,8 +3,8 @@
     >>> rows = score(env, setter_output, theta, family, solution, [[{"tool": "end_day", "arguments": {}}]])
     >>> rows[0]["reward"], rows[0]["outcome_reward"], rows[0]["utility"], rows[0]["error"]
     (0.0, 0.0, -318.0, None)
-    >>> rows[0]["step_rewards"]   # closing the day at once, then finishing: far below π*'s decisions
-    [-11.76...]
+    >>> rows[0]["step_rewards"]   # closing the day at once, then finishing: its sum, the reward, is clipped to 0
+    [0.0]
 
 One grading for every surface (`vhd score`, `vhd.adapters.reward`, the Gym wrapper, `serve-env`,
 `play`, `eval`): a trajectory that stops before the episode ends is finished by the module's
@@ -13,7 +13,9 @@ One grading for every surface (`vhd score`, `vhd.adapters.reward`, the Gym wrapp
 - `reward`, the decision reward: clip01(1 + Σ_t A*_t / (E[u*] − E[u0])), the exact advantages of
   the trajectory's decisions from the solved model (`vhd/tasks/advantage.py`): π* scores 1 on every
   seed, the default and doing nothing 0 in expectation, and luck earns nothing;
-- `step_rewards`, one per call, A*_t / (E[u*] − E[u0]), and `advantage`, Σ_t A*_t;
+- `step_rewards`, one per call, summing to `reward`: A*_t / (E[u*] − E[u0]) each, the baseline 1
+  on the first call's, the clip's correction on the last call's (`reward.step_rewards`);
+  `advantages`, each call's A*_t (finishing's in the last), and `advantage`, Σ_t A*_t;
 - `outcome_reward`, the paper's realised-utility ratio on the episode's own draws:
   clip01((u − u0) / (u* − u0)), u0 = max(u_default, u_idle), u_idle what doing nothing realizes;
 - `utility`, what the module realised.
@@ -97,7 +99,8 @@ class Grading:
         return {"reward": 0.0 if failed else decision["reward"],
                 "outcome_reward": reward(utility, *self.references),
                 "step_rewards": [0.0] * len(calls) if failed else decision["step_rewards"],
-                "advantage": None if failed else decision["advantage"], "utility": utility}
+                "advantage": None if failed else decision["advantage"],
+                "advantages": None if failed else decision["advantages"], "utility": utility}
 
 
 _POLICIES: dict[tuple[str, str], Any] = {}
@@ -187,9 +190,10 @@ def score(env: EnvironmentRecord, setter_output: SetterOutputRecord, theta: dict
         rows = [written.score_trajectory(family, theta, env.u_star, env.u_default, t, env.u_idle) for t in trajectories]
         return [{**row, "outcome_reward": row["reward"],
                  "advantage": None if row["utility"] is None else row["utility"] - env.u_star,
+                 "advantages": None if row["utility"] is None else [0.0] * (len(t) - 1) + [row["utility"] - env.u_star],
                  "step_rewards": [0.0] * len(t) if row["utility"] is None else
                  step_rewards([0.0] * (len(t) - 1) + [row["utility"] - env.u_star], env.u_star, env.u_default,
-                              env.u_idle)} for t, row in zip(trajectories, rows)]
+                              env.u_idle, episode_reward=row["reward"])} for t, row in zip(trajectories, rows)]
     grading = Grading.of(env, theta, setter_output, solution, family)
     rows = replay(setter_output.module, env.config(theta), trajectories, limits)
     return [{**grading.row(calls, row["utility"]), **row} for calls, row in zip(trajectories, rows)]
