@@ -99,7 +99,7 @@ def refresh_run_name() -> str:
     if params.get("preset"):
         what = f"preset {params['preset']} ×{params.get('scale', 1.0):g}"
     else:
-        names = list(params.get("families") or [params.get("family", "?")])
+        names = list(params.get("families") or ([params["family"]] if params.get("family") else registry.names()))
         what = ", ".join(names) if len(names) <= 3 else f"{len(names)} families ({', '.join(names[:2])}, …)"
     return f"{flow_run.flow_name} {batch}: {what}"
 
@@ -390,7 +390,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
 
 @flow(name="refresh", log_prints=True, task_runner=bounded_runner(), flow_run_name=refresh_run_name)
 def refresh(
-    families: list[str],
+    families: list[str] | None = None,
     per_family: int = 20,
     seed: int = 0,
     batch: str | None = None,
@@ -401,11 +401,13 @@ def refresh(
     setter: str = "template",
 ) -> dict[str, Any]:
     """Add a batch per family (default batch: today's date), recompute what is missing, publish.
+    `families`: None for every family registered when the run starts (so the nightly deployment
+    takes a new family by its file alone).
 
     With `preset` (see `vhd.tasks.presets`), its slots replace `families` and `per_family`:
     each slot is filled to its target of admitted environments in the preset's presentations.
     """
-    return run_batch("refresh", families, per_family, seed, batch or date.today().isoformat(), db_path,
+    return run_batch("refresh", families or registry.names(), per_family, seed, batch or date.today().isoformat(), db_path,
                      presentations, preset, scale, setter=setter)
 
 

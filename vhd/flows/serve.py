@@ -22,7 +22,6 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron
 
 from vhd.flows.refresh import refresh
-from vhd.mechanisms import registry
 
 DEPLOYMENT = "nightly"
 DEFAULT_CRON = "0 3 * * *"
@@ -30,12 +29,13 @@ DEFAULT_CRON = "0 3 * * *"
 
 def nightly(cron: str = DEFAULT_CRON, db_path: str = "data/vhd.duckdb", per_family: int = 20,
             timezone: str = "UTC", families: list[str] | None = None) -> RunnerDeployment:
-    """The nightly refresh deployment: every registered family (at build time), today's date as
-    the batch (the flow's default), `per_family` θ per family. A bad cron raises ValueError."""
+    """The nightly refresh deployment: every family registered when each run starts (or
+    `families`), today's date as the batch (the flow's default), `per_family` θ per family. A bad
+    cron raises ValueError."""
     return refresh.to_deployment(
         name=DEPLOYMENT,
         schedules=[Cron(cron, timezone=timezone)],
-        parameters={"families": families or registry.names(), "per_family": per_family, "db_path": db_path},
+        parameters={**({"families": families} if families else {}), "per_family": per_family, "db_path": db_path},
         description="Nightly corpus refresh: a new batch per family, stale work recomputed, quality gate, "
                     "a new corpus version.",
         tags=["vhd", "refresh"],
