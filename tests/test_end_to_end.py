@@ -132,6 +132,7 @@ def test_tampering_is_caught_by_audit(refreshed, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["refresh", "--families", "nope"], "unknown family 'nope'"),
+    (["refresh", "--families", ","], "names no family"),  # not "every family"
     (["envs", "--family", "nope"], "unknown family 'nope'"),
     (["audit", "deadbeef"], "no environment matches"),
     (["refresh", "--families", "inventory_dp", "--presentations", "X"], "--presentations"),

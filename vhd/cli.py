@@ -107,6 +107,9 @@ def _families(text: str) -> list[str]:
     from vhd.mechanisms import registry
 
     names = _csv(text)
+    if text.strip() and not names:  # "," or " , ": a list that names nothing, not "every family"
+        _fail(f"--families {text!r} names no family; expected a comma list such as knapsack,lp (or leave it out "
+              "for every family)")
     for name in names:
         registry.get(name)
     return names
