@@ -65,7 +65,8 @@ def test_per_step_example_pays_every_decision_and_returns_the_reward(rows, examp
         best = row["grader"]["reference_trajectory"]
         steps, returns, episode = rollout(row, _scripted(best), gamma=1.0)
         assert episode == 1.0 and returns[0] == pytest.approx(1.0, abs=1e-12)
-        assert [r for *_, r in steps[:-1]] == [0.0] * (len(steps) - 1)  # π*'s decisions: advantage 0
+        paid = [r for *_, r in steps]  # π*'s decisions: advantage 0, so the baseline 1 on the first step alone
+        assert paid == [1.0] + [0.0] * (len(steps) - 1)
         # a cut of π* (stopped by the policy): the rest lands on the last step, the return is the
         # reward `vhd score` gives the same calls, and discounting only shrinks it
         cut = best[: max(1, len(best) // 2)]
@@ -73,9 +74,10 @@ def test_per_step_example_pays_every_decision_and_returns_the_reward(rows, examp
         assert [json.loads(a) for _, a, _ in steps] == cut
         assert returns[0] == pytest.approx(episode, abs=1e-12)
         assert episode == pytest.approx(reward(row["grader"], cut, row["module"]), abs=1e-12)
-        assert all(r <= 1e-12 for *_, r in steps[:-1])  # never positive: no decision beats π*'s
+        assert all(r <= 1e-12 + (t == 0) for t, (*_, r) in enumerate(steps[:-1]))  # no decision beats π*'s
         _, discounted, _ = rollout(row, _scripted(cut), gamma=0.9)
         assert len(discounted) == len(steps) and discounted[-1] == pytest.approx(steps[-1][2], abs=1e-12)
+        assert discounted[0] <= 1.0 + 1e-12  # discounted, the return is at most π*'s, 1
 
 
 def test_per_step_example_on_fresh_seeds(rows, examples):
