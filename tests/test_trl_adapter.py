@@ -1,10 +1,17 @@
-"""TRL `environment_factory` (issue 17, item 2): vhd.adapters.trl.
+"""TRL `environment_factory` (issue 17 item 2, issue 27 items 2 and 7): vhd.adapters.trl.
 
-Every tool method renders, through `transformers.utils.get_json_schema` (the renderer TRL's tool
-calling uses), to the tool's own JSON Schema: name, description, argument names, types and
-required arguments, each argument's description, with its bounds in the text. π* played through
-the class's methods scores 1.0 and the empty episode 0.0, as on every other surface. Torch is not
-imported. Rows are made in process by the pipeline's own stages (tests/test_surfaces.py).
+TRL 1.16's `GRPOTrainer` appends what `reset` returns to the prompt's last user message, reads
+`get_reward` as a reward source of its own, renders a class's tools once from its methods, and
+calls a tool with the parsed arguments as keywords (tests/test_trl_grpo.py runs it; these tests
+need no torch and stay in CI). Checked here: the prompt holds the instruction once (a dataset
+row's prompt holds it and `reset` returns None; a bare export row gets it from `reset`); an
+explicit null argument reaches the module, which refuses it without using a turn, as on every
+other surface; the reward through the tool methods equals `vhd.adapters.reward` (what `vhd
+score` computes) on π*, the empty, refused-only and null-argument trajectories; every method
+renders through `transformers.utils.get_json_schema` (the renderer TRL's tool calling uses) to
+the tool's names, types and required arguments; and a canonical export of every family, rows of
+two passages and two θ each (descriptions and bounds differ), gives one class per family.
+Rows are made in process by the pipeline's own stages (tests/test_surfaces.py).
 """
 
 from __future__ import annotations
@@ -14,13 +21,20 @@ import re
 import sys
 
 import pytest
+from family_kit import PASSAGES, admitted_environments, first_module
 from transformers.utils import get_json_schema
 
-from family_kit import admitted_environments
-from vhd.adapters import grade
-from vhd.adapters.trl import dataset_rows, environment_class, environment_factory, environment_key, reward_function
+from vhd.adapters import grade, reward
+from vhd.adapters.trl import NEUTRAL_WORDS, dataset_rows, environment_class, environment_factory, environment_key
 from vhd.mechanisms import registry
-from vhd.schemas.errors import TrajectoryFormatError
+from vhd.mechanisms._runtime import call_limit
+from vhd.schemas.errors import SetterError, TrajectoryFormatError
+from vhd.tasks.annotate import annotate, make_candidates
+from vhd.tasks.check import check_batch, in_band
+from vhd.tasks.export import export_row, with_canonical_tool_names
+from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.template import _fill, render_module, singular
+from vhd.tasks.solve import solve_models
 
 FAMILIES = ("knapsack", "qp", "stopping")  # integer, number and string arguments between them
 JSON_TYPES = {"integer": "integer", "number": "number", "string": "string"}
@@ -31,41 +45,144 @@ def rows(request):
     return [row for _, row, *_ in admitted_environments(registry.get(request.param))]
 
 
-def test_every_method_renders_to_the_tools_json_schema(rows):
+def _class_of(row):
+    return environment_class(row["player"]["tools"], row["family"], row["grader"]["interface"])
+
+
+def _play(row, calls):
+    """The reward of `calls` made through the row's class's tool methods, and the trajectory recorded."""
+    env = _class_of(row)()
+    env.reset(**row)
+    for call in calls:
+        json.loads(getattr(env, call["tool"])(**call["arguments"]))
+    return env.get_reward(), env.trajectory
+
+
+def _optional(row):
+    """(a tool, one of its arguments, whether it is optional) of the row: an optional argument (a
+    log's `limit`) if a tool has one, else a required one."""
+    found = []
+    for tool in row["player"]["tools"]:
+        schema = tool["input_schema"]
+        for argument in schema.get("properties", {}):
+            found.append((tool["name"], argument, argument not in schema.get("required", [])))
+    assert found, f"{row['family']}: no tool takes an argument"
+    return max(found, key=lambda f: f[2])
+
+
+def _schema_refused(row):
+    """A call of a real tool whose argument is outside its schema: malformed (no turn used)."""
+    tool = next(t for t in row["player"]["tools"] if t["input_schema"].get("required"))
+    argument = tool["input_schema"]["required"][0]
+    bad = "not a number" if tool["input_schema"]["properties"][argument]["type"] != "string" else "x" * 10**5
+    return {"tool": tool["name"], "arguments": {argument: bad}}
+
+
+def test_every_method_renders_to_the_tools_names_types_and_required_arguments(rows):
+    """Without a family a method says what the row's tool says; with it, the family's description
+    in neutral words and the family's bounds (the passage's words and θ's bounds are the
+    instruction's), and always the row's names, argument names, types and required arguments."""
+    words = {**NEUTRAL_WORDS, "unit_one": singular(NEUTRAL_WORDS["unit"])}
     for row in rows:
-        env = environment_class(row["player"]["tools"])()
-        for tool in row["player"]["tools"]:
-            rendered = get_json_schema(getattr(env, tool["name"]))["function"]
-            schema = tool["input_schema"]
-            assert rendered["name"] == tool["name"]
-            assert rendered["description"] == " ".join(tool["description"].split())
-            parameters = rendered["parameters"]
-            assert list(parameters["properties"]) == list(schema["properties"])
-            assert sorted(parameters.get("required", [])) == sorted(schema.get("required", []))
-            for name, argument in schema["properties"].items():
-                mine = parameters["properties"][name]
-                assert mine["type"] == JSON_TYPES[argument["type"]], (tool["name"], name, mine)
-                assert mine["description"].startswith(" ".join(argument["description"].split()))
-                for bound in ("minimum", "maximum", "maxLength"):  # bounds (and units) in the text
-                    if bound in argument:
-                        assert re.search(rf"\b{re.escape(str(argument[bound]))}\b", mine["description"]), (name, mine)
+        family = registry.get(row["family"])
+        for Environment, own in ((environment_class(row["player"]["tools"]), True), (_class_of(row), False)):
+            env = Environment()
+            for tool in row["player"]["tools"]:
+                rendered = get_json_schema(getattr(env, tool["name"]))["function"]
+                schema = tool["input_schema"]
+                spec = family.tool(row["grader"]["interface"][tool["name"]])
+                assert rendered["name"] == tool["name"]
+                said = tool["description"] if own else _fill(spec.description, words)
+                assert rendered["description"] == " ".join(said.split())
+                assert "{" not in rendered["description"]
+                parameters = rendered["parameters"]
+                assert list(parameters["properties"]) == list(schema["properties"])
+                assert sorted(parameters.get("required", [])) == sorted(schema.get("required", []))
+                for name, argument in schema["properties"].items():
+                    mine = parameters["properties"][name]
+                    assert mine["type"] == JSON_TYPES[argument["type"]], (tool["name"], name, mine)
+                    assert "nullable" not in mine  # null is not an argument the module takes
+                    source = argument if own else spec.input_schema["properties"][name]
+                    assert mine["description"].startswith(" ".join(_fill(source["description"], words).split()))
+                    for bound in ("minimum", "maximum", "maxLength"):  # bounds (and units) in the text
+                        if bound in source:
+                            assert re.search(rf"\b{re.escape(str(source[bound]))}\b", mine["description"]), (name, mine)
 
 
 def test_pi_star_scores_one_and_nothing_zero(rows):
     for row in rows:
-        env = environment_class(row["player"]["tools"])()
-        assert env.reset(**row) == row["player"]["instruction"]
+        env = _class_of(row)()
+        assert env.reset(**row) == row["player"]["instruction"]  # an export row: no prompt holds it yet
         for call in row["grader"]["reference_trajectory"]:
             json.loads(getattr(env, call["tool"])(**call["arguments"]))
-        assert env.get_reward() == 1.0 == reward_function([env])[0]
+        assert env.get_reward() == 1.0 == env.get_reward()
         assert json.loads(getattr(env, row["player"]["tools"][0]["name"])(0))["ok"] is False  # over: refused
-        assert env.reset(**row) and env.get_reward() == 0.0
+        env.reset(**row)
+        assert env.get_reward() == 0.0
     assert "torch" not in sys.modules
+
+
+def test_the_prompt_holds_the_instruction_once(rows):
+    """TRL appends a string `reset` returns to the prompt's last user message: a dataset row's
+    prompt holds the instruction, so reset returns None; a row without one (TRL's placeholder
+    prompt is an empty user message) or whose prompt lacks it gets it from reset."""
+    for row, record in zip(rows, dataset_rows(rows)):
+        instruction = row["player"]["instruction"]
+        env = environment_factory(rows)
+        env = (env[record["environment"]] if isinstance(env, dict) else env)()
+        for prompt in (record["prompt"], [{"role": "user", "content": ""}],
+                       [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Begin."}],
+                       [{"role": "user", "content": [{"type": "text", "text": instruction}]}]):
+            returned = env.reset(**{**record, "prompt": prompt})
+            text = json.dumps(prompt) + json.dumps(returned or "")
+            assert text.count(json.dumps(instruction)[1:-1]) == 1, (prompt, returned)
+            assert returned is None or returned == instruction
+        assert env.reset(**record) is None
+
+
+def test_an_explicit_null_argument_reaches_the_module(rows):
+    """`view_log(limit=None)` is the model's argument: refused by the module's schema, no turn
+    used, recorded as sent; left out, the argument stays out and the call is accepted. (stopping
+    has no optional argument: a null for a required one is refused alike.)"""
+    for row in rows:
+        tool, argument, optional = _optional(row)
+        env = _class_of(row)()
+        env.reset(**row)
+        refused = json.loads(getattr(env, tool)(**{argument: None}))
+        assert refused["ok"] is False and "turns_left" not in refused, refused
+        assert env._env._env.outcome()["turns_used"] == 0
+        assert env.trajectory == [{"tool": tool, "arguments": {argument: None}}]
+        rendered = get_json_schema(getattr(env, tool))["function"]["parameters"]
+        assert "nullable" not in rendered["properties"][argument]
+        assert (argument not in rendered.get("required", [])) == optional
+        if optional:
+            assert json.loads(getattr(env, tool)())["ok"] is True
+            assert env.trajectory[1:] == [{"tool": tool, "arguments": {}}]
+
+
+def test_rewards_equal_vhd_score_on_pi_star_empty_refused_and_null_trajectories(rows):
+    """The reward through the tool methods is `vhd.adapters.reward` (the sandboxed replay of
+    `vhd score`) of the same calls: π* 1, nothing 0, refusals only (past the call limit), and
+    17 null-argument calls then π* — 1, since each is refused without using a turn (issue 27:
+    dropping the null made them accepted calls that used π*'s turns, 0 through TRL)."""
+    for row in rows:
+        best = row["grader"]["reference_trajectory"]
+        tool, argument, _ = _optional(row)
+        null = [{"tool": tool, "arguments": {argument: None}}] * 17
+        refusals = [_schema_refused(row)] * (call_limit(row["grader"]["config"]["turn_budget"]) + 3)
+        trajectories = {"optimal": best, "empty": [], "refused_only": refusals, "null_then_optimal": null + best}
+        for name, calls in trajectories.items():
+            played, trajectory = _play(row, calls)
+            expected = reward(row["grader"], calls, row["module"])
+            assert played == expected, (row["env_id"], name, played, expected)
+            assert trajectory == [{"tool": c["tool"], "arguments": c["arguments"]} for c in calls][:len(trajectory)]
+        assert _play(row, null + best)[0] == 1.0 == _play(row, best)[0]
+        assert _play(row, [])[0] == 0.0
 
 
 def test_positional_keyword_and_bad_arguments_are_the_modules_to_judge(rows):
     row = rows[0]
-    env = environment_class(row["player"]["tools"])()
+    env = _class_of(row)()
     env.reset(**row)
     tool = next(t for t in row["player"]["tools"] if t["input_schema"]["properties"])
     name = next(iter(tool["input_schema"]["properties"]))
@@ -76,17 +193,18 @@ def test_positional_keyword_and_bad_arguments_are_the_modules_to_judge(rows):
     assert env.get_reward() == grade(row["grader"], env.trajectory, row["module"])["reward"]
 
 
-def test_one_class_per_tool_set_and_a_dict_factory_otherwise(rows):
-    assert environment_factory(rows) is environment_class(rows[0]["player"]["tools"])  # I and A: one tool set
+def test_one_class_per_interface_and_a_dict_factory_otherwise(rows):
+    assert environment_factory(rows) is _class_of(rows[0])  # I and A: one interface
     other = json.loads(json.dumps(rows[0]))
     other["player"]["tools"][0]["name"] = "renamed_tool"
     factory = environment_factory([rows[0], other])
     assert isinstance(factory, dict) and len(factory) == 2
     keyed = dataset_rows([rows[0], other])
-    assert [factory[r["environment"]] for r in keyed] == [environment_class(json.loads(r["player"])["tools"]) for r in keyed]
+    assert [factory[r["environment"]] for r in keyed] == [_class_of({**r, "player": json.loads(r["player"]),
+                                                                     "grader": json.loads(r["grader"])}) for r in keyed]
     assert keyed[0]["prompt"] == [{"role": "user", "content": rows[0]["player"]["instruction"]}]
     with pytest.raises(TrajectoryFormatError, match="serves tools"):
-        factory[environment_key(other["player"]["tools"])]().reset(**rows[0])
+        factory[keyed[1]["environment"]]().reset(**rows[0])
 
 
 def test_parquet_rows_with_json_text_columns_play_alike(rows):
@@ -121,9 +239,82 @@ def test_tool_names_that_cannot_be_methods_are_refused(name):
         environment_class([{"name": name, "description": "x", "input_schema": {"type": "object", "properties": {}}}])
 
 
+def _admitted(family, output, batch):
+    """The export rows (I and A) of the first sampled model admitted in both with `output`, the
+    template setter's module in one passage, by the pipeline's own stages (family_kit's
+    `admitted_environments`, for any passage)."""
+    models = sample_models(family, 8, seed=5, batch=batch)
+    solutions = {s.model_id: s for s in solve_models(family, models)}
+    candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},
+                                 {m.model_id: output.setter_output_id for m in models}, ("I", "A"))
+    for k in range(0, len(candidates), 2):
+        pair = candidates[k:k + 2]
+        if all(in_band(family, c) for c in pair):
+            verdicts = check_batch(family, output, pair)
+            if all(v.admitted for v in verdicts):
+                return [export_row(annotate(family, v)[0], c.model, output, family, solutions[c.model.model_id])
+                        for v, c in zip(verdicts, pair)]
+    raise AssertionError(f"{family.name}: no model admitted in both I and A in this passage")
+
+
+def _second_module(family):
+    first = first_module(family).setter_output_id
+    for passage in PASSAGES:
+        try:
+            output = render_module(family, passage)
+        except SetterError:
+            continue
+        if output.setter_output_id != first:
+            return output
+    raise AssertionError(f"no second built-in passage can skin {family.name}")
+
+
+@pytest.fixture(scope="module")
+def canonical_export():
+    """A canonical export of every family: I and A rows of two passages, each on its own θ."""
+    rows = []
+    for name in registry.names():
+        family = registry.get(name)
+        for output, batch in ((first_module(family), "surfaces"), (_second_module(family), "trl-second")):
+            rows += [with_canonical_tool_names(row) for row in _admitted(family, output, batch)]
+    return rows
+
+
+def test_a_canonical_export_of_every_family_gives_one_class_per_family(canonical_export):
+    """Issue 27 item 2 (3): keyed on the passage's descriptions, 58 rows of 16 families made 31
+    classes, each a reward column of its own in TRL. Keyed on the interface the methods show —
+    names, argument names, types, required, the family's own descriptions — a family is one class
+    though its rows' descriptions and bounds differ; every row plays π* to 1 through its class."""
+    rows = canonical_export
+    by_family: dict[str, list] = {}
+    for row in rows:
+        by_family.setdefault(row["family"], []).append(row)
+    assert sorted(by_family) == sorted(registry.names())
+    differ = [name for name, mine in by_family.items()
+              if len({json.dumps(r["player"]["tools"], sort_keys=True) for r in mine}) > 1]
+    assert len(differ) == len(by_family), "each family's rows show different tool texts (passages, θ)"
+    assert len({environment_key(r["player"]["tools"]) for r in rows}) > len(by_family)  # the rows' own texts: more
+    factory = environment_factory(rows)
+    assert isinstance(factory, dict) and len(factory) == len(by_family)
+    records = dataset_rows(rows)
+    assert len(records) == len(rows)
+    for name in by_family:
+        keys = {record["environment"] for record in records if record["family"] == name}
+        assert len(keys) == 1 and keys.pop().startswith(f"vhd_{name}_")
+    for record, row in zip(records, rows):
+        Environment = factory[record["environment"]]
+        assert Environment.__name__ == record["environment"]  # TRL logs its reward under the class's name
+        env = Environment()
+        assert env.reset(**record) is None
+        for call in row["grader"]["reference_trajectory"]:
+            getattr(env, call["tool"])(**call["arguments"])
+        assert env.get_reward() == 1.0, (row["env_id"], row["family"])
+
+
 def test_training_md_trl_example_runs(rows):
-    """The TRL example in docs/TRAINING.md, run as written: π* 1.0 and nothing 0.0 on every record
-    of a `datasets.Dataset` made from the rows (one tool set: a class; two: a dict factory)."""
+    """The TRL example in docs/TRAINING.md (its first block; the second, GRPOTrainer itself, is
+    run by tests/test_trl_grpo.py), run as written: π* 1.0 and nothing 0.0 on every record of a
+    `datasets.Dataset` made from the rows (one interface: a class; two: a dict factory)."""
     from pathlib import Path
 
     text = (Path(__file__).parent.parent / "docs" / "TRAINING.md").read_text(encoding="utf-8")
@@ -140,8 +331,8 @@ def test_training_md_trl_example_runs(rows):
     renamed["module"] = renamed["module"].replace('"name": "', '"name": "the_')
     renamed["grader"]["interface"] = {f"the_{name}": canonical for name, canonical in renamed["grader"]["interface"].items()}
     for mixed in (rows, rows + [renamed]):
-        dataset, factory, reward = namespace["trl_inputs"](mixed)
-        assert isinstance(factory, dict) == (mixed is not rows) and reward is reward_function
+        dataset, factory = namespace["trl_inputs"](mixed)
+        assert isinstance(factory, dict) == (mixed is not rows)
         best = namespace["play"](dataset, factory, lambda record: json.loads(record["grader"])["reference_trajectory"])
         assert best == [1.0] * len(mixed)
         assert namespace["play"](dataset, factory, lambda record: []) == [0.0] * len(mixed)
