@@ -1,6 +1,6 @@
 """Tool-call latency: in-process TextToolEnv.step vs the same environment over HTTP (loopback).
 
-    python bench/tool_latency.py --export DIR/environments.jsonl [--runs 5] [--calls 200]
+    python bench/tool_latency.py --export DIR [--runs 5] [--calls 200]   # DIR: what `vhd export --out` wrote
 
 Each run plays the first I/A environment's reference trajectory repeatedly (reset between
 episodes) until `--calls` steps, timing every step; prints the median step latency of each run
@@ -10,13 +10,13 @@ and the median over runs, side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import threading
 import time
 
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
+from vhd.tasks.export import read_export
 
 
 def timed_steps(env, calls: list[dict], n: int) -> list[float]:
@@ -34,11 +34,11 @@ def timed_steps(env, calls: list[dict], n: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--export", required=True, help="environments.jsonl written by `vhd export`")
+    parser.add_argument("--export", required=True, help="the directory `vhd export --out` wrote (or one of its files)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    rows = [json.loads(line) for line in open(args.export, encoding="utf-8") if line.strip()]
+    rows = read_export(args.export)
     row = next(r for r in rows if r["presentation"] in ("I", "A"))
     calls = row["grader"]["reference_trajectory"]
     server = make_server(TextToolEnv(row))

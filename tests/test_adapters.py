@@ -12,6 +12,7 @@ from vhd.adapters import load_row, reward
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
 from vhd.mechanisms._runtime import call_limit
+from vhd.tasks.export import read_export
 
 
 @pytest.fixture(scope="module")
@@ -21,18 +22,22 @@ def exported(refreshed, tmp_path_factory):
     result = subprocess.run([sys.executable, "-m", "vhd.cli", "export", "--out", out, "--db", db],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in (out / "environments.jsonl").read_text().splitlines()]
+    rows = read_export(out)
     rows = [r for r in rows if r["presentation"] in ("I", "A")]
     assert {r["presentation"] for r in rows} == {"I", "A"}
     return db, rows
 
 
 def _play(env, calls):
+    """(the episode's summed step rewards, terminated, truncated, info) once the episode ends."""
     env.reset()
+    total = 0.0
     for call in calls:
         observation, r, terminated, truncated, info = env.step(json.dumps(call))
+        total += r
         if terminated:
-            return r, terminated, truncated, info
+            assert abs(total - info["reward"]) <= 1e-12
+            return info["reward"], terminated, truncated, info
     raise AssertionError("episode did not end")
 
 
@@ -63,13 +68,16 @@ def test_malformed_actions_count_toward_the_call_limit_like_refused_calls(export
     row = rows[0]
     env = TextToolEnv(row)
     env.reset()
+    paid = []
     for steps in range(1, 10_000):
         observation, r, terminated, truncated, info = env.step("{bad")
+        paid.append(r)
         if terminated:
             break
     assert steps == call_limit(env.turn_budget) and not truncated
     assert "episode_over" in json.loads(observation)
-    assert r == reward(row["grader"], env.trajectory, row["module"]) == 0.0
+    assert info["reward"] == reward(row["grader"], env.trajectory, row["module"]) == 0.0
+    assert paid[0] == 1.0 and paid[-1] == -1.0 and set(paid[1:-1]) == {0.0}  # the baseline, given back at the end
 
 
 def test_refused_calls_use_no_turn_on_the_wrapper(exported):
@@ -103,7 +111,7 @@ def test_bad_action_is_a_one_line_error_observation(exported):
     observation, r, terminated, truncated, _ = env.step("{not json")
     body = json.loads(observation)
     assert body["ok"] is False and "not JSON" in body["error"] and "\n" not in body["error"]
-    assert (r, terminated, truncated) == (0.0, False, False)
+    assert (r, terminated, truncated) == (1.0, False, False)  # the first step's baseline; a malformed call is worth 0
     body = json.loads(env.step({"tool": 3})[0])
     assert body["ok"] is False and "\n" not in body["error"]
 
@@ -244,10 +252,11 @@ def test_serve_env_plays_fifty_concurrent_sessions(served):
     def player(k):
         client = HttpEnvClient(url)
         client.reset()
-        r, terminated = 0.0, False
+        paid, terminated = 0.0, False
         for call in plays[k]:
             _, r, terminated, _, _ = client.step(call)
-        got[k] = r if terminated else client.finish()[0]
+            paid += r
+        got[k] = paid if terminated else client.finish()[0]
         client.close()
 
     threads = [threading.Thread(target=player, args=(k,)) for k in plays]

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vhd.cli import app
+from vhd.tasks.export import read_export
 
 from conftest import run_vhd
 
@@ -66,13 +67,13 @@ def test_optimal_scores_one_default_zero(refreshed, tmp_path):
 def test_export_splits_player_and_grader(refreshed, tmp_path):
     db, _ = refreshed
     assert vhd("export", "--out", tmp_path, "--db", db).exit_code == 0
-    rows = [json.loads(line) for line in (tmp_path / "environments.jsonl").read_text().splitlines()]
+    rows = read_export(tmp_path)
     assert rows and all(set(r) >= {"env_id", "family", "presentation", "module", "player", "grader"} for r in rows)
     hidden = [r for r in rows if r["presentation"] == "A"][0]
     assert "unit_cost" not in hidden["player"]["config"]["params"] and "unit_cost" in hidden["grader"]["config"]["params"]
     assert "episode_seed" not in hidden["player"]["config"]
     assert vhd("export", "--out", tmp_path, "--format", "parquet", "--db", db).exit_code == 0
-    assert pl.read_parquet(tmp_path / "environments.parquet").height == len(rows)
+    assert pl.read_parquet(tmp_path / "data" / "*.parquet").height == len(rows)
 
 
 def test_first_run_publishes_a_corpus_version(refreshed):
@@ -108,7 +109,7 @@ def test_rerun_of_a_batch_does_nothing_and_a_new_batch_adds_a_version(refreshed,
     assert counts == {"v1": first["admitted"], "v2": first["admitted"] + grown["admitted"]}
     out = tmp_path / "v1"
     assert vhd("export", "--out", out, "--corpus-version", "v1", "--db", copy).exit_code == 0
-    assert len((out / "environments.jsonl").read_text().splitlines()) == first["admitted"]
+    assert len(read_export(out)) == first["admitted"]
     result = vhd("export", "--out", out, "--corpus-version", "v9", "--db", copy)
     assert result.exit_code == 1 and "no corpus version 'v9'" in result.stderr
 

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "vhd"
 ALLOWED = {  # package (or module) directly under vhd/ -> vhd packages it may import
-    "__init__.py": set(),
+    "__init__.py": {"adapters"},  # only the verifiers taskset id `vhd`: three classes, imported when asked for
     "schemas": {"schemas"},
     "mechanisms": {"schemas", "mechanisms"},
     "tasks": {"schemas", "mechanisms", "tasks"},

@@ -1,7 +1,7 @@
 """A verifiers (0.4, `verifiers.v1`) environment over exported environments: native tool calls,
 scored by the decision reward.
 
-    >>> env = load_environment(rows=[row])          # rows of `vhd export`, or path="DIR/environments.jsonl"
+    >>> env = load_environment(rows=[row])          # rows of `vhd export`, or path="DIR" (its directory)
     >>> [task.data.name for task in env.taskset] == [row["env_id"]]
     True
 
@@ -17,37 +17,34 @@ until the episode ends or the model answers without a tool call. `VhdTask.decisi
 unfinished is finished by the module's `Env.finish()`, and the reward equals every other
 surface's (docs/TRAINING.md, "One episode, one reward").
 
-verifiers resolves tasksets and harnesses by a top-level module name; importing this module
-registers it as `vhd_verifiers` (`ID`), the taskset and harness id `load_environment` uses.
-The generated modules run in this process (docs/TRAINING.md, "Trust model").
+verifiers (0.4) finds a taskset by its id: it imports `verifiers.v1.tasksets.<id>`, else the
+top-level module `<id>` (`-` read as `_`), and takes the Taskset, Harness and Env subclasses it
+exports in `__all__`; there are no entry points. The `vhd` package itself exports `VhdTaskset`,
+`VhdHarness` and `VhdEnv` (imported from here only when asked for, so `import vhd` does not import
+verifiers), so verifiers' own CLI runs an export with nothing else: `vf-eval vhd --env.taskset.path
+DIR -m MODEL --client.base-url URL`.
+`VhdEnv` is the single-agent env with the runtime defaulting to `vf.SubprocessConfig()` (the loop
+runs in process; verifiers' default runtime is Prime's sandboxes). The generated modules run in
+this process (docs/TRAINING.md, "Trust model").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from vhd.adapters import grade
-from vhd.schemas.errors import TrajectoryFormatError
-from vhd.tasks.export import row_of_record
+from vhd.schemas.errors import TrajectoryFormatError, VhdError
+from vhd.tasks.export import export_files, read_export, row_of_record
 
-ID = "vhd_verifiers"
-sys.modules.setdefault(ID, sys.modules[__name__])  # verifiers imports plugins by a top-level name
+ID = "vhd"  # the taskset id: the top-level module verifiers imports (vhd/__init__.py exports the classes)
 
-__all__ = ["ID", "VhdHarness", "VhdTaskset", "load_environment", "tool_calls", "openai_tools"]
-
-
-def export_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL export (`DIR/environments.jsonl`); for the Parquet export, pass its
-    records as `rows=` (any form of an export row is read, as `vhd.tasks.export.row_of_record`)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+__all__ = ["ID", "VhdEnv", "VhdHarness", "VhdTaskset", "load_environment", "tool_calls", "openai_tools"]
 
 
 def openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -99,14 +96,28 @@ class VhdTask(vf.Task[VhdData]):
 
 class VhdTasksetConfig(vf.TasksetConfig):
     rows: list[dict[str, Any]] = Field(default_factory=list)
-    """Export rows (as `vhd export` writes them)."""
+    """Export rows (as `vhd export` makes them, or its stored records)."""
     path: str | None = None
-    """A JSONL export file (`DIR/environments.jsonl`), read when `rows` is empty."""
+    """An export: the directory `vhd export --out` wrote (every split), or one of its data files
+    (`DIR/data/heldout-<digest>.jsonl` or `.parquet`); read when `rows` is empty."""
+
+    @field_validator("path")
+    @classmethod
+    def _an_export(cls, path: str | None) -> str | None:
+        if path is not None:  # checked when verifiers' CLI parses its flags: its one error message
+            try:
+                export_files(path)
+            except VhdError as exc:
+                raise ValueError(str(exc)) from None
+        return path
 
 
 class VhdTaskset(vf.Taskset[VhdTask, VhdTasksetConfig]):
     def load(self):
-        rows = self.config.rows or (export_rows(self.config.path) if self.config.path else [])
+        if not self.config.rows and not self.config.path:
+            raise TrajectoryFormatError("the vhd taskset has no rows; pass --env.taskset.path DIR (a `vhd export` "
+                                        "directory or one of its data files)")
+        rows = self.config.rows or read_export(self.config.path)
         for row in map(row_of_record, rows):  # any form of an export row: JSONL, Parquet structs, JSON texts
             player = row["player"]
             if player["config"].get("presentation") == "F":
@@ -163,14 +174,25 @@ class VhdHarness(vf.Harness[VhdHarnessConfig]):
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")
 
 
+class VhdEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    """The one seat; its runtime defaults to a subprocess (the harness's loop runs in process)."""
+
+
+class VhdEnv(vf.SingleAgentEnv, vf.Env[VhdEnvConfig]):
+    """The single-agent env (one `agent` seat, one trace per episode) with `VhdEnvConfig`'s
+    defaults: what `vf-eval vhd` runs."""
+
+
 def load_environment(rows: list[dict[str, Any]] | None = None, path: str | Path | None = None,
                      **agent: Any) -> vf.Env:
-    """The verifiers environment of an export (its rows, or the file at `path`): the vhd
-    taskset, played by `VhdHarness`; `agent` goes to `vf.AgentConfig` (max_turns, timeout…; the
-    runtime defaults to `vf.SubprocessConfig()`, as the loop runs in this process)."""
+    """The verifiers environment of an export (its rows, or the export at `path`: its directory or
+    one data file): the vhd taskset, played by `VhdHarness`, in `VhdEnv`; `agent` goes to
+    `vf.AgentConfig` (max_turns, timeout…; the runtime defaults to `vf.SubprocessConfig()`, as the
+    loop runs in this process)."""
     if not rows and path is None:
-        raise TrajectoryFormatError("no rows and no path; expected the rows of `vhd export` or its file")
+        raise TrajectoryFormatError("no rows and no path; expected the rows of `vhd export` or its directory")
     taskset = VhdTasksetConfig(id=ID, rows=list(rows or []), path=str(path) if path is not None else None)
     agent.setdefault("runtime", vf.SubprocessConfig())  # the loop runs in this process: no sandbox to provision
-    config = vf.SingleAgentEnvConfig(taskset=taskset, agent=vf.AgentConfig(harness=VhdHarnessConfig(), **agent))
+    config = VhdEnvConfig(taskset=taskset, agent=vf.AgentConfig(harness=VhdHarnessConfig(), **agent))
     return vf.load_environment(config)
