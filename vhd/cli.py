@@ -703,31 +703,65 @@ def versions(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
 
 @app.command()
 @handles_errors
-def export(out: Path = typer.Option(..., "--out", help="directory to write environments.jsonl/.parquet into"),
-           format: str = typer.Option("jsonl", "--format", help="jsonl or parquet"),
+def export(out: Path = typer.Option(..., "--out", help="directory to write the export into: "
+                                     "data/<split>-<digest>.jsonl|.parquet and README.md (or the OpenEnv "
+                                     "packages)"),
+           format: str = typer.Option("jsonl", "--format", help="jsonl, parquet, or openenv: one OpenEnv package "
+                                      "(openenv.yaml, Dockerfile, server/app.py, validation/runtime.json) per "
+                                      "environment, in OUT/vhd-<env_id[:16]>"),
            corpus_version: Optional[str] = typer.Option(None, "--corpus-version",
                                                         help="export exactly this version (default: the latest)"),
            tool_names: str = typer.Option("skinned", "--tool-names", help="skinned: the passage's tool names "
                                           "(order_loaves…); canonical: the family's (place_order…), one tool set "
                                           "per family for training, the passage's words kept elsewhere"),
+           env_ids: Optional[list[str]] = typer.Option(None, "--env", help="--format openenv: this environment "
+                                                       "only (an id or unique prefix; repeatable; default: each "
+                                                       "I and A environment of the version)"),
+           wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="--format openenv: wheels to put "
+                                                     "in each package's wheels/ (vhd-play's dependencies, for an "
+                                                     "offline image build; default: the project wheel only)"),
            db: Optional[Path] = DbOption) -> None:
     """Export a published corpus version, verified against its digest first: module, player view,
-    grader view, the environment's grading digest and the corpus digest, one row each."""
+    grader view, the environment's grading digest and the corpus digest, one row each; or, with
+    --format openenv, one OpenEnv package per environment that `openenv validate` checks."""
     from vhd.tasks.export import TOOL_NAMES, rows_of, with_canonical_tool_names, write
     from vhd.tasks.publish import open_version, pinned
 
-    if format not in ("jsonl", "parquet"):
-        _fail(f"--format must be jsonl or parquet, got {format!r}")
+    if format not in ("jsonl", "parquet", "openenv"):
+        _fail(f"--format must be jsonl, parquet or openenv, got {format!r}")
     if tool_names not in TOOL_NAMES:
         _fail(f"--tool-names must be one of {', '.join(TOOL_NAMES)}, got {tool_names!r}")
+    if format != "openenv" and (env_ids or wheelhouse is not None):
+        _fail("--env and --wheelhouse are options of --format openenv")
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        _fail(f"--wheelhouse {wheelhouse}: not a directory of wheels")
     _output_directory(out)
     with _reader(db) as wh:
         version, envs = open_version(wh, corpus_version)  # a row changed since publication: one line, exit 1
         rows = rows_of(wh, envs, lambda e: pinned(e, version))
     if tool_names == "canonical":
         rows = [with_canonical_tool_names(row) for row in rows]
-    target = write(rows, out, format)
-    console.print(f"{len(rows)} environments → {target}")
+    if format != "openenv":
+        target = write(rows, out, format)
+        console.print(f"{len(rows)} environments → {target}")
+        return
+    from vhd.tasks.openenv_package import package_name, write_package
+
+    if env_ids:
+        chosen = []
+        for wanted in env_ids:
+            found = [row for row in rows if row["env_id"].startswith(wanted)]
+            if len(found) != 1:
+                _fail(f"--env {wanted}: {'no' if not found else len(found)} environments of version "
+                      f"{version.version} match; expected one env_id or unique prefix (see `vhd envs`)")
+            chosen.append(found[0])
+    else:
+        chosen = [row for row in rows if row["presentation"] != "F"]  # F is played by a written answer
+    for row in chosen:
+        target = write_package(row, out / package_name(row), wheelhouse)
+        console.print(f"{row['env_id'][:16]} → {target}", highlight=False)
+    console.print(f"{len(chosen)} OpenEnv packages → {out} (check one: openenv validate {out}/<package>)",
+                  highlight=False)
 
 
 def _scored_environment(wh, env_id: str, corpus_version: Optional[str]):
@@ -782,20 +816,36 @@ def _adapter_env(env_id: str, db: Optional[Path]):
 def serve_env(env_id: str = typer.Argument(..., help="environment id (or a unique prefix)"),
               port: int = typer.Option(8765, "--port", help="TCP port (0 = any free port)"),
               host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback by default)"),
+              idle_timeout: float = typer.Option(600.0, "--idle-timeout", metavar="SECONDS",
+                                                 help="a session unused this long expires (its id then answers 410)"),
+              read_timeout: float = typer.Option(60.0, "--read-timeout", metavar="SECONDS",
+                                                 help="a connection has this long to send each request, else it is closed"),
+              max_sessions: int = typer.Option(4096, "--max-sessions", help="sessions open at once (unexpired)"),
               db: Optional[Path] = DbOption) -> None:
     """Serve one environment over HTTP to many concurrent sessions: POST /reset (returns a
-    session_id), POST /step {"session_id", "action"}, POST /finish, GET /state?session_id= (JSON).
+    session_id), POST /step {"session_id", "action"}, POST /finish, GET /state?session_id=,
+    GET /health (JSON; every error too).
 
     The generated module runs inside this server process (see docs/TRAINING.md, trust model)."""
+    import math
+
     from vhd.adapters.http import make_server
 
     if not 0 <= port <= 65535:
         _fail(f"--port {port}: a TCP port is 0–65535 (0 = any free port)")
+    for name, value in (("--idle-timeout", idle_timeout), ("--read-timeout", read_timeout)):
+        if not (math.isfinite(value) and value > 0):
+            _fail(f"{name} {value:g}: expected a positive number of seconds")
+    if max_sessions < 1:
+        _fail(f"--max-sessions {max_sessions}: expected at least 1")
     try:
-        server = make_server(_adapter_env(env_id, db), host, port)
+        server = make_server(_adapter_env(env_id, db), host, port, idle_timeout=idle_timeout,
+                             read_timeout=read_timeout, max_sessions=max_sessions)
     except OSError as exc:  # the port is taken, the host is not ours
         _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
-    console.print(f"serving {env_id} on http://{server.server_address[0]}:{server.server_address[1]}", highlight=False)
+    console.print(f"serving {env_id} on http://{server.server_address[0]}:{server.server_address[1]} "
+                  f"(sessions expire after {idle_timeout:g} s unused; read timeout {read_timeout:g} s; "
+                  f"at most {max_sessions} sessions)", highlight=False, soft_wrap=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # pragma: no cover
@@ -810,10 +860,10 @@ def serve_openenv(env_id: str = typer.Argument(..., help="environment id (or a u
                   port: int = typer.Option(8000, "--port", help="TCP port (1–65535)"),
                   host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback by default)"),
                   db: Optional[Path] = DbOption) -> None:
-    """Serve one environment with OpenEnv's own server (openenv-core's create_app) to OpenEnv's
-    clients (MCPToolClient, GenericEnvClient): one episode per WebSocket /ws session; list_tools =
-    the player's tools, call_tool = one step, {"type": "finish"} stops early; reward 0.0 until
-    done, then the decision reward (docs/TRAINING.md, "OpenEnv").
+    """Serve one environment with OpenEnv's own server (openenv 0.10's create_app over its
+    MCPEnvironment) to OpenEnv's clients (MCPToolClient, GenericEnvClient): one episode per /ws or
+    /mcp session; list_tools = the player's tools, call_tool = one step, {"type": "finish"} stops
+    early; reward 0.0 until done, then the decision reward (docs/TRAINING.md, "OpenEnv").
 
     The generated module runs inside this server process (see docs/TRAINING.md, trust model)."""
     from vhd.adapters import load_row
@@ -823,7 +873,8 @@ def serve_openenv(env_id: str = typer.Argument(..., help="environment id (or a u
         _fail(f"--port {port}: a TCP port is 1–65535")
     with _reader(db) as wh:
         full = wh.resolve_env_id(env_id)
-    console.print(f"serving {full[:16]} with OpenEnv on http://{host}:{port} (WebSocket /ws)", highlight=False)
+    console.print(f"serving {full[:16]} with OpenEnv on http://{host}:{port} (WebSocket /ws, MCP /mcp)",
+                  highlight=False)
     serve(load_row(full, db), host, port)
 
 

@@ -4,7 +4,8 @@
     >>> env = skyrl_gym.make("vhd", env_config=None, extras={"extra_info": {"row": row}})
     >>> prompt, info = env.init(None)                   # [{"role": "user", "content": instruction and tools}]
     >>> out = env.step('<tool_call>{"name": "end_day", "arguments": {}}</tool_call>')
-    >>> out["observations"], out["reward"], out["done"]
+    >>> out["done"], out["observations"][0]["role"], round(out["reward"], 3)   # the first step: baseline 1 + A*/span
+    (False, 'user', 0.675)
 
 SkyRL's trainers build an environment per dataset row with `skyrl_gym.make(row["env_class"],
 env_config=…, extras=row)`, call `init(row["prompt"])`, then `step(model output)` each turn until
