@@ -4,7 +4,9 @@ For every family, in presentations I and A, one admitted environment (made by th
 own stages: sample, solve, render, check, annotate, export) is played on the same trajectories
 through every surface a trainer touches — the scorer of `vhd score` and `vhd eval`
 (`tasks.score.score`), `vhd.adapters.reward`, the Gym wrapper, a `serve-env` client and
-`vhd play` — and every surface gives the same rewards: the decision reward, the outcome reward
+`vhd play`, SkyRL-gym's env and TRL's environment class (on the trajectories whose calls all
+name the row's tools: TRL answers a call of another tool itself) — and every surface gives the
+same rewards: the decision reward, the outcome reward
 and the step rewards (the Gym wrapper's per-step rewards are the scorer's step rewards, the last
 step carrying the rest, and sum to the episode's reward), on the empty trajectory (0), π* cut at
 every quarter and without its last call (stopping's last call is the decision to sell: it scored
@@ -34,6 +36,8 @@ from vhd.adapters import grade as adapter_grade
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
 from vhd.adapters.play import play
+from vhd.adapters.trl import environment_class
+import vhd.adapters.skyrl  # noqa: F401  (registers "vhd" with skyrl_gym)
 from vhd.mechanisms import registry
 from vhd.tasks.check import CALL_PROFILES, random_calls, to_calls
 from vhd.tasks.oracle import reference_module
@@ -141,6 +145,32 @@ def http_rewards(url, calls):
         client.close()
 
 
+def skyrl_reward(row, calls):
+    """SkyRL-gym (`skyrl_gym.make("vhd")`): each call as the model's JSON text, then a reply
+    without a call if the episode is still running; the summed step rewards."""
+    import skyrl_gym
+
+    env = skyrl_gym.make("vhd", extras={"extra_info": {"row": row}})
+    env.init(None)
+    total, done = 0.0, False
+    for text in [json.dumps(call) for call in calls] + ["no more calls"]:
+        out = env.step(text)
+        total, done = total + out["reward"], out["done"]
+        if done:
+            return total
+    raise AssertionError("the episode did not end")
+
+
+def trl_reward(row, calls):
+    """TRL's environment class (`vhd.adapters.trl`): each call by its typed method, then get_reward().
+    Only for calls of the row's tools: TRL answers a call of another tool itself."""
+    env = environment_class(row["player"]["tools"], family=row["family"])()
+    env.reset(**row)
+    for call in calls:
+        getattr(env, call["tool"])(**call["arguments"])
+    return env.get_reward()
+
+
 def play_reward(row, calls):
     lines = [f"{c['tool']} {json.dumps(c['arguments'])}" for c in calls] + ["quit"]
     return play(TextToolEnv(row), io.StringIO("\n".join(lines) + "\n"), lambda text: None)
@@ -156,6 +186,7 @@ def test_every_surface_gives_the_same_rewards(name):
         # serve_forever polls for shutdown() every 0.5 s by default: that wait, twice per family
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}"
+        through_trl = []
         try:
             for label, calls in played.items():
                 mine = scored[label]
@@ -166,7 +197,12 @@ def test_every_surface_gives_the_same_rewards(name):
                 gym, http = gym_rewards(TextToolEnv(row), calls), http_rewards(url, calls)
                 surfaces = {"score": mine["reward"], "adapters": graded["reward"], "gym": gym[0], "serve-env": http[0],
                             "play": play_reward(row, calls)}
+                if {c["tool"] for c in calls} <= {t["name"] for t in row["player"]["tools"]}:
+                    surfaces["trl"] = trl_reward(row, calls)
+                    through_trl.append(label)
                 assert len(set(surfaces.values())) == 1, (name, env.presentation, label, surfaces)
+                summed = skyrl_reward(row, calls)  # a SkyRL trainer sums the step rewards: equal to rounding
+                assert abs(summed - mine["reward"]) <= 1e-12, (name, env.presentation, label, summed, mine["reward"])
                 assert gym[2] == http[2] == mine["outcome_reward"], (name, label, gym, http, mine)
                 for stepped in (gym[1], http[1]):  # the per-step rewards are the scorer's, but the last step's
                     assert stepped[:-1] == mine["step_rewards"][:len(stepped) - 1], (name, label, stepped, mine)
@@ -175,6 +211,7 @@ def test_every_surface_gives_the_same_rewards(name):
         finally:
             server.shutdown()
             server.server_close()
+        assert {"empty", "half", "optimal", "nulls_then_optimal"} <= set(through_trl), through_trl
         rewards = {label: row["reward"] for label, row in scored.items()}
         assert rewards["empty"] == 0.0 and rewards["refusals_only"] == 0.0, (name, env.presentation, rewards)
         assert rewards["optimal"] == 1.0 and rewards["interleaved"] == 1.0, (name, env.presentation, rewards)
