@@ -201,3 +201,23 @@ def test_refresh_reports_its_distinct_worlds(refreshed):
     assert summary["worlds"]["worlds"] == len(pairs) > 1
     assert summary["worlds"]["domains"] == len({d for _, d in pairs})
     assert sum(summary["worlds"]["families"].values()) == len(pairs)
+
+
+def test_score_refuses_a_rejected_environment(prefect_server, tmp_path):
+    """A rejected environment's u*, default and module were never shown to agree: `vhd score`
+    answers one line naming the rejection (it answered reward 1.0 for π*'s calls before)."""
+    db = tmp_path / "w.duckdb"
+    result = run_vhd(prefect_server, "refresh", "--families", "stopping", "--per-family", "4", "--seed", "7",
+                     "--batch", "st", "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    con = duckdb.connect(str(db), read_only=True)
+    rejected = con.execute("SELECT env_id, reference_trajectory FROM environments WHERE NOT admitted "
+                           "AND presentation <> 'F' ORDER BY env_id LIMIT 1").fetchall()
+    con.close()
+    assert rejected, "the refresh rejected nothing to try"
+    env_id, reference = rejected[0]
+    file = tmp_path / "t.jsonl"
+    file.write_text((reference or "[]") + "\n")
+    result = vhd("score", env_id[:12], "--trajectories", file, "--db", db)
+    assert result.exit_code == 1 and "was rejected by the gates" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -576,6 +576,11 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
     with _reader(db) as wh:
         full = wh.resolve_env_id(env_id)
         env = _scored_environment(wh, full, corpus_version)
+        if not env.admitted:  # its u*, default and module were never shown to agree: no reward to trust
+            from vhd.schemas.errors import UnknownEnvironment
+
+            raise UnknownEnvironment(f"environment {full[:16]} was rejected by the gates ({env.reason or 'no reason stored'}); "
+                                     "expected an admitted environment from `vhd envs` (see `vhd check` for why)")
         model = wh.verified(ModelRecord, [env.model_id], complete=True)[env.model_id]
         output = wh.verified(SetterOutputRecord, [env.setter_output_id], complete=True)[env.setter_output_id]
         solution = wh.verified(SolutionRecord, [env.solution_id], complete=True)[env.solution_id]
