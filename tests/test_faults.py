@@ -115,6 +115,14 @@ def test_a_warehouse_of_a_newer_schema_is_refused(folder, command):
     faulted(folder, [*command, "--db", db], "newer vhd", "migration 999")
 
 
+def test_a_dropped_table_is_one_line(folder):
+    """A table dropped outside vhd: DuckDB's catalog error met mid-command is one line (was 65)."""
+    db = folder / "vhd.duckdb"
+    with Warehouse.open(db) as wh:
+        wh.con.execute("DROP TABLE checks")
+    faulted(folder, ["verify", "--db", db], "lacks a table or column", "restore it from a copy")
+
+
 @pytest.mark.parametrize("command", [("envs",), ("passages", "add", PASSAGES)])
 def test_a_zero_byte_file_is_refused_and_kept(folder, command):
     (folder / "empty.duckdb").touch()

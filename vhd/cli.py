@@ -86,6 +86,13 @@ def handles_errors(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except VhdError as exc:
             _fail(str(exc))
+        except Exception as exc:  # a damaged warehouse met mid-command: one line, not DuckDB's traceback
+            from vhd.warehouse.files import database_error
+
+            message = database_error(exc)
+            if message is None:
+                raise
+            _fail(message)
 
     return wrapper
 

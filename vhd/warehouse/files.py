@@ -206,6 +206,24 @@ def drop_empty_wal(path: Path) -> None:
         pass
 
 
+def database_error(exc: BaseException) -> str | None:
+    """One line for an error DuckDB raised while a command used an open warehouse (a table dropped
+    or a block corrupted outside vhd, a file that can no longer be written); None for any other
+    error. The warehouse is left as it was: DuckDB refused the statement."""
+    if not isinstance(exc, duckdb.Error):
+        return None
+    if isinstance(exc, duckdb.CatalogException):
+        what = "lacks a table or column vhd needs"
+    elif "corrupt" in str(exc).lower() or "checksum" in str(exc).lower():
+        what = "is corrupted"
+    elif isinstance(exc, duckdb.IOException):
+        what = "cannot be read or written"
+    else:
+        what = "gave a database error"
+    return (f"the warehouse {what} ({_first_line(exc)}); it was changed outside vhd or its disk failed: "
+            "restore it from a copy (`vhd verify` on a copy names what differs)")
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
