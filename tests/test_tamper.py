@@ -218,6 +218,7 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
         _, published, _, audit = publish(wh, "tamper-test")
         assert not published and not audit["verified"] and wh.version_names() == before
     assert _names(audit["findings"], concerned, table_named, field_named), audit["lines"]
+    assert not audit["hint"], "a tampered row is not a family whose code changed without a version bump"
     if table != "corpus_versions":
         assert any(f["env_id"] == concerned for f in audit["findings"]), audit["lines"]
 
@@ -227,6 +228,48 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
         assert _export_text(out) == clean_export
     else:
         assert exported.exit_code == 1 and len(exported.stderr.strip().splitlines()) == 1, exported.stderr
+
+
+def test_rows_the_current_code_no_longer_derives_say_to_bump_the_version(built, tmp_path, monkeypatch, capsys):
+    """Issue 28 item 6: a family's code changed (here its knob ranges) without a bump of its
+    `version`. Its stored rows are intact, but the audit re-draws other knobs from their seeds: the
+    publish gate blocks the version as before (the findings unchanged), and its one line now ends
+    with what to do, naming that family only."""
+    import dataclasses
+
+    from typer import Exit
+
+    from vhd.cli import _report
+    from vhd.flows.refresh import publish
+    from vhd.mechanisms import registry
+    from vhd.tasks.gate import brief
+
+    db, env, _ = built
+    copy = tmp_path / "unbumped.duckdb"
+    shutil.copy(db, copy)
+    knapsack = registry.get("knapsack")
+    with Warehouse.open(copy, read_only=True) as wh:
+        stored = wh.get(ModelRecord, env["model_id"]).knobs
+    with Warehouse.open(copy) as wh:
+        assert publish(wh, "clean")[3]["hint"] == ""  # the current code: nothing to bump
+    low, high = knapsack.knob_ranges["size"]
+    size = stored["size"] + 1 if stored["size"] < high else stored["size"] - 1
+    monkeypatch.setitem(registry._families, "knapsack", dataclasses.replace(
+        knapsack, knob_ranges={**knapsack.knob_ranges, "size": (size, size)}))
+    with Warehouse.open(copy) as wh:
+        before = wh.version_names()
+        _, published, _, audit = publish(wh, "unbumped")
+        assert not published and not audit["verified"] and wh.version_names() == before
+    knobs = [f for f in audit["findings"] if (f["table"], f["field"]) == ("models", "knobs")]
+    assert knobs and knobs[0]["problem"].startswith("differ from the knobs drawn from seed"), audit["lines"]
+    assert audit["hint"].startswith("knapsack: ") and "bump `version` in vhd/mechanisms/knapsack.py" in audit["hint"]
+    capsys.readouterr()  # the flow's own log lines so far
+    with pytest.raises(Exit):
+        _report({"audit": brief(audit)}, copy, False)
+    message = capsys.readouterr().err.strip()
+    assert message.splitlines() == [message] and message.startswith(f"error: the audit found {len(audit['findings'])} "
+                                                                     "problems, so no corpus version was published: ")
+    assert audit["lines"][0] in message and message.endswith(audit["hint"])
 
 
 def test_the_untampered_warehouse_verifies(built):

@@ -315,8 +315,9 @@ def _report(summary: dict, path: Path, as_json: bool) -> None:
         more = f" (and {audit['count'] - 1} more; `vhd verify` lists them)" if audit["count"] > 1 else ""
         if as_json:
             _emit(summary)
+        hint = f". {audit['hint']}" if audit.get("hint") else ""  # rows the current code no longer derives
         _fail(f"the audit found {audit['count']} problems, so no corpus version was published: "
-              f"{audit['lines'][0]}{more}")
+              f"{audit['lines'][0]}{more}{hint}")
     if as_json:
         _emit(summary)
         if quality_failed:
@@ -435,9 +436,11 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
 
 
 def _print_findings(report: dict[str, Any]) -> None:
-    """An audit's problems (one ✗ line each) and notes."""
+    """An audit's problems (one ✗ line each), what to do about them (when the audit knows) and notes."""
     for problem in report["lines"]:
         console.print(f"[red]✗[/red] {problem}", highlight=False, soft_wrap=True)
+    if report.get("hint"):
+        console.print(f"hint: {report['hint']}", highlight=False, soft_wrap=True)
     for note in report["notes"]:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
@@ -1027,6 +1030,64 @@ def report(
         return
     files = write_report(episodes, envs, out)
     console.print(f"{len(episodes)} episodes → {', '.join(str(f) for f in files)}")
+
+
+@app.command("family-check")
+@handles_errors
+def family_check(name: Optional[str] = typer.Argument(None, help="the registered family to check"),
+                 every: bool = typer.Option(False, "--all", help="check every registered family"),
+                 draws: int = typer.Option(24, "--draws", min=1, max=1000, help="θ draws solved, fuzzed and measured"),
+                 seed: int = typer.Option(0, min=0, help="seed of the θ draws"),
+                 as_json: bool = JsonOption) -> None:
+    """Check a family before anything else (Gymnasium's check_env): the contract every family meets,
+    z of seeded draws against DEFAULT_BAND, random calls against the call limit, the turn budget,
+    the module-level names. Each problem is one line saying what to fix; exit 1 if any."""
+    from rich.progress import Progress
+
+    from vhd.tasks.family_check import check_named
+
+    if (name is None) == (not every):
+        _fail("name one family (vhd family-check NAME) or pass --all, not both" if name else
+              "name the family to check (vhd family-check NAME) or pass --all")
+    with Progress(console=console, transient=True, disable=as_json or not console.is_terminal) as progress:
+        def bar(family: str, total: int) -> Callable[[str], None]:
+            task = progress.add_task(f"checking {family}", total=total)
+            return lambda step: progress.update(task, advance=1, description=f"{family}: {step}")
+
+        reports = check_named(None if every else [name], draws, seed, bar)
+    if as_json:
+        _emit(reports if every else reports[0] if len(reports) == 1 else reports)
+    else:
+        for report in reports:
+            checks = {c["name"]: c for c in report["checks"]}
+            console.print(f"[bold]{report['family']}[/bold] "
+                          + ("[green]passed[/green]" if report["passed"] else "[red]failed[/red]"))
+            if "names" in checks:
+                d = checks["names"]["details"]
+                console.print(f"  names: declares {', '.join(d['declared']) or 'none'}; left to defaults: "
+                              f"{', '.join(d['defaults']) or 'none'}", highlight=False, soft_wrap=True)
+            contract = [c for c in report["checks"] if c["name"].startswith("contract: ")]
+            if contract:
+                console.print(f"  contract: {sum(c['passed'] for c in contract)} of {len(contract)} checks pass",
+                              highlight=False)
+            if "default band" in checks:
+                z = checks["default band"]["details"]
+                shown = " / ".join(f"{q:.2f}" for q in z["quantiles"]) or "–"
+                console.print(f"  z over {z['draws']} draws (min / quartiles / max {shown}) vs DEFAULT_BAND "
+                              f"{tuple(z['band'])}: {z['inside']} inside, {z['below']} below, {z['above']} above, "
+                              f"{z['no_span']} with no span", highlight=False, soft_wrap=True)
+            if "fuzz" in checks:
+                console.print(f"  fuzz: {checks['fuzz']['details']['calls']} random calls on the reference World",
+                              highlight=False)
+            if "budget" in checks:
+                b = checks["budget"]["details"]
+                console.print(f"  budget: binds on {b['binding']} of {b['in_band']} in-band draws" if b["budget_binds"]
+                              else f"  budget: π*'s play fits on {b['fits']} of {b['draws']} draws", highlight=False)
+            for check in report["checks"]:
+                for problem in check["problems"]:
+                    console.print(f"  ✗ {check['name']}: {problem}", markup=False, highlight=False, soft_wrap=True)
+    if not all(report["passed"] for report in reports):
+        raise typer.Exit(1)
 
 
 # --- issue 6: backfill, serve ------------------------------------------------------------------

@@ -90,6 +90,10 @@ class Auditor:
         self._models: dict[str, tuple[list[tuple[str, str, str]], dict[str, Any] | None]] = {}
         self._solutions: dict[str, list[tuple[str, str, str]]] = {}
         self.notes: list[str] = []
+        # family name -> its module, where rows of the family's current version are intact (they
+        # hash to their ids, their digests hold) yet the current code re-derives them differently:
+        # the family's code changed without a bump of its `version` (`version_hint`)
+        self.unbumped: dict[str, str] = {}
 
     def chains(self, chains: dict[str, Chain]) -> list[dict[str, str]]:
         """Findings of every chain, each named by the env id the chain was asked for (a row whose
@@ -133,11 +137,13 @@ class Auditor:
             family = self._family(chain.model)
             if family is not None:
                 model_found, theta = self._model(family, chain)
-                found += model_found
-                found += self._solution(family, chain, theta)
+                recomputed = model_found + self._solution(family, chain, theta)
                 if self.replay and theta is not None and self._current(chain.environment) \
                         and self.published.get(env.env_id) != self.grading(env, chain.stored.get(env.env_id)):
-                    found += self._replayed(family, chain, theta)
+                    recomputed += self._replayed(family, chain, theta)
+                found += recomputed
+                if recomputed and not any(self._rows.get(record.id) for _, record in members if record is not None):
+                    self.unbumped[family.name] = family.sample.__module__.replace(".", "/") + ".py"
         elif chain.model is not None or chain.solution is not None:
             found += self._verdict(chain)
         seen, out = set(), []
@@ -370,6 +376,22 @@ class Auditor:
         return found
 
 
+def version_hint(unbumped: dict[str, str]) -> str:
+    """What to do when rows of a family's current version are intact but no longer what its code
+    computes (`Auditor.unbumped`): one line, "" when there are none.
+
+        >>> print(version_hint({"knapsack": "vhd/mechanisms/knapsack.py"}))
+        knapsack: its stored rows are intact but its code now derives other knobs, θ or values for the
+        same version: bump `version` in vhd/mechanisms/knapsack.py (and say why in CHANGELOG.md), then refresh
+    """
+    if not unbumped:
+        return ""
+    names, paths = ", ".join(sorted(unbumped)), ", ".join(unbumped[name] for name in sorted(unbumped))
+    its = "its" if len(unbumped) == 1 else "their"
+    return (f"{names}: {its} stored rows are intact but {its} code now derives other knobs, θ or values for the same "
+            f"version: bump `version` in {paths} (and say why in CHANGELOG.md), then refresh")
+
+
 def verify(chain: Chain, *, resolve: bool = True) -> dict[str, Any]:
     """The audit of one environment's chain, as `vhd audit` prints it."""
     auditor = Auditor(resolve=resolve)
@@ -385,7 +407,7 @@ def verify(chain: Chain, *, resolve: bool = True) -> dict[str, Any]:
     return {
         "env_id": env.env_id, "family": env.family, "verified": not findings,
         "problems": [f["problem"] for f in findings], "lines": [line(f) for f in findings], "findings": findings,
-        "notes": sorted(set(auditor.notes)),
+        "notes": sorted(set(auditor.notes)), "hint": version_hint(auditor.unbumped),
         "seed": chain.model.seed if chain.model else None, "knobs": chain.model.knobs if chain.model else None,
         "chain": links, "runs": {rid: (r.model_dump() if r else None) for rid, r in chain.runs.items()},
     }

@@ -20,7 +20,7 @@ from typing import Any
 
 from vhd.schemas.hashing import digest_problems
 from vhd.schemas.records import Chain
-from vhd.tasks.audit import Auditor, line
+from vhd.tasks.audit import Auditor, line, version_hint
 from vhd.tasks.publish import check_version, finding
 
 
@@ -41,12 +41,13 @@ def audit_versions(versions: list[tuple[Any, dict[str, Any], dict[str, str]]], e
 
 
 def summary(findings: list[dict[str, str]], envs: int, versions: int, seconds: float,
-            notes: list[str] = ()) -> dict[str, Any]:
-    """The audit's report as the publish gate and `vhd verify` give it."""
+            notes: list[str] = (), hint: str = "") -> dict[str, Any]:
+    """The audit's report as the publish gate and `vhd verify` give it; `hint`: what to do about
+    the findings, when the audit knows (`audit.version_hint`)."""
     return {"verified": not findings, "envs": envs, "versions": versions, "seconds": round(seconds, 3),
             "findings": findings, "problems": [f["problem"] for f in findings],
             "lines": [line(f) + (f" (env {f['env_id']})" if f["env_id"] else "") for f in findings],
-            "notes": sorted(set(notes))}
+            "notes": sorted(set(notes)), "hint": hint}
 
 
 def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
@@ -57,7 +58,8 @@ def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dic
     auditor = Auditor(resolve=False, published=published_digests(versions))
     found = auditor.chains(chains)
     found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
-    report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes)
+    report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes,
+                     version_hint(auditor.unbumped))
     report["replayed"] = auditor.replayed
     report["digests"] = auditor.digests
     return report
@@ -131,4 +133,5 @@ def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], di
     for table, rows in tables.items():
         found += auditor.rows(table, rows)
     found += edge_findings(edges, tables)
-    return summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes)
+    return summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes,
+                   version_hint(auditor.unbumped))
