@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from vhd.mechanisms import Family
+from vhd.mechanisms._runtime import call_limit
 from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks import written
 from vhd.tasks.check.candidates import NOT_RUN, Candidate, GateResult, References, Verdict, references, to_calls
@@ -52,7 +53,8 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
         plays.update({FINISHED_AT_ONCE: IDLE, LOOKS: looks, PROBES: probes})
         episodes.append({"key": c.env_id, "config": c.config(),
                          "trajectories": [plays[name] for name in trajectory_names(r, len(random_sequences))],
-                         "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:]}})
+                         "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:],
+                                  "limit": call_limit(c.turn_budget)}})  # runner._fuzz: a fresh episode before it
         if c.presentation == "A":  # the same episode with the hidden numbers not paid for moved
             theta = twin_theta(family, c.model.theta, [])
             twins = {LOOKS: plays[LOOKS]}

@@ -1,7 +1,7 @@
 """What check judges: a candidate environment, the simulator's episodes on its seed, its verdict.
 
     >>> CODE_VERSION  # in every candidate's environment id: new gates give new ids
-    '1+checker10'
+    '1+checker11'
 
 Candidates are built here (`make_candidates`), before check, and re-exported by annotate.
 """
@@ -20,7 +20,7 @@ from vhd.tasks.sample import episode_seed
 from vhd.tasks.setters.template import narrative
 from vhd.tasks.solve import unpack_policy
 
-CHECKER_VERSION = "10"  # what the gates prove (CHANGELOG.md lists each version's change)
+CHECKER_VERSION = "11"  # what the gates prove (CHANGELOG.md lists each version's change)
 ANNOTATOR_VERSION = "1"  # how annotate.py builds an environment record from a verdict
 # an environment's id covers the code that judged it: new gates (a CHECKER_VERSION bump) give new ids
 CODE_VERSION = f"{ANNOTATOR_VERSION}+checker{CHECKER_VERSION}"

@@ -130,7 +130,7 @@ def gate_replay_agreement(ev: Evidence) -> tuple[bool, str]:
 def gate_no_policy_beats_optimum(ev: Evidence) -> tuple[bool, str]:
     """u* is an upper bound: the default, the idle and the random policies' values (their exact
     expectations; in a deterministic family also what they realized through the module) are at
-    most u* (relative tolerance 1e-9). Fails, naming them, when any policy beats u*: the solver's
+    most u* (relative tolerance 1e-9). Fails when any policy beats u* (naming them): the solver's
     optimum is wrong, or the module pays more than the model."""
     solution = ev.candidate.solution
     values = {"default": solution.u_default, "idle": solution.u_idle}
@@ -219,15 +219,18 @@ def gate_idle_floor(ev: Evidence) -> tuple[bool, str]:
 
 
 def gate_decision_reward(ev: Evidence) -> tuple[bool, str]:
-    """The decision reward is exact on this θ, by invariants that hold on every seed: replayed on the
-    family's own World, π*'s decisions have advantage 0 (reward 1) on the candidate's episode seed
-    and DECISION_SEEDS others; no decision of the default or of a random plan has a positive
-    advantage on the candidate's seed (V* is the best of the Q*); and in a deterministic family
-    their advantages sum to u − u* exactly. (That the default's sum averages E[u_default] − u* over seeds is a property
-    of the family's advantage code, tested over many seeds in tests/test_advantages.py: a
-    per-environment sample of a few seeds would reject correct environments on rare draws.) Fails
-    on a nonzero advantage of π*, a positive one, a deterministic sum that is not u − u*, or a
-    family that declares no advantages."""
+    """The decision reward is exact on this θ: replayed on the family's own World, π*'s decisions
+    have advantage 0 (reward 1) on the candidate's episode seed (in a stochastic family on
+    DECISION_SEEDS others too), no decision of the default or of a random plan has a positive
+    advantage on the candidate's seed (V* is the best of the Q*), and in a deterministic family
+    their advantages sum to u − u* exactly. Fails on every candidate of a family that does not
+    define `decision_values`, `decision_state` and `advantage` (`until_committed(solve)` of
+    vhd/mechanisms/_advantage.py gives them to a deterministic family whose plan stays open until
+    one call commits it), on a nonzero advantage of π*, a positive one, or a deterministic sum
+    that is not u − u*. These invariants hold on every seed; that the default's sum averages
+    E[u_default] − u* over seeds is a property of the family's advantage code, tested over many
+    seeds in tests/test_advantages.py (a per-environment sample of a few seeds would reject
+    correct environments on rare draws)."""
     family, candidate = ev.family, ev.candidate
     if None in (family.decision_values, family.decision_state, family.advantage):
         return False, f"{family.name} declares no advantages (decision_values, decision_state, advantage)"
@@ -274,8 +277,11 @@ def gate_determinism(ev: Evidence) -> tuple[bool, str]:
 def gate_robustness(ev: Evidence) -> tuple[bool, str]:
     """Invalid calls (unknown tool, a non-object, wrong types, out of range, missing or extra
     arguments: `sequences.fuzz_calls`), made mid-episode, each return a structured error and
-    leave the state alone (its `state_digest()`, if the module has one). Fails when there is no
-    fuzz report, an invalid call raised, or one was accepted or changed the state."""
+    leave the state alone (its `state_digest()`, if the module has one); three more after the end
+    too. Every one is made on an episode not yet over, whatever the turn budget: the fuzz goes on
+    in a fresh episode of the same config before the call limit would end one (`runner._fuzz`).
+    Fails when there is no fuzz report, an invalid call raised, one was accepted or changed the
+    state, or some met an episode already over."""
     report = ev.first.get("fuzz")
     if report is None:
         return False, "no fuzz report from the sandbox"
@@ -283,8 +289,12 @@ def gate_robustness(ev: Evidence) -> tuple[bool, str]:
         return False, "an invalid call raised instead of returning an error: " + report["exception"][-300:]
     if report["failed"]:
         return False, f"{report['failed']} of {report['calls']} invalid calls mishandled, e.g. {report['failures'][0]}"
+    mid = report["calls"] - 3  # the three after the end are meant for an episode that is over
+    if report["played"] != mid:
+        return False, f"only {report['played']} of {mid} mid-episode invalid calls met an episode not yet over"
     checked = "state digest unchanged" if report["digest"] else "no state_digest() to compare (structure only)"
-    return True, f"{report['calls']} invalid calls gave structured errors; {checked}"
+    episodes = f"{report['episodes']} episode" + ("s" if report["episodes"] != 1 else "")
+    return True, f"{report['calls']} invalid calls gave structured errors, in {episodes}; {checked}"
 
 
 GATES: tuple[tuple[str, Callable[[Evidence], tuple[bool, str]]], ...] = (

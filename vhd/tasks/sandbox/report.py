@@ -50,7 +50,7 @@ _TRAJECTORY = ["utility", "terminal", "turns_used", "errors", "first_error", "ob
 _SHAPES = {
     "describe": (["instruction", "tools"], ["exception"]),
     "trajectory": (_TRAJECTORY, ["exception"]),
-    "fuzz": (["calls", "failures", "failed", "digest"], ["exception"]),
+    "fuzz": (["calls", "played", "episodes", "failures", "failed", "digest"], ["exception"]),
 }
 
 

@@ -147,32 +147,57 @@ def _digest(env):
     return "%s|%s" % (probe(), env.outcome().get("turns_used")) if callable(probe) else None
 
 
-def _fuzz(module, config, prefix, calls, rest):
-    """Invalid calls mid-episode and after the end: each must be a structured error, state unchanged."""
+def _fuzz(module, config, prefix, calls, rest, limit=None):
+    """Invalid calls mid-episode and after the end: each must be a structured error, state unchanged.
+
+    Each invalid call is judged against the state the call before it left, after `prefix` (half of
+    π*'s calls). An episode takes at most `limit` - 1 calls (`limit`: the call limit of its turn
+    budget, whose own call ends the episode by the turns-ran-out rule, a change of state that is
+    no fault of the call): when the next invalid call would be that one, or the episode is over,
+    the fuzz goes on in a fresh episode (the same config, `prefix` again; at least one call in
+    each), until every invalid call has been made. Then `rest` ends π*'s play (in a fresh episode
+    when it would not fit before the limit) and the first three are made after the end. `played`
+    counts the invalid calls that met an episode not yet over, `episodes` the episodes it took."""
     failures = []
     try:
-        env = module.create(config)
-        for step in prefix:
-            env.call(step["tool"], step["arguments"])
-        for phase, trajectory in (("mid-episode", []), ("after the end", rest)):
-            for step in trajectory:
+        def fresh():
+            env = module.create(config)
+            for step in prefix:
                 env.call(step["tool"], step["arguments"])
-            before = _digest(env)
-            for call in calls if phase == "mid-episode" else calls[:3]:
-                observation = env.call(call["tool"], call["arguments"])
-                structured = (isinstance(observation, dict) and observation.get("ok") is False
-                              and isinstance(observation.get("error"), str))
-                after = _digest(env)  # the next call's "before": nothing runs in between
-                changed, before = after != before, after
-                if not structured or changed:
-                    failures.append("%s %s(%s): %s" % (phase, call["tool"], json.dumps(call["arguments"])[:80],
-                                                       "state changed" if structured else "not a structured error"))
+            return env, len(prefix)
+
+        def judged(env, phase, call, observation, before):  # the state after: the next call's "before"
+            structured = (isinstance(observation, dict) and observation.get("ok") is False
+                          and isinstance(observation.get("error"), str))
+            after = _digest(env)
+            if not structured or after != before:
+                failures.append("%s %s(%s): %s" % (phase, call["tool"], json.dumps(call["arguments"])[:80],
+                                                   "state changed" if structured else "not a structured error"))
+            return after
+
+        env, used = fresh()
+        before, episodes, made, played = _digest(env), 1, 0, 0
+        for call in calls:
+            if made and (getattr(env, "done", False) is True or (limit is not None and used + 1 >= limit)):
+                env, used = fresh()
+                before, episodes, made = _digest(env), episodes + 1, 0
+            played += getattr(env, "done", False) is not True
+            before = judged(env, "mid-episode", call, env.call(call["tool"], call["arguments"]), before)
+            used, made = used + 1, made + 1
+        if getattr(env, "done", False) is True or (limit is not None and used + len(rest) >= limit):
+            env, used = fresh()
+            episodes += 1
+        for step in rest:
+            env.call(step["tool"], step["arguments"])
+        before = _digest(env)
+        for call in calls[:3]:
+            before = judged(env, "after the end", call, env.call(call["tool"], call["arguments"]), before)
     except MemoryError:
         raise
     except Exception:
         return {"exception": _short(traceback.format_exc(limit=3))}
-    return {"calls": len(calls) + 3, "failures": failures[:5], "failed": len(failures),
-            "digest": _digest(env) is not None}
+    return {"calls": len(calls) + 3, "played": played, "episodes": episodes, "failures": failures[:5],
+            "failed": len(failures), "digest": _digest(env) is not None}
 
 
 def _describe(module, config):
@@ -329,7 +354,8 @@ def main(job_path, result_fd, uid=None):
             ]
             fuzz = episode.get("fuzz")
             if fuzz:
-                record["fuzz"] = fuzz_(module, episode["config"], fuzz["prefix"], fuzz["calls"], fuzz["rest"])
+                record["fuzz"] = fuzz_(module, episode["config"], fuzz["prefix"], fuzz["calls"], fuzz["rest"],
+                                       fuzz.get("limit"))
             tampered()
             channel.send(record)
         channel.send({"end": True, "episodes": len(episodes)})
