@@ -71,9 +71,9 @@ def breakdown(batches: list[tuple]) -> dict[str, float]:
         start = time.perf_counter()
         refs = [references(family, c) for c in candidates]
         sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
-        reference_runs(family, candidates, sequences)
+        expected = reference_runs(family, candidates, sequences)
         total["reference"] += time.perf_counter() - start
-        job = _job(family, output, candidates, refs, sequences)
+        job = _job(family, output, candidates, refs, sequences, expected)
         plain = {**job, "episodes": [{**e, "fuzz": None} for e in job["episodes"]]}
         spawn = run_job({**job, "episodes": []}).seconds
         replay = run_job(plain).seconds

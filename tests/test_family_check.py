@@ -90,6 +90,22 @@ def test_fuzzing_reports_a_tool_that_raises():
     assert len(problems) == 1 and "raised ZeroDivisionError" in problems[0] and "AgentError" in problems[0]
 
 
+def test_the_fuzz_plays_every_random_call_over_as_many_episodes_as_it_takes():
+    """negotiation: an episode ends after a few calls (a sale, a walk-away or
+    the call limit), and the fuzz goes on in fresh episodes until every random call of every profile
+    was made (36 calls in all before, of about 240 drawn)."""
+    import numpy as np
+
+    from vhd.tasks.check.sequences import CALL_PROFILES, random_calls
+
+    family = registry.get("negotiation")
+    model = sample_models(family, 1, 0, batch="family-check")[0]
+    rng = np.random.default_rng([1, 0xF022])  # the fuzz's own draw
+    drawn = sum(len(random_calls(family, model.knobs, rng, weights=profile)) for profile in CALL_PROFILES)
+    made, problems = fuzz(family, model.knobs, model.theta, 1)
+    assert problems == [] and made >= drawn > 100
+
+
 @pytest.fixture
 def bad_band(tmp_path):
     """knapsack copied into a temporary package as `knapsack_badband` with DEFAULT_BAND (2.0, 3.0):

@@ -483,8 +483,10 @@ def band_check(family: Family, zs: list[float]) -> Check:
 
 def fuzz(family: Family, knobs: dict[str, Any], theta: dict[str, Any], seed: int) -> tuple[int, list[str]]:
     """Random call sequences (`random_calls`, one per role profile) on the reference World, each
-    played on by the clock: every episode ends within its call limit and every answer is a result or
-    a structured refusal. The calls made and the problems (at most one per sequence)."""
+    played whole: an episode that ends first (or would reach its call limit) goes on in a fresh one,
+    and each episode is then played on by the clock. Every episode ends within its call limit and
+    every answer is a result or a structured refusal. The calls made and the problems (at most one
+    per sequence)."""
     from vhd.tasks.check.sequences import CALL_PROFILES, random_calls
     from vhd.tasks.oracle import reference_module
 
@@ -495,34 +497,46 @@ def fuzz(family: Family, knobs: dict[str, Any], theta: dict[str, Any], seed: int
     rng = np.random.default_rng([seed, 0xF022])
     made, problems = 0, []
     for k, profile in enumerate(CALL_PROFILES):
-        calls = random_calls(family, knobs, rng, weights=profile)
-        try:
-            env = _episode(module, theta, "I" if k % 2 == 0 else "A", seed, budget)
-        except Exception as exc:
-            return made, [f"the World does not start on a sampled θ (episode seed {seed}; {type(exc).__name__}: "
-                          f"{_first(exc)}): its __init__ must take every θ sample() draws"]
-        calls += [{"tool": clock, "arguments": {}}] * (limit + 1)
-        for call in calls:
-            if env.done:
-                break
+        pending = random_calls(family, knobs, rng, weights=profile)
+        while pending and not problems:  # an episode the limit (or the World) ends goes on in a fresh one
             try:
-                answer = env.call(output.tool_name(call["tool"]), call["arguments"])
+                env = _episode(module, theta, "I" if k % 2 == 0 else "A", seed, budget)
             except Exception as exc:
-                problems.append(f"{call['tool']}({call['arguments']}) raised {type(exc).__name__}: {_first(exc)} "
-                                f"(profile {k}): raise AgentError for a player's mistake, nothing else")
-                break
-            made += 1
-            if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool) or (
-                    not answer["ok"] and not (isinstance(answer.get("error"), str) and answer["error"])):
-                problems.append(f"{call['tool']} answers {str(answer)[:120]}, not a result or a refusal: a tool "
-                                "returns a dict")
-                break
-        if not problems and not (env.done and env.outcome()["calls_used"] <= limit):
-            problems.append(f"a random sequence (profile {k}) does not end within {limit} calls (the call limit of a "
-                            f"{budget}-turn budget): over() must become true")
+                return made, [f"the World does not start on a sampled θ (episode seed {seed}; {type(exc).__name__}: "
+                              f"{_first(exc)}): its __init__ must take every θ sample() draws"]
+            played = 0
+            while pending and not env.done and played < limit - 1:
+                problem = _call(env, output, pending.pop(0), k)
+                made, played = made + 1, played + 1
+                if problem:
+                    problems.append(problem)
+                    break
+            for _ in range(limit + 1):  # then the clock, until the episode is over
+                if env.done or problems:
+                    break
+                problem = _call(env, output, {"tool": clock, "arguments": {}}, k)
+                made += 1
+                if problem:
+                    problems.append(problem)
+            if not problems and not (env.done and env.outcome()["calls_used"] <= limit):
+                problems.append(f"a random sequence (profile {k}) does not end within {limit} calls (the call limit "
+                                f"of a {budget}-turn budget): over() must become true")
         if problems:
             break
     return made, problems
+
+
+def _call(env: Any, output: Any, call: dict[str, Any], k: int) -> str | None:
+    """One call on the reference World: None, or the problem (it raised, or answered no result or refusal)."""
+    try:
+        answer = env.call(output.tool_name(call["tool"]), call["arguments"])
+    except Exception as exc:
+        return (f"{call['tool']}({call['arguments']}) raised {type(exc).__name__}: {_first(exc)} "
+                f"(profile {k}): raise AgentError for a player's mistake, nothing else")
+    if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool) or (
+            not answer["ok"] and not (isinstance(answer.get("error"), str) and answer["error"])):
+        return f"{call['tool']} answers {str(answer)[:120]}, not a result or a refusal: a tool returns a dict"
+    return None
 
 
 def budget_of(family: Family, theta: dict[str, Any], solution: Any, in_band: bool) -> dict[str, Any]:
