@@ -221,3 +221,20 @@ def test_score_refuses_a_rejected_environment(prefect_server, tmp_path):
     result = vhd("score", env_id[:12], "--trajectories", file, "--db", db)
     assert result.exit_code == 1 and "was rejected by the gates" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_stats_counts_the_interfaces_of_the_admitted_environments(refreshed):
+    """`vhd stats` (issue 29 item 4) against the same counts read straight from the warehouse."""
+    db, _ = refreshed
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("SELECT family, tools FROM environments WHERE admitted AND presentation <> 'F' "
+                       "AND env_id NOT IN (SELECT id FROM superseded)").fetchall()
+    con.close()
+    tools = [(family, json.loads(text)) for family, text in rows]
+    names = {t["name"] for _, ts in tools for t in ts}
+    arguments = {a for _, ts in tools for t in ts for a in t["input_schema"].get("properties", {})}
+    sets = {(family, frozenset(t["name"] for t in ts)) for family, ts in tools}
+    found = json.loads(vhd("stats", "--db", db, "--json").stdout)
+    assert (found["environments"], found["tool_names"], found["argument_names"]) == (len(rows), len(names), len(arguments))
+    assert found["tool_sets"] == {"inventory_dp": len(sets)} and found["environments"] > 0
+    assert "distinct tool names" in vhd("stats", "--db", db).stdout

@@ -1032,6 +1032,27 @@ def report(
     console.print(f"{len(episodes)} episodes → {', '.join(str(f) for f in files)}")
 
 
+@app.command()
+@handles_errors
+def stats(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
+    """How varied the corpus's interfaces are: over the admitted, current I and A environments, the
+    distinct tool names, the distinct tool sets of each family and the distinct argument names (a
+    family with one tool set exposes one API in every passage)."""
+    from vhd.tasks.stats import interface_stats
+
+    with _reader(db) as wh:
+        found = interface_stats(wh.environments(admitted=True))
+    if as_json:
+        return _emit(found)
+    console.print(f"{found['environments']} environments of {found['families']} families: "
+                  f"{found['tool_names']} distinct tool names, {found['argument_names']} distinct argument names; "
+                  f"{len(found['one_tool_set'])} of {found['families']} families with one tool set", highlight=False)
+    table = Table("family", "tool sets")
+    for family, n in found["tool_sets"].items():
+        table.add_row(family, str(n))
+    console.print(table)
+
+
 @app.command("family-check")
 @handles_errors
 def family_check(name: Optional[str] = typer.Argument(None, help="the registered family to check"),
