@@ -14,8 +14,9 @@ step that ends the episode carries the rest (finishing's advantage, the clip's c
 that the rewards of an episode sum to its decision reward (`reward` of `vhd score`; step by step
 they are its `step_rewards`). As A*_t ≤ 0, a discounted return is at most 1, π*'s exactly 1, and
 an episode cut short has been paid what its decisions were worth. `info` at the end has
-`reward`, `outcome_reward` and `utility`. `finish()` stops an episode early by the module's `Env.finish()`, as `vhd score` does
-with a trajectory that stops early, and returns the episode's reward. Terminated when the episode
+`reward`, `outcome_reward` and `utility`. `finish()` stops an episode early by the module's
+`Env.finish()`, as `vhd score` does with a trajectory that stops early, and returns the episode's
+reward. Terminated when the episode
 is over; truncated only under a step limit (`gymnasium.make(..., max_episode_steps=N)`, or
 `env.step_limit = N`): the N-th step finishes the episode by the module's rule and carries its
 reward, so `TimeLimit` never cuts an episode off unpaid.

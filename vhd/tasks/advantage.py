@@ -184,8 +184,8 @@ def decision_grade(family: Family, config: dict[str, Any], calls: list[dict[str,
         per_call[-1] = math.fsum((per_call[-1], finish))
     refs = (expected["u_star"], expected["u_default"], expected.get("u_idle"))
     episode = decision_reward(replay.total, *refs)
-    return {"reward": episode, "step_rewards": step_rewards(per_call, *refs, episode_reward=episode), "advantages": per_call,
-            "advantage": replay.total, "reference_utility": replay.utility}
+    return {"reward": episode, "step_rewards": step_rewards(per_call, *refs, episode_reward=episode),
+            "advantages": per_call, "advantage": replay.total, "reference_utility": replay.utility}
 
 
 def family_scale(family: Family, theta: dict[str, Any], values: Any) -> float:
