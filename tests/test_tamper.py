@@ -357,3 +357,160 @@ def test_a_deleted_environment_of_a_version_is_one_line_for_every_reader(built, 
     assert result.exit_code == 1, result.output[-2000:]
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "corpus version v1" in result.stderr
     assert env["F"][:12] in result.stderr and not (tmp_path / "out").exists()
+
+
+# -- forgeries that pass every digest: re-hashed with the project's own code (issue 31) -----------
+
+def _reseal(con, cls, ids):
+    """What a forger does after editing rows: their field digests recomputed by the project's own
+    `Warehouse.seal` (the digests are first emptied so that `seal` writes them again)."""
+    from vhd.warehouse.store import TABLES
+
+    table, key = TABLES[cls]
+    con.execute(f"UPDATE {table} SET field_digests = '' WHERE list_contains(?, \"{key}\")", [list(ids)])
+
+
+def _forge(db, edits, drop=None):
+    """Edit environment rows (env_id -> {column: value}), then rewrite v1's manifest as the project
+    would have built it over the stored rows (optionally without env `drop`), and re-seal every
+    row touched: every digest holds afterwards."""
+    from vhd.schemas.hashing import canonical_json
+    from vhd.schemas.records import CorpusVersionRecord
+    from vhd.tasks.publish import _counts, corpus_digest, grading_digest_of_row
+
+    con = duckdb.connect(str(db))
+    for env_id, values in edits.items():
+        for column, value in values.items():
+            con.execute(f'UPDATE environments SET "{column}" = ? WHERE env_id = ?', [value, env_id])
+    _reseal(con, EnvironmentRecord, list(edits))
+    con.close()
+    with Warehouse.open(db) as wh:
+        wh.seal(EnvironmentRecord, list(edits))
+        manifest = json.loads(wh.con.execute("SELECT manifest FROM corpus_versions WHERE version = 'v1'")
+                              .fetchall()[0][0])
+        ids = [i for i in manifest["env_ids"] if i != drop]
+        rows = {r["env_id"]: r for r in wh.stored_rows(EnvironmentRecord, "env_id", ids)}
+        digests = [grading_digest_of_row(rows[i]) for i in ids]
+        manifest.update(env_ids=ids, env_digests=digests, digest=corpus_digest(ids, digests),
+                        counts=_counts([wh.get(EnvironmentRecord, i) for i in ids]))
+        wh.con.execute("UPDATE corpus_versions SET manifest = ?, admitted = ?, field_digests = '' "
+                       "WHERE version = 'v1'", [canonical_json(manifest), len(ids)])
+        wh.seal(CorpusVersionRecord, ["v1"])
+        assert set(wh.verified(EnvironmentRecord, ids)) == set(ids)  # every digest holds again
+
+
+def test_a_forged_superseded_mark_is_reported_and_blocks_publishing(built, prefect_server, tmp_path):
+    """Issue 31, item 1: a row inserted into `superseded` (it carries no digest, so there is nothing
+    to re-hash) drops an admitted, current environment from the next version. Before the fix `vhd
+    verify` passed and the same refresh again published v2 without that environment (5 of 6).
+    Now a mark is legitimate only when the current code derives it from the row's own sealed
+    version columns: `vhd verify` names it, and the refresh stops with one line naming it."""
+    from vhd.flows.refresh import publish
+    from vhd.tasks.annotate import CODE_VERSION
+
+    db, env, _ = built
+    copy = tmp_path / "mark.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("INSERT INTO superseded VALUES (?, 'environment', ?, ?, 'forger', '2026-01-01T00:00:00+00:00')",
+                [env["env_id"], f"annotator@{CODE_VERSION}", f"annotator@{CODE_VERSION}"])
+    con.close()
+
+    result = vhd("verify", "--db", copy, "--json", "--no-resolve")
+    assert result.exit_code == 1, result.output[-2000:]
+    report = json.loads(result.stdout)
+    marks = [f for f in report["findings"] if f["table"] == "superseded"]
+    assert [(f["id"], f["env_id"]) for f in marks] == [(env["env_id"], env["env_id"])], report["lines"]
+    assert "the current code does not supersede it" in marks[0]["problem"]
+
+    with Warehouse.open(copy) as wh:
+        with pytest.raises(IntegrityError) as caught:
+            publish(wh, "forged-mark")
+        assert wh.version_names() == ["v1"]
+    message = str(caught.value)
+    assert message.splitlines() == [message] and message.startswith(f"superseded {env['env_id']} id: ")
+
+    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp,knapsack", "--per-family", "1",
+                     "--presentations", "F,I,A", "--seed", "5", "--batch", "tamper", "--db", copy)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "superseded" in lines[0] and env["env_id"] in lines[0], result.stderr[-2000:]
+    with Warehouse.open(copy, read_only=True) as wh:
+        assert wh.version_names() == ["v1"]
+
+
+def test_a_forged_model_mark_is_reported_and_a_missing_mark_noted(built, tmp_path):
+    """The marks both ways: a model marked by hand (its environments would follow at the next
+    refresh) is a finding of `vhd verify`, before the fix `superseded` was not audited at all
+    (this test could not even import `mark_findings`); a row the current code supersedes that
+    carries no mark (a deleted mark, or a code upgrade not yet refreshed) is a note: the next
+    refresh marks it before it publishes."""
+    from vhd.warehouse.lineage import mark_findings
+
+    db, env, _ = built
+    copy = tmp_path / "marks.duckdb"
+    shutil.copy(db, copy)
+    with Warehouse.open(copy) as wh:
+        assert mark_findings(wh) == ([], [])
+        wh.con.execute("INSERT INTO superseded VALUES (?, 'model', 'knapsack@0', 'knapsack@1', 'forger', 'now')",
+                       [env["model_id"]])
+        found, notes = mark_findings(wh)
+        assert [(f["table"], f["id"], f["field"]) for f in found] == [("superseded", env["model_id"], "id")] and not notes
+        wh.con.execute("DELETE FROM superseded")
+        wh.con.execute("UPDATE environments SET annotator_version = 'old' WHERE env_id = ?", [env["env_id"]])
+        found, notes = mark_findings(wh)  # the edited row itself is the audit's to flag
+        assert found == [] and notes == [f"1 environment rows the current code supersedes carry no superseded mark yet "
+                                          f"(e.g. {env['env_id'][:12]}…): `vhd refresh` marks them before it publishes"]
+
+
+LAUNDERED = [("u_star", lambda v: v + 29.0), ("u_default", lambda v: v - 7.0), ("u_idle", lambda v: (v or 0.0) + 3.0),
+             ("reference_trajectory", lambda v: json.dumps(json.loads(v)[:-1], separators=(",", ":"))),
+             ("split", lambda v: "test" if v != "test" else "train")]
+
+
+@pytest.mark.parametrize("column, change", LAUNDERED, ids=[c for c, _ in LAUNDERED])
+def test_a_rewritten_manifest_does_not_launder_a_forged_row_into_the_next_version(built, tmp_path, column, change):
+    """Issue 31, item 2: a replayed field of an environment forged and every digest re-hashed (its
+    field digests, v1's grading digest for it, v1's corpus digest and v1's own field digests),
+    and v1 rewritten without another environment so that the next refresh has something to
+    publish. Before the fix the gate took v1's (forged) grading digest as proof of a replay and
+    skipped the environment, and `publish` wrote v2 listing it: the forgery laundered, though
+    `vhd verify` flags it. Now a stored manifest is trusted only when nothing new can be
+    published; otherwise every environment of the next version is replayed."""
+    from vhd.flows.refresh import publish
+
+    db, env, _ = built
+    copy = tmp_path / "laundered.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy), read_only=True)
+    value = con.execute(f'SELECT "{column}" FROM environments WHERE env_id = ?', [env["env_id"]]).fetchall()[0][0]
+    con.close()
+    _forge(copy, {env["env_id"]: {column: change(value)}}, drop=env["F"])
+
+    result = vhd("verify", "--db", copy, "--json", "--no-resolve")
+    assert result.exit_code == 1 and any(f["env_id"] == env["env_id"] and f["field"] == column
+                                         for f in json.loads(result.stdout)["findings"]), result.output[-2000:]
+    with Warehouse.open(copy) as wh:
+        _, published, _, audit = publish(wh, "launder")
+        assert not published and wh.version_names() == ["v1"]
+    assert any(f["env_id"] == env["env_id"] and f["field"] == column for f in audit["findings"]), audit["lines"]
+
+
+def test_a_laundering_refresh_stops_with_one_line(built, prefect_server, tmp_path):
+    """The issue's case as a real `vhd refresh` (the same batch again, nothing to compute): u*
+    forged and v1 rewritten and re-hashed to match. Before the fix the refresh exited 0 with
+    v2 published; now it exits 1 with one line naming the environment and u_star."""
+    db, env, _ = built
+    copy = tmp_path / "launder-refresh.duckdb"
+    shutil.copy(db, copy)
+    con = duckdb.connect(str(copy), read_only=True)
+    u_star = con.execute("SELECT u_star FROM environments WHERE env_id = ?", [env["env_id"]]).fetchall()[0][0]
+    con.close()
+    _forge(copy, {env["env_id"]: {"u_star": u_star + 29.0}}, drop=env["F"])
+    result = run_vhd(prefect_server, "refresh", "--families", "inventory_dp,knapsack", "--per-family", "1",
+                     "--presentations", "F,I,A", "--seed", "5", "--batch", "tamper", "--db", copy)
+    assert result.returncode == 1, result.stdout[-2000:]
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "u_star" in lines[0] and env["env_id"][:12] in lines[0], result.stderr[-2000:]
+    with Warehouse.open(copy, read_only=True) as wh:
+        assert wh.version_names() == ["v1"]

@@ -55,7 +55,8 @@ def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dic
     """The publish gate's audit: every chain (hashes, digests, lineage, verdicts, θ re-derived,
     u*/u₀/u_idle and trajectories replayed; π* is not re-solved) and every published version."""
     started = time.perf_counter()
-    auditor = Auditor(resolve=False, published=published_digests(versions))
+    auditor = Auditor(resolve=False)
+    auditor.published = trusted_digests(chains, versions, auditor)
     found = auditor.chains(chains)
     found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
     report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes,
@@ -65,15 +66,49 @@ def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dic
     return report
 
 
-def published_digests(versions: list[tuple[Any, dict[str, Any], dict[str, str]]]) -> dict[str, str]:
-    """env_id -> grading digest, as the published versions (manifest@2) recorded them."""
-    out: dict[str, str] = {}
-    for version, _, _ in versions:
-        manifest = version.manifest if isinstance(version.manifest, dict) else {}
-        ids, digests = manifest.get("env_ids"), manifest.get("env_digests")
-        if isinstance(ids, list) and isinstance(digests, list) and len(ids) == len(digests):
-            out.update((i, d) for i, d in zip(ids, digests) if isinstance(i, str) and isinstance(d, str))
-    return out
+def current(chain: Chain) -> bool:
+    """Whether today's code still makes this chain's environment (`lineage.current_code`): its
+    family registered at its model's version, today's annotator and checker, and its module not
+    by an older template setter — what `Warehouse.derived_superseded` does not mark."""
+    from vhd.mechanisms import registry
+    from vhd.schemas.errors import UnknownFamily
+    from vhd.tasks.annotate import CODE_VERSION
+    from vhd.tasks.setters.template import SETTER, SETTER_VERSION
+
+    env, model, output = chain.environment, chain.model, chain.setter_output
+    if model is None or output is None or env.annotator_version != CODE_VERSION:
+        return False
+    try:
+        family = registry.get(env.family)
+    except UnknownFamily:
+        return False
+    return (family.version == model.family_version == output.family_version
+            and not (output.setter == SETTER and output.setter_version != SETTER_VERSION))
+
+
+def trusted_digests(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
+                    auditor: Auditor) -> dict[str, str]:
+    """env_id -> grading digest the gate may take as replayed (the `Auditor.published` skip): the
+    latest version's manifest, and only when this publish cannot produce another version — the
+    admitted, current environments among `chains` are exactly that manifest's, with the same
+    grading digests. A stored manifest proves nothing about a replay by itself (a forger can
+    rewrite it and its digests with the project's own code, issue 31), so whenever a new version
+    could result every environment it would list is replayed: nothing reaches a new version on
+    the word of a manifest alone. {} otherwise (the gate then replays as on a first publish)."""
+    from vhd.tasks.publish import latest
+
+    named = {str(v.version): v for v, _, invalid in versions if not invalid}
+    newest = named.get(latest(list(named)) or "")
+    manifest = newest.manifest if newest is not None and isinstance(newest.manifest, dict) else {}
+    ids, digests = manifest.get("env_ids"), manifest.get("env_digests")
+    if not (isinstance(ids, list) and isinstance(digests, list) and len(ids) == len(digests)) or len(named) != len(versions):
+        return {}
+    listed = dict(zip(ids, digests))
+    candidates = {i for i, c in chains.items() if c.environment.admitted and current(c)}
+    if candidates != set(listed) or any(not isinstance(listed[i], str) or listed[i] != auditor.grading(
+            chains[i].environment, chains[i].stored.get(chains[i].environment.env_id)) for i in candidates):
+        return {}
+    return listed
 
 
 def brief(report: dict[str, Any], keep: int = 20) -> dict[str, Any]:
@@ -121,11 +156,11 @@ def edge_findings(edges: list[Any], tables: dict[str, list[tuple[Any, dict[str, 
 
 
 def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]], runs: set[str],
-          tables: dict[str, list[tuple[Any, dict[str, Any], dict[str, str]]]], edges: list[Any], *,
-          resolve: bool = True) -> dict[str, Any]:
+          tables: dict[str, list[tuple[Any, dict[str, Any], dict[str, str]]]], edges: list[Any],
+          marks: tuple[list[dict[str, str]], list[str]] = ((), ()), *, resolve: bool = True) -> dict[str, Any]:
     """`vhd verify`: every environment's chain (admitted or not, superseded included), every
-    published version, every other row of the record tables and every lineage edge; π*
-    re-solved with `resolve`."""
+    published version, every other row of the record tables, every lineage edge and the
+    superseded marks (`marks`: findings and notes, `lineage.mark_findings`); π* re-solved with `resolve`."""
     started = time.perf_counter()
     auditor = Auditor(resolve=resolve)
     found = auditor.chains(chains)
@@ -133,5 +168,6 @@ def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], di
     for table, rows in tables.items():
         found += auditor.rows(table, rows)
     found += edge_findings(edges, tables)
-    return summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes,
+    found += list(marks[0])
+    return summary(found, len(chains), len(versions), time.perf_counter() - started, [*auditor.notes, *marks[1]],
                    version_hint(auditor.unbumped))

@@ -436,9 +436,49 @@ class Warehouse:
                                      "expected an env_id from `vhd envs`")
         return matches[0]
 
+    def derived_superseded(self, families: dict[str, str], env_version: str,
+                           setters: dict[str, str] | None = None) -> dict[str, str]:
+        """id -> kind of every row `mark_superseded(families, env_version, setters=setters)` would
+        mark on an empty `superseded` table: what the code supersedes, derived from the rows' own
+        (sealed) version columns alone, so a mark can be checked against it (`lineage.mark_problems`)."""
+        current = [{"family": name, "version": version} for name, version in families.items()]
+        if not current:
+            return {}
+        self.con.register("_vhd_derive", pa.Table.from_pylist(current))
+        out: dict[str, str] = {}
+        try:
+            for kind, table, key in (("model", "models", "model_id"), ("solution", "solutions", "solution_id"),
+                                     ("setter_output", "setter_outputs", "setter_output_id")):
+                out.update((row[0], kind) for row in self.con.execute(
+                    f"SELECT t.{key} FROM {table} t JOIN _vhd_derive c ON c.family = t.family "
+                    "WHERE t.family_version <> c.version").fetchall())
+            for setter, version in (setters or {}).items():
+                out.update((row[0], "setter_output") for row in self.con.execute(
+                    "SELECT o.setter_output_id FROM setter_outputs o JOIN _vhd_derive c ON c.family = o.family "
+                    "WHERE o.setter = ? AND o.setter_version <> ?", [setter, version]).fetchall())
+            models = [i for i, k in out.items() if k == "model"]
+            outputs = [i for i, k in out.items() if k == "setter_output"]
+            out.update((row[0], "environment") for row in self.con.execute(
+                "SELECT e.env_id FROM environments e JOIN _vhd_derive c ON c.family = e.family "
+                "WHERE e.annotator_version <> ? OR list_contains(?, e.model_id) OR list_contains(?, e.setter_output_id)",
+                [env_version, models, outputs]).fetchall())
+        finally:
+            self.con.unregister("_vhd_derive")
+        return out
+
     def environment_keys(self) -> list[dict[str, str]]:
         """env_id, family, split and presentation of the admitted, current environments, in id
-        order: what a corpus manifest needs, without loading whole records."""
+        order: what a corpus manifest needs, without loading whole records. The superseded marks
+        are checked first (`lineage.mark_problems`): a mark the current code does not derive (a
+        forged one would drop an environment from the next version silently) is an IntegrityError."""
+        from vhd.warehouse.lineage import mark_problems
+
+        forged = [p for p in mark_problems(self) if p[1] != "unmarked"]
+        if forged:
+            record_id, _, problem = forged[0]
+            raise IntegrityError(f"superseded {record_id} id: {problem}"
+                                 + (f" (and {len(forged) - 1} more marks)" if len(forged) > 1 else "")
+                                 + "; run `vhd verify` for every problem")
         rows = self.con.execute("""
             SELECT env_id, family, split, presentation FROM environments
             WHERE admitted AND env_id NOT IN (SELECT id FROM superseded) ORDER BY env_id""").fetchall()
