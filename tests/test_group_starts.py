@@ -35,25 +35,25 @@ def _calls(row):
     return optimal[: max(3, len(optimal) // 2)]
 
 
-def gym_group(row, seed):
+def group(make, row, seed):
+    """A group on a reset/step/finish surface (the Gym wrapper, a serve-env client): each rollout's
+    first observation, episode seed, answers and reward."""
     out = []
     for _ in range(GROUP):
-        env = TextToolEnv(row)
+        env = make()
         first, info = env.reset(seed=seed)
         answers = [json.loads(env.step(call)[0]) for call in _calls(row)]
         out.append((json.loads(first), info["episode_seed"], answers, env.finish()[0]))
+        getattr(env, "close", lambda: None)()
     return out
+
+
+def gym_group(row, seed):
+    return group(lambda: TextToolEnv(row), row, seed)
 
 
 def http_group(row, seed, url):
-    out = []
-    for _ in range(GROUP):
-        client = HttpEnvClient(url)
-        first, info = client.reset(seed=seed)
-        answers = [json.loads(client.step(call)[0]) for call in _calls(row)]
-        out.append((json.loads(first), info["episode_seed"], answers, client.finish()[0]))
-        client.close()
-    return out
+    return group(lambda: HttpEnvClient(url), row, seed)
 
 
 def openenv_group(row, seed):
