@@ -445,7 +445,7 @@ def test_a_forged_model_mark_is_reported_and_a_missing_mark_noted(built, tmp_pat
     (this test could not even import `mark_findings`); a row the current code supersedes that
     carries no mark (a deleted mark, or a code upgrade not yet refreshed) is a note: the next
     refresh marks it before it publishes."""
-    from vhd.warehouse.lineage import mark_findings
+    from vhd.tasks.marks import mark_findings
 
     db, env, _ = built
     copy = tmp_path / "marks.duckdb"

@@ -456,11 +456,12 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
     corpus version and every other stored row; exit 1 on any problem, each named by
     environment, table, row and field (docs/RELIABILITY.md, "What is verified where")."""
     from vhd.tasks.gate import whole
+    from vhd.tasks.marks import mark_findings
     from vhd.warehouse import Warehouse
     from vhd.warehouse.lineage import audit_inputs, seal_rows, unsealed
 
     with _reader(db) as wh:
-        report = whole(**audit_inputs(wh), resolve=resolve)
+        report = whole(**audit_inputs(wh), marks=mark_findings(wh), resolve=resolve)
     if seal:
         rows = unsealed(report)  # one line and nothing sealed when the audit found anything else
         with Warehouse.open(db) as wh:

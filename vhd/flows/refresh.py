@@ -35,6 +35,7 @@ from vhd.schemas.records import (
 from vhd.tasks import annotate as annotate_stage
 from vhd.tasks import check as check_stage
 from vhd.tasks import gate as gate_stage
+from vhd.tasks.marks import refuse_forged
 from vhd.tasks import presets
 from vhd.tasks import publish as publish_stage
 from vhd.tasks import quality as quality_stage
@@ -364,6 +365,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
     published one (and of the versions themselves); then, when it passes and the corpus changed
     (its digest covers every grading field) and the data-quality suite passes, a new version.
     Returns (version, published?, quality report or None when nothing changed, audit report)."""
+    refuse_forged(wh)  # a forged superseded mark would drop an environment from the version silently
     keys = wh.environment_keys()
     versions = load_versions(wh)
     named = {i for v, _, _ in versions if isinstance(v.manifest, dict)

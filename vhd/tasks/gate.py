@@ -67,7 +67,7 @@ def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dic
 
 
 def current(chain: Chain) -> bool:
-    """Whether today's code still makes this chain's environment (`lineage.current_code`): its
+    """Whether today's code still makes this chain's environment (`tasks.marks.current_code`): its
     family registered at its model's version, today's annotator and checker, and its module not
     by an older template setter — what `Warehouse.derived_superseded` does not mark."""
     from vhd.mechanisms import registry
@@ -160,7 +160,7 @@ def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], di
           marks: tuple[list[dict[str, str]], list[str]] = ((), ()), *, resolve: bool = True) -> dict[str, Any]:
     """`vhd verify`: every environment's chain (admitted or not, superseded included), every
     published version, every other row of the record tables, every lineage edge and the
-    superseded marks (`marks`: findings and notes, `lineage.mark_findings`); π* re-solved with `resolve`."""
+    superseded marks (`marks`: findings and notes, `tasks.marks.mark_findings`); π* re-solved with `resolve`."""
     started = time.perf_counter()
     auditor = Auditor(resolve=resolve)
     found = auditor.chains(chains)

@@ -440,7 +440,7 @@ class Warehouse:
                            setters: dict[str, str] | None = None) -> dict[str, str]:
         """id -> kind of every row `mark_superseded(families, env_version, setters=setters)` would
         mark on an empty `superseded` table: what the code supersedes, derived from the rows' own
-        (sealed) version columns alone, so a mark can be checked against it (`lineage.mark_problems`)."""
+        (sealed) version columns alone, so a mark can be checked against it (`tasks.marks.mark_problems`)."""
         current = [{"family": name, "version": version} for name, version in families.items()]
         if not current:
             return {}
@@ -468,17 +468,8 @@ class Warehouse:
 
     def environment_keys(self) -> list[dict[str, str]]:
         """env_id, family, split and presentation of the admitted, current environments, in id
-        order: what a corpus manifest needs, without loading whole records. The superseded marks
-        are checked first (`lineage.mark_problems`): a mark the current code does not derive (a
-        forged one would drop an environment from the next version silently) is an IntegrityError."""
-        from vhd.warehouse.lineage import mark_problems
-
-        forged = [p for p in mark_problems(self) if p[1] != "unmarked"]
-        if forged:
-            record_id, _, problem = forged[0]
-            raise IntegrityError(f"superseded {record_id} id: {problem}"
-                                 + (f" (and {len(forged) - 1} more marks)" if len(forged) > 1 else "")
-                                 + "; run `vhd verify` for every problem")
+        order: what a corpus manifest needs, without loading whole records (check the superseded
+        marks first: `tasks.marks.refuse_forged`)."""
         rows = self.con.execute("""
             SELECT env_id, family, split, presentation FROM environments
             WHERE admitted AND env_id NOT IN (SELECT id FROM superseded) ORDER BY env_id""").fetchall()
