@@ -19,6 +19,7 @@ from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks.annotate import annotate, make_candidates
 from vhd.tasks.check import Verdict, check_batch, in_band
 from vhd.tasks.export import export_row
+from vhd.tasks.family_check import failed, fit, unbound  # noqa: F401  (the tests import them from here)
 from vhd.tasks.passages import builtin_passages
 from vhd.tasks.pipeline import CheckedBatch, check_models
 from vhd.tasks.sample import sample_models
@@ -88,23 +89,6 @@ def gated(family: Family, models: int = 6, seed: int = 0) -> CheckedBatch:
     if key not in _RUNS:
         _RUNS[key] = check_models(family, models, seed=seed, passages=PASSAGES)
     return _RUNS[key]
-
-
-def failed(verdicts: list[Verdict]) -> set[str]:
-    """The names of the gates that failed in any of `verdicts`."""
-    return {g.name for v in verdicts for g in v.gates if not g.passed}
-
-
-def unbound(v: Verdict) -> bool:
-    """Rejected only because θ's turn budget does not bind in presentation A (default_band's
-    `planning.budget_binds`): a verdict on θ, which tests/test_budget.py measures, not on the module."""
-    return not v.admitted and failed([v]) == {"default_band"} and any(
-        g.name == "default_band" and g.message.startswith("in presentation A") for g in v.gates)
-
-
-def fit(v: Verdict) -> bool:
-    """Admitted, or refused by the binding-budget check alone: the module passed every gate on θ."""
-    return v.admitted or unbound(v)
 
 
 def mutant_verdicts(family: Family, run: CheckedBatch, old: str, new: str, which: int = 0) -> list[Verdict]:

@@ -33,7 +33,7 @@ from vhd.tasks.annotate import annotate, make_candidates
 from vhd.tasks.check import check_batch, in_band
 from vhd.tasks.export import export_row, with_canonical_tool_names
 from vhd.tasks.sample import sample_models
-from vhd.tasks.setters.template import _fill, render_module, singular
+from vhd.tasks.setters.template import fill, render_module, singular
 from vhd.tasks.solve import solve_models
 
 FAMILIES = ("knapsack", "qp", "stopping")  # integer, number and string arguments between them
@@ -92,7 +92,7 @@ def test_every_method_renders_to_the_tools_names_types_and_required_arguments(ro
                 schema = tool["input_schema"]
                 spec = family.tool(row["grader"]["interface"][tool["name"]])
                 assert rendered["name"] == tool["name"]
-                said = tool["description"] if own else _fill(spec.description, words)
+                said = tool["description"] if own else fill(spec.description, words)
                 assert rendered["description"] == " ".join(said.split())
                 assert "{" not in rendered["description"]
                 parameters = rendered["parameters"]
@@ -103,7 +103,7 @@ def test_every_method_renders_to_the_tools_names_types_and_required_arguments(ro
                     assert mine["type"] == JSON_TYPES[argument["type"]], (tool["name"], name, mine)
                     assert "nullable" not in mine  # null is not an argument the module takes
                     source = argument if own else spec.input_schema["properties"][name]
-                    assert mine["description"].startswith(" ".join(_fill(source["description"], words).split()))
+                    assert mine["description"].startswith(" ".join(fill(source["description"], words).split()))
                     for bound in ("minimum", "maximum", "maxLength"):  # bounds (and units) in the text
                         if bound in source:
                             assert re.search(rf"\b{re.escape(str(source[bound]))}\b", mine["description"]), (name, mine)

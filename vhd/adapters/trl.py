@@ -108,7 +108,7 @@ def described(tool: dict[str, Any], family: str | None = None, canonical: str | 
     description and bounds, when the family declares that tool with the same arguments; else the
     tool as it is. Names, argument names, types and required arguments are always the tool's."""
     from vhd.mechanisms import registry
-    from vhd.tasks.setters.template import _fill, singular
+    from vhd.tasks.setters.template import fill, singular
 
     name = _family_name(family)
     if name is None or name not in registry.names():
@@ -127,8 +127,8 @@ def described(tool: dict[str, Any], family: str | None = None, canonical: str | 
         schema = theirs[argument]
         properties[argument] = {k: v for k, v in schema.items() if k != "description"}
         if "description" in schema:
-            properties[argument]["description"] = _fill(schema["description"], words)
-    return {"name": tool["name"], "description": _fill(spec.description, words),
+            properties[argument]["description"] = fill(schema["description"], words)
+    return {"name": tool["name"], "description": fill(spec.description, words),
             "input_schema": {**tool.get("input_schema", {}), "properties": properties}}
 
 

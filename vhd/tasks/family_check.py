@@ -336,14 +336,21 @@ def check_replay(family: Family, k: int) -> list[str]:
     return []
 
 
-def _failed(verdict: Any) -> set[str]:
-    return {g.name for g in verdict.gates if not g.passed}
+def failed(verdicts: list[Any]) -> set[str]:
+    """The names of the gates that failed in any of `verdicts`."""
+    return {g.name for v in verdicts for g in v.gates if not g.passed}
 
 
-def _fit(verdict: Any) -> bool:
-    """Admitted, or refused only because θ's A budget does not bind (family_kit.fit)."""
-    return verdict.admitted or (_failed(verdict) == {"default_band"} and any(
-        g.name == "default_band" and g.message.startswith("in presentation A") for g in verdict.gates))
+def unbound(verdict: Any) -> bool:
+    """Rejected only because θ's turn budget does not bind in presentation A (default_band's
+    `planning.budget_binds`): a verdict on θ, which tests/test_budget.py measures, not on the module."""
+    return not verdict.admitted and failed([verdict]) == {"default_band"} and any(
+        g.name == "default_band" and g.message.startswith("in presentation A") for g in verdict.gates)
+
+
+def fit(verdict: Any) -> bool:
+    """Admitted, or refused by the binding-budget check alone: the module passed every gate on θ."""
+    return verdict.admitted or unbound(verdict)
 
 
 def check_gates(family: Family, run: Any = None, models: int = 6) -> list[str]:
@@ -357,7 +364,7 @@ def check_gates(family: Family, run: Any = None, models: int = 6) -> list[str]:
     if len(run.verdicts) != 2 * models:
         problems.append(f"{len(run.verdicts)} verdicts for {models} models in I and A, not {2 * models}")
     for v in run.verdicts:
-        if not (v.admitted or _failed(v) == {"default_band"}):
+        if not (v.admitted or failed([v]) == {"default_band"}):
             problems.append(f"a candidate in {v.candidate.presentation} is rejected by {v.reason[:300]}: see "
                             "'Which gate catches what' in docs/ADDING_A_FAMILY.md")
             break
@@ -367,12 +374,12 @@ def check_gates(family: Family, run: Any = None, models: int = 6) -> list[str]:
             break
     for presentation in ("I", "A"):
         mine = [v for v in run.verdicts if v.candidate.presentation == presentation]
-        fit = sum(_fit(v) for v in mine)
-        if fit < 3:
-            rejected = [v for v in mine if not _fit(v)]
-            gates = sorted(set().union(*(_failed(v) for v in rejected)))
-            band = all(_failed(v) == {"default_band"} for v in rejected)
-            problems.append(f"{presentation}: {fit} of {len(mine)} candidates admitted (want 3), rejected by "
+        admitted = sum(fit(v) for v in mine)
+        if admitted < 3:
+            rejected = [v for v in mine if not fit(v)]
+            gates = sorted(set().union(*(failed([v]) for v in rejected)))
+            band = all(failed([v]) == {"default_band"} for v in rejected)
+            problems.append(f"{presentation}: {admitted} of {len(mine)} candidates admitted (want 3), rejected by "
                             f"{', '.join(gates)} (e.g. {rejected[0].reason[:160]}): "
                             + ("widen DEFAULT_BAND or change the sampler" if band else
                                "see 'Which gate catches what' in docs/ADDING_A_FAMILY.md"))

@@ -123,7 +123,7 @@ def singular(unit: str) -> str:
     return f"{head} {one}" if head else one
 
 
-def _fill(text: str, vocab: dict) -> str:
+def fill(text: str, vocab: dict) -> str:
     """A family text in the passage's words: every `{key}` of the vocabulary filled, the singular
     of the unit where the text counts one."""
     return _ONE_UNIT.sub(r"\1 {unit_one}", text).format(**vocab) if "{" in text else text
@@ -154,13 +154,13 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
         schema = json.loads(json.dumps(spec.input_schema))
         for argument in schema.get("properties", {}).values():
             if isinstance(argument.get("description"), str):
-                argument["description"] = _fill(argument["description"], vocab)
+                argument["description"] = fill(argument["description"], vocab)
         tools.append({
             "name": tool_name(family, spec.name, passage),
             "canonical": spec.name,
             "role": spec.role,
             "turn_cost": spec.turn_cost,
-            "description": _fill(spec.description, vocab),
+            "description": fill(spec.description, vocab),
             "input_schema": schema,
         })
     names = [tool["name"] for tool in tools]
