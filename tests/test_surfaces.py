@@ -19,6 +19,11 @@ its first step, every other step 0). With discounting (γ = 0.9, 0.99) no trajec
 beats π*'s, which is 1. In presentation F, whose surfaces are `vhd score` and `vhd play`
 (the adapters refuse F), both give the same reward for π*'s plan, the default's, a malformed plan
 and no submission.
+
+A skin is names only (issue 29): the same model skinned by two more passages of other worlds (a
+different pair for every family, so the test walks over many domains' lexicons) gets the same gate
+verdicts, references and trajectories (mapped), the same rewards through the scorer, the grader,
+the Gym wrapper and TRL, and its canonical export is the bakery's: one TRL class, π* 1, nothing 0.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import types
 import numpy as np
 import pytest
 
-from family_kit import admitted_environments
+from family_kit import PASSAGES, admitted_environments
 from vhd.adapters import grade as adapter_grade
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
@@ -44,6 +49,13 @@ from vhd.tasks.oracle import reference_module
 from vhd.tasks.sample import draw
 from vhd.tasks.score import score
 from vhd.mechanisms._runtime import call_limit
+from vhd.tasks.annotate import annotate, make_candidates
+from vhd.tasks.check import check_batch
+from vhd.tasks.export import export_row, with_canonical_tool_names
+from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.lexicon import PATTERNS
+from vhd.tasks.setters.template import render_module
+from vhd.tasks.solve import solve_models
 
 FAMILIES = registry.names()
 REFUSED = {"tool": "no_such_tool", "arguments": {}}
@@ -221,6 +233,97 @@ def test_every_surface_gives_the_same_rewards(name):
         if explicit_nulls(row):
             nulls_first = scored["nulls_then_optimal"]["step_rewards"]
             assert nulls_first == [1.0] + [0.0] * (len(nulls_first) - 1)
+
+
+def other_skins(family, count=2):
+    """`count` built-in passages of other domains than the bakery's, a different pair per family
+    (so the registry-wide test walks over many worlds' lexicons)."""
+    k = FAMILIES.index(family.name)
+    picked = []
+    for step in range(len(PASSAGES)):
+        passage = PASSAGES[(27 + 11 * k + 37 * step) % len(PASSAGES)]
+        if passage.domain not in {p.domain for p in picked} | {"bakery"}:
+            picked.append(passage)
+        if len(picked) == count:
+            return picked
+    raise AssertionError("not enough domains")
+
+
+def _renamed(calls, source, target):
+    """Calls of one skin under another's names (a made-up tool stays as it is)."""
+    canonical = {b.name: b.canonical for b in source.interface}
+    names = {b.canonical: b.name for b in target.interface}
+    return [dict(call, tool=names[canonical[call["tool"]]]) if call["tool"] in canonical else call for call in calls]
+
+
+def _api(tool):
+    """A tool without its passage-worded descriptions: its name and its arguments' schemas."""
+    schema = tool["input_schema"]
+    return tool["name"], {**schema, "properties": {k: {x: y for x, y in v.items() if x != "description"}
+                                                   for k, v in schema.get("properties", {}).items()}}
+
+
+def _gates(verdict):
+    return [(gate.name, gate.passed) for gate in verdict.gates]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_skin_gives_the_same_verdicts_and_rewards(name):
+    """Issue 29 item 2: a skin is names only. The model admitted in the bakery, skinned by two
+    passages of other worlds (other tool names, descriptions, tables), gets every gate's verdict,
+    the same references and reference trajectory (mapped), and the same rewards for the same
+    trajectories (mapped) from the scorer, the adapters' grader, the Gym wrapper and TRL; its
+    canonical export is the bakery's API (one TRL class per family), where π* scores 1 and nothing 0."""
+    family = registry.get(name)
+    base = admitted_environments(family)
+    env0, _, output0, _, _ = base[0]
+    models = [m for m in sample_models(family, 8, seed=5, batch="surfaces") if m.model_id == env0.model_id]
+    solutions = {s.model_id: s for s in solve_models(family, models)}
+    baseline = check_batch(family, output0, make_candidates(family, models, solutions, {output0.setter_output_id: output0},
+                                                             {m.model_id: output0.setter_output_id for m in models},
+                                                             ("I", "A")))
+    for passage in other_skins(family):
+        output = render_module(family, passage)
+        named = name in PATTERNS  # a family the lexicon does not name keeps its canonical names in every world
+        assert ({b.name for b in output.interface} != {b.name for b in output0.interface}) == named, passage.domain
+        mapping = {m.model_id: output.setter_output_id for m in models}
+        pair = make_candidates(family, models, solutions, {output.setter_output_id: output}, mapping, ("I", "A"))
+        verdicts = check_batch(family, output, pair)
+        assert [_gates(v) for v in verdicts] == [_gates(v) for v in baseline], (name, passage.domain)
+        for verdict, (env0, row0, _, theta, solution) in zip(verdicts, base):
+            assert verdict.admitted, (name, passage.domain, verdict.reason)
+            env = annotate(family, verdict)[0]
+            assert env.presentation == env0.presentation and env.env_id != env0.env_id
+            assert (env.u_star, env.u_default, env.u_idle) == (env0.u_star, env0.u_default, env0.u_idle)
+            for which in ("reference_trajectory", "default_trajectory"):
+                assert getattr(env, which) == _renamed(getattr(env0, which), output0, output), (name, which)
+            row = export_row(env, models[0], output, family, solution)
+            played = {label: _renamed(calls, output0, output)
+                      for label, calls in trajectories(row0, family, output0).items()}
+            mine = score(env, output, theta, family, solution, list(played.values()))
+            theirs = score(env0, output0, theta, family, solution,
+                           [_renamed(calls, output, output0) for calls in played.values()])
+            for label, a, b in zip(played, mine, theirs):
+                assert [a[k] for k in ("reward", "outcome_reward", "step_rewards")] == \
+                    [b[k] for k in ("reward", "outcome_reward", "step_rewards")], (name, passage.domain, label)
+            for label in ("empty", "half", "refusals_only", "world_refusals", "optimal"):
+                calls, expected = played[label], mine[list(played).index(label)]["reward"]
+                assert adapter_grade(row["grader"], calls, row["module"])["reward"] == expected, (name, label)
+                assert gym_rewards(TextToolEnv(row), calls)[0] == expected, (name, label)
+            # the canonical export: the bakery's API, the same TRL class, π* 1 and nothing 0 through it
+            canonical, canonical0 = with_canonical_tool_names(row), with_canonical_tool_names(row0)
+            assert [_api(t) for t in canonical["player"]["tools"]] == [_api(t) for t in canonical0["player"]["tools"]]
+            assert canonical["grader"]["reference_trajectory"] == canonical0["grader"]["reference_trajectory"]
+            Environment = environment_class(canonical["player"]["tools"], family=canonical["family"],
+                                            canonical=canonical["grader"]["interface"])
+            assert Environment is environment_class(canonical0["player"]["tools"], family=canonical0["family"],
+                                                     canonical=canonical0["grader"]["interface"])
+            for calls, expected in ((canonical["grader"]["reference_trajectory"], 1.0), ([], 0.0)):
+                env_trl = Environment()
+                env_trl.reset(**canonical)
+                for call in calls:
+                    getattr(env_trl, call["tool"])(**call["arguments"])
+                assert env_trl.get_reward() == expected, (name, passage.domain, expected)
 
 
 def span(family, theta, policy, seed):

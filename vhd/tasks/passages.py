@@ -30,9 +30,11 @@ from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord
 
 # The parts a passage may give its own word for. They name the SQLite tables (`<site>_<word>`),
 # which the player does not see; the only one that reaches a tool name is `staff` (rostering's
-# `list_<staff>`): a tool's name is the family's verb and noun with the passage's unit or staff in
-# the template setter's slots (`vhd.tasks.setters.template.NAMES`), never a synonym in place of a
-# family word. Every built-in passage gives the first six; the last five are optional.
+# `list_<staff>`). A tool's name is a verb and a noun of the passage's domain's lexicon
+# (`vhd/tasks/setters/lexicon.py`, `vhd/tasks/data/lexicon.json`) with the passage's unit, staff or
+# supplier in their slots, never a synonym in place of a word of the name (the synonyms made
+# `place_escort` and `view_safebox`). A domain the lexicon does not know takes the families' own
+# words. Every built-in passage gives the first six; the last five are optional.
 CORE_SYNONYMS = ("order", "orders", "stock", "cash", "day", "sales")
 EXTRA_SYNONYMS = ("item", "items", "shift", "staff", "roster")
 SYNONYM_PARTS = CORE_SYNONYMS + EXTRA_SYNONYMS
@@ -164,7 +166,7 @@ def _check_vocabulary(vocabulary: dict) -> dict:
     missing = [key for key in VOCABULARY_KEYS if key not in vocabulary]
     if missing:
         raise _Reject(f"vocabulary lacks {', '.join(missing)}")
-    unknown = sorted(set(vocabulary) - set(VOCABULARY_KEYS) - {"synonyms"})
+    unknown = sorted(set(vocabulary) - set(VOCABULARY_KEYS) - {"synonyms", "lexicon"})
     if unknown:
         raise _Reject(f"vocabulary has unknown keys {unknown}")
     for key in VOCABULARY_KEYS:
@@ -184,6 +186,13 @@ def _check_vocabulary(vocabulary: dict) -> dict:
             if not isinstance(word, str) or not _WORD.fullmatch(word):
                 raise _Reject(f"vocabulary.synonyms.{part} must be one lowercase word ([a-z]+), got {word!r}")
         clean["synonyms"] = {part: synonyms[part] for part in SYNONYM_PARTS if part in synonyms}
+    if "lexicon" in vocabulary:  # the passage's own verbs and nouns for its tools' names
+        from vhd.tasks.setters.lexicon import entry_problem
+
+        problem = entry_problem(vocabulary["lexicon"])
+        if problem:
+            raise _Reject(f"vocabulary.lexicon: {problem}")
+        clean["lexicon"] = vocabulary["lexicon"]
     return clean
 
 

@@ -29,6 +29,7 @@ from vhd.schemas.errors import SetterError, SetterUnavailable
 from vhd.schemas.records import (
     ModelRecord, PassageRecord, SetterAttemptRecord, SetterOutputRecord, SolutionRecord, ToolBinding,
 )
+from vhd.tasks.setters.lexicon import tool_names, world_words
 from vhd.tasks.setters.settings import LLMSettings
 from vhd.tasks.setters.template import render_module
 
@@ -61,6 +62,23 @@ def theta_structure(theta: dict) -> dict:
     return {k: shape(v) for k, v in theta.items()}
 
 
+def world_section(family: Family, passage: PassageRecord) -> list[str]:
+    """The passage's lexicon for the prompt (issue 29): the verbs its world uses for each role, its
+    nouns, and the names the template setter gives the family's tools in it, so that the model's
+    names vary with the world as the template's do (the exemplars are other worlds)."""
+    words = world_words(family, passage)
+    names = tool_names(family, passage)
+    return [
+        "## This world's words: name every tool with a verb of its role and a noun of this world",
+        "A name must still say what the tool does (`weigh_parcel`, `load_parcel`, `dispatch_truck`), in lowercase "
+        "words joined by _, and no name or answer key may be an RL word (reward, score, episode, policy, theta, "
+        "optimal). Verbs by role and nouns of this world:",
+        json.dumps(words, indent=1),
+        "The template setter's names in this world (canonical → name); use them or names as good:",
+        json.dumps(names, indent=1),
+    ]
+
+
 def build_prompt(family: Family, model: ModelRecord, passage: PassageRecord,
                  exemplars: list[SetterOutputRecord]) -> str:
     tools = [{"canonical": t.name, "role": t.role, "turn_cost": t.turn_cost, "reveals": list(t.reveals),
@@ -71,6 +89,7 @@ def build_prompt(family: Family, model: ModelRecord, passage: PassageRecord,
         f"Hidden in presentation A: {', '.join(family.hidden)}",
         "## Tools of the decision process (roles: probe, decision, clock, observe)", json.dumps(tools, indent=1),
         f"## Passage ({passage.domain}): ground names, units and narrative in it", passage.text,
+        *world_section(family, passage),
     ]
     for k, ex in enumerate(exemplars):
         parts += [f"## Exemplar {k + 1} (admitted)", "```python\n" + ex.module + "\n```", "```json\n" + json.dumps(

@@ -11,12 +11,11 @@ It renders the contract module of DESIGN §5 from three parts: the generic runti
 (`vhd/mechanisms/_runtime.py`, standard library only), the family's `World` class without its
 `@tool` declarations, and a skin made from a passage's vocabulary (tool names, table names, descriptions, narrative).
 
-A tool's name is the family's verb for its role and the family's noun, with the passage's noun in
-the one slot where the passage names the thing itself: what is ordered (`order_loaves`,
-`order_cards`) and who is rostered (`list_bakers`). A passage never substitutes a word into the
-rest of a name: its `synonyms` name only the SQLite tables, which the player does not see. `NAMES`
-holds the names that differ from the family's canonical one; every other tool keeps its
-canonical name (`view_stock`, `cancel_order`, `end_day`).
+A tool's name is a verb of its role and a noun of the passage's world (`lexicon.py`: each family's
+tools as slots, `PATTERNS`; `vhd/tasks/data/lexicon.json`: each domain's verbs and nouns), with the
+passage's own unit, staff and supplier in their slots (`order_loaves`, `list_bakers`). A passage's
+`synonyms` name only the SQLite tables, which the player does not see. A family without patterns
+keeps its canonical names (`view_stock`, `cancel_order`, `end_day`).
 """
 
 from __future__ import annotations
@@ -31,9 +30,10 @@ from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError
 from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
+from vhd.tasks.setters.lexicon import tool_names
 
 SETTER = "template"
-SETTER_VERSION = "5"
+SETTER_VERSION = "6"
 _RUNTIME = Path(__file__).parents[2] / "mechanisms" / "_runtime.py"
 
 
@@ -73,34 +73,12 @@ def narrative(passage: PassageRecord) -> str:
     return passage.text.split(". ")[0].rstrip(".") + "."
 
 
-# (family, canonical tool) -> its name when it is not the canonical one. `{units}` is the passage's
-# unit (plural, slugged: what is ordered), `{staff}` its word for the people rostered ("staff" if it
-# gives none). The rest say in the family's words what its descriptions say: a knapsack and a
-# negotiation handle lots of goods, qp's assets are projects, facility's sites are depots, and a
-# roster's dates are its days.
-NAMES: dict[tuple[str, str], str] = {
-    ("inventory_dp", "place_order"): "order_{units}",
-    ("ecommerce", "place_order"): "order_{units}",
-    ("rostering", "list_staff"): "list_{staff}",
-    ("rostering", "view_date"): "view_day",
-    ("rostering", "clear_date"): "clear_day",
-    ("knapsack", "inspect_item"): "inspect_lot",
-    ("knapsack", "list_items"): "list_lots",
-    ("knapsack", "add_item"): "add_lot",
-    ("knapsack", "remove_item"): "remove_lot",
-    ("negotiation", "view_item"): "view_lot",
-    ("qp", "list_assets"): "list_projects",
-    ("qp", "release_asset"): "release_project",
-    ("facility", "get_site_costs"): "get_depot_costs",
-    ("facility", "list_sites"): "list_depots",
-    ("facility", "open_site"): "open_depot",
-    ("facility", "close_site"): "close_depot",
-}
 # "one {unit}", "a {unit}", "per {unit}"...: the family's text asks for the singular.
 _ONE_UNIT = re.compile(r"\b(one|a|an|per|each|every) \{unit\}")
 _IRREGULAR = {"loaves": "loaf", "knives": "knife", "halves": "half", "leaves": "leaf", "shelves": "shelf",
               "people": "person", "children": "child", "feet": "foot", "teeth": "tooth", "mice": "mouse",
-              "boluses": "bolus", "buses": "bus", "lenses": "lens", "series": "series", "species": "species"}
+              "boluses": "bolus", "buses": "bus", "lenses": "lens", "series": "series", "species": "species",
+              "menus": "menu", "sheep": "sheep", "fish": "fish"}
 
 
 def singular(unit: str) -> str:
@@ -130,18 +108,14 @@ def fill(text: str, vocab: dict) -> str:
 
 
 def tool_name(family: Family, canonical: str, passage: PassageRecord) -> str:
-    """The name of a family's tool in the world of a passage (see `NAMES`)."""
-    pattern = NAMES.get((family.name, canonical), canonical)
-    nouns = {"units": _slug(passage.vocabulary.get("unit", "")),
-             "staff": _slug(passage.vocabulary.get("synonyms", {}).get("staff", "staff"))}
-    if not all(nouns[key] for key in re.findall(r"\{(\w+)\}", pattern)):
-        return canonical  # the passage's word has no letter or digit: the family's own name says it
-    return pattern.format(**nouns)[:64]
+    """The name of a family's tool in the world of a passage (`lexicon.tool_names`)."""
+    return tool_names(family, passage)[canonical]
 
 
 def _skin(family: Family, passage: PassageRecord) -> dict:
     vocab = dict(passage.vocabulary)
     words = vocab.pop("synonyms", {})
+    vocab.pop("lexicon", None)  # the passage's own verbs and nouns: they made the names
     missing = [key for key in VOCABULARY_KEYS if key not in vocab]
     if missing:  # a passage loaded from a file is checked on load; one built in code may not be
         raise SetterError(f"passage {passage.passage_id[:12]} lacks vocabulary {missing}; every passage names "
@@ -149,6 +123,7 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
     vocab["unit_one"] = singular(vocab["unit"])
     site = _slug(vocab["site"])
 
+    names = tool_names(family, passage)
     tools = []
     for spec in family.tools:
         schema = json.loads(json.dumps(spec.input_schema))
@@ -156,7 +131,7 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
             if isinstance(argument.get("description"), str):
                 argument["description"] = fill(argument["description"], vocab)
         tools.append({
-            "name": tool_name(family, spec.name, passage),
+            "name": names[spec.name],
             "canonical": spec.name,
             "role": spec.role,
             "turn_cost": spec.turn_cost,
