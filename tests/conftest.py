@@ -15,6 +15,10 @@ os.environ.pop("VHD_DB", None)
 
 import pytest  # noqa: E402
 
+# tests/data/ holds data, not tests: a family and its test as a contributor writes them, which
+# tests/test_add_family.py drops into a copy of the tree (a conftest.py there would shadow this one)
+collect_ignore = ["data"]
+
 
 @pytest.fixture(scope="session")
 def prefect_server():

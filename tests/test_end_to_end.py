@@ -49,10 +49,11 @@ def test_optimal_scores_one_default_zero(refreshed, tmp_path):
     db, _ = refreshed
     env_id = json.loads(vhd("envs", "--db", db, "--json").stdout)[0]["env_id"]
     con = duckdb.connect(str(db), read_only=True)
-    reference, default, tools = con.execute(
-        "SELECT reference_trajectory, default_trajectory, tools FROM environments WHERE env_id = ?", [env_id]).fetchall()[0]
+    reference, default, interface = con.execute(
+        "SELECT e.reference_trajectory, e.default_trajectory, s.interface FROM environments e JOIN setter_outputs s "
+        "ON s.setter_output_id = e.setter_output_id WHERE e.env_id = ?", [env_id]).fetchall()[0]
     con.close()
-    clock = [t["name"] for t in json.loads(tools) if t["name"].startswith("end_")][0]
+    clock = [b["name"] for b in json.loads(interface) if b["role"] == "clock"][0]  # the world's name for end_day
     file = tmp_path / "t.jsonl"
     file.write_text("\n".join([reference, default, json.dumps([{"tool": clock, "arguments": {}}])]) + "\n")
     rows = json.loads(vhd("score", env_id, "--trajectories", file, "--db", db, "--json").stdout)
