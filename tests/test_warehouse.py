@@ -16,7 +16,7 @@ def test_migrations_apply_once(tmp_path):
     with Warehouse.open(tmp_path / "w.duckdb") as wh:
         assert migrate(wh.con) == []  # already applied by open()
         versions = wh.con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)] == [(v,) for v, _, _ in available()]
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)] == [(v,) for v, _, _ in available()]
 
 
 def test_a_reader_refuses_a_warehouse_that_needs_a_migration(tmp_path):
@@ -29,6 +29,7 @@ def test_a_reader_refuses_a_warehouse_that_needs_a_migration(tmp_path):
         for table in ("passages", "models", "solutions", "setter_outputs", "checks", "environments",
                       "corpus_versions"):  # 006
             wh.con.execute(f"ALTER TABLE {table} DROP COLUMN field_digests")
+        wh.con.execute("ALTER TABLE environments DROP COLUMN difficulty")  # 007
         wh.con.execute("DELETE FROM schema_migrations WHERE version >= 2")
     with pytest.raises(WarehouseError, match="needs migration 002; open it once for writing"):
         Warehouse.open(path, read_only=True)

@@ -261,13 +261,26 @@ def refresh(
     seed: int = typer.Option(0, min=0, help="run seed: the same seed and batch give the same corpus"),
     batch: Optional[str] = typer.Option(None, help="batch key the model seeds derive from (default: today's date); "
                                         "rerunning a batch finds its work done"),
-    presentations: str = typer.Option("I,A", help="presentations to build, among F (written out), I (informed) and "
-                                      "A (agentic, parameters hidden)"),
+    presentations: Optional[str] = typer.Option(None, help="presentations to build, among F (written out), I "
+                                                "(informed) and A (agentic, parameters hidden); default I,A (with "
+                                                "--follow: those the learner played)"),
     preset: Optional[str] = typer.Option(None, help="build a preset instead of --families/--per-family: 'paper' "
                                          "(2,200 train / 300 held-out / 800 unseen-family environments, "
                                          "presentation A), 'diagnostic' (five families in F, I and A) or 'scaling' (knapsack's "
                                          "lots × resources grid and routing's stops, one cell per knob pair)"),
     scale: float = typer.Option(1.0, help="multiply a preset's targets, e.g. 0.01 for a quick look at its mix"),
+    difficulty: Optional[str] = typer.Option(None, "--difficulty", metavar="LO:HI", help=(
+        "fill every slot (each family's --per-family θ × presentations, or each preset slot) only with "
+        "environments whose difficulty score (docs/EVAL.md, 'Difficulty': 0 easiest, 1 hardest) lies in "
+        "LO:HI, e.g. 0.4:0.7; θ are drawn in seed order until the slot is full or a bounded number of tries "
+        "is spent, and the summary says how many candidates the band cost or why a slot is short")),
+    follow: Optional[Path] = typer.Option(None, "--follow", metavar="RESULTS", help=(
+        "make the next version for a learner: RESULTS is its rewards on environments of this warehouse "
+        "(JSON Lines objects with env_id and reward, e.g. episodes of `vhd eval`, or a CSV with the "
+        "header env_id,reward); per family it played, θ are chosen where its predicted reward lies in "
+        "--follow-band, and the run and the version's manifest record why (docs/EVAL.md, 'Following a learner')")),
+    follow_band: Optional[str] = typer.Option(None, "--follow-band", metavar="LO:HI", help=(
+        "with --follow: the learner's target reward band (default 0.3:0.7)")),
     setter: str = typer.Option("template", help="who writes the modules: 'template' (offline, deterministic) or "
                                "'anthropic' (a Claude model; settings from ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, "
                                "VHD_LLM_*; see docs/SETTERS.md; without a key the template setter is used)"),
@@ -284,7 +297,7 @@ def refresh(
     from vhd.tasks.presets import preset as find_preset
     from vhd.warehouse import Warehouse, default_path
 
-    names, chosen = _families(families) or registry.names(), _presentations(presentations)
+    names, chosen = _families(families) or registry.names(), _presentations(presentations or "I,A")
     _batch(batch)
     if setter not in ("template", "anthropic"):
         _fail(f"--setter must be 'template' or 'anthropic', got {setter!r}")
@@ -295,6 +308,14 @@ def refresh(
     _per_family(per_family)
     path = db or default_path()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
+    band = _band(difficulty, "--difficulty") if difficulty is not None else None
+    target_band = _band(follow_band, "--follow-band") if follow_band is not None else None
+    if follow_band is not None and follow is None:
+        _fail("--follow-band needs --follow RESULTS (the learner whose reward it bands)")
+    if follow is not None:
+        if difficulty is not None or preset is not None:
+            _fail("--follow chooses each family's θ from the learner's results; drop --difficulty and --preset")
+        chosen = _followed(follow, path, names if families else None)
     what = f"refresh of preset {preset}" if preset else f"refresh of {len(names)} famil{'y' if len(names) == 1 else 'ies'}"
     with _prefect(quiet=not verbose):
         from vhd.flows.refresh import refresh as refresh_flow
@@ -303,8 +324,33 @@ def refresh(
         flow_ = with_workers(refresh_flow, workers)
         with _progress(f"{what} → {path}", as_json, verbose):
             summary = flow_(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
-                            presentations=chosen, preset=preset, scale=scale, setter=setter)
+                            presentations=chosen, preset=preset, scale=scale, setter=setter, difficulty=band,
+                            follow=str(follow) if follow is not None else None, follow_band=target_band)
     _report(summary, path, as_json)
+
+
+def _band(text: str, option: str) -> tuple[float, float]:
+    from vhd.tasks.difficulty import parse_band
+
+    return parse_band(text, option)
+
+
+def _followed(results: Path, path: Path, families: Optional[list[str]]) -> tuple[str, ...]:
+    """Check a --follow RESULTS file before Prefect starts (it is read, every env id is one of the
+    warehouse's, some family can be aimed at); the presentations the learner played."""
+    from vhd.schemas.errors import WarehouseMissing
+    from vhd.schemas.records import EnvironmentRecord
+    from vhd.tasks import follow as follow_stage
+    from vhd.warehouse import Warehouse
+
+    rows = follow_stage.read_results(results)
+    if not Path(path).exists():
+        raise WarehouseMissing(f"no warehouse at {path}; --follow needs the warehouse whose environments the "
+                               "learner played")
+    with Warehouse.open(path) as wh:  # a writer: it migrates a warehouse written before the difficulty column
+        played = wh.verified(EnvironmentRecord, list(rows))
+    follow_stage.check_results(rows, played, str(results))
+    return follow_stage.played_presentations(played.values(), rows)
 
 
 def _report(summary: dict, path: Path, as_json: bool) -> None:
@@ -334,7 +380,21 @@ def _report(summary: dict, path: Path, as_json: bool) -> None:
     console.print(table)
     short = {name: row["short"] for name, row in summary["families"].items() if row.get("short")}
     if short:
-        console.print(f"[yellow]short of the preset's targets: {short}[/yellow]")
+        console.print(f"[yellow]short of the slots' targets: {short}[/yellow]")
+    band = summary.get("difficulty")
+    if band:
+        console.print(f"difficulty band {band['band'][0]:g}–{band['band'][1]:g}: {band['tried']} candidates tried, "
+                      f"{band['outside']} outside the band (not checked, not stored)", soft_wrap=True)
+        for name, why in band["short"].items():
+            console.print(f"[yellow]{name}: {why}[/yellow]", soft_wrap=True)
+    followed = summary.get("follow")
+    if followed:
+        console.print(f"following {followed['results']} (target reward {followed['band'][0]:g}–{followed['band'][1]:g},"
+                      f" presentations {','.join(followed['presentations'])}):", soft_wrap=True)
+        for name, row in followed["families"].items():
+            mean = "–" if row["mean_reward"] is None else f"{row['mean_reward']:.3f}"
+            console.print(f"  {name}: learner's mean reward {mean} on {row['played']}; {row['status']}; "
+                          f"{len(row['env_ids'])} made", soft_wrap=True)
     console.print(f"setter: {summary.get('setter', 'template')}")
     for name, why in (summary.get("failed") or {}).items():
         console.print(f"[red]{name}: the LLM setter failed, nothing of its last round was stored: {why}[/red]")
@@ -373,7 +433,8 @@ def envs(family: Optional[str] = typer.Option(None, help="only this family"), db
         registry.get(family)
     with _reader(db) as wh:
         rows = [{"env_id": e.env_id, "family": e.family, "presentation": e.presentation, "split": e.split,
-                 "knobs": e.knobs, "u_star": e.u_star, "u_default": e.u_default, "turn_budget": e.turn_budget}
+                 "knobs": e.knobs, "u_star": e.u_star, "u_default": e.u_default, "turn_budget": e.turn_budget,
+                 "difficulty": e.difficulty or None}
                 for e in wh.environments(family)]
         shown = {r["env_id"]: _shown_id(wh, r["env_id"]) for r in rows} if console.is_terminal and not as_json else {}
     if as_json:
@@ -428,7 +489,7 @@ def audit(env_id: str = typer.Argument(..., help="environment id (or a unique pr
             table.add_row(link["kind"], link["id"][:16], link["relation"], link["code_version"], link["run_id"][:8],
                           "ok" if link["hash_ok"] else "[red]MISMATCH[/red]")
         console.print(table)
-        console.print(f"seed {report['seed']}, knobs {report['knobs']}")
+        console.print(f"seed {report['seed']}, knobs {report['knobs']}; {report['why']}", soft_wrap=True)
         _print_findings(report)
         console.print("[green]verified[/green]" if report["verified"] else "[red]NOT verified[/red]")
     if not report["verified"]:
@@ -1155,6 +1216,11 @@ def serve(
     cron: str = typer.Option("0 3 * * *", help="when the refresh runs, a 5-field cron expression"),
     timezone: str = typer.Option("UTC", help="time zone the cron is read in, e.g. Europe/Berlin"),
     per_family: int = typer.Option(20, min=1, help="θ draws per family in each nightly batch"),
+    follow: Optional[Path] = typer.Option(None, "--follow", metavar="RESULTS", help=(
+        "each nightly run follows a learner: RESULTS is the file of env_id, reward rows its trainer "
+        "rewrites between runs (as `vhd refresh --follow`)")),
+    follow_band: Optional[str] = typer.Option(None, "--follow-band", metavar="LO:HI", help=(
+        "with --follow: the learner's target reward band (default 0.3:0.7)")),
     db: Optional[Path] = DbOption,
 ) -> None:
     """Serve the nightly refresh deployment against the Prefect API (PREFECT_API_URL); blocks until Ctrl-C.
@@ -1166,11 +1232,15 @@ def serve(
     _per_family(per_family)
     path = (db or default_path()).resolve()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
+    target_band = _band(follow_band, "--follow-band") if follow_band is not None else None
+    if follow_band is not None and follow is None:
+        _fail("--follow-band needs --follow RESULTS (the learner whose reward it bands)")
     with _prefect(api=False):  # `serve` talks to the server PREFECT_API_URL names, not a temporary one
         from vhd.flows.serve import nightly, serve as serve_deployment
 
         try:
-            deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone)
+            deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone,
+                                 follow=str(follow.resolve()) if follow is not None else None, follow_band=target_band)
         except ValueError as exc:
             _fail(f"--cron {cron!r} / --timezone {timezone!r}: {str(exc).splitlines()[0]}; expected e.g. '0 3 * * *'")
         console.print(f"serving deployment refresh/{deployment.name} on {cron!r} ({timezone}) → {path}")

@@ -32,46 +32,22 @@ import numpy as np
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.budget import reserved_turns
+from vhd.tasks.difficulty import affordable, read_then_play, reads_probes
 
-
-def reads_probes(family: Family) -> bool:
-    """Whether the family tells the prober what its probes show (`probe_calls` and `belief`)."""
-    return family.probe_calls is not None and family.belief is not None
-
-
-def affordable(family: Family, theta: dict[str, Any], budget: int) -> list[dict[str, Any]]:
-    """The probe calls, in the family's reading order, that fit in `budget` turns (a probe that
-    does not fit is skipped; a cheaper one after it may still fit)."""
-    read, used = [], 0
-    for call in family.probe_calls(theta):
-        cost = family.tool(call["tool"]).turn_cost
-        if used + cost <= budget:
-            read.append(call)
-            used += cost
-    return read
+__all__ = ["affordable", "probe_then_play", "reads_probes"]
 
 
 def probe_then_play(family: Family, theta: dict[str, Any], presentation: str, turn_budget: int, episode_seed: int,
-                    plan_of: Callable[[dict[str, Any]], np.ndarray] | None = None,
+                    plan_of: Callable[[dict[str, Any]], np.ndarray] | None = None, share: float = 1.0,
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the probe calls it reads, the calls it then plays), canonical names, on one episode.
     `plan_of(θ̂)` is the plan it plays for what it knows: the exact optimum by default (the
-    `prober`); the `greedy` agent passes its heuristic."""
-    def optimum(known: dict[str, Any]) -> np.ndarray:
-        return family.solve(known).policy
-
-    plan_of = plan_of or optimum
+    `prober`); the `greedy` agent passes its heuristic. `share` < 1 reads only that share of the
+    turns it could spare (a weaker reader; in F and I it changes nothing). The reading is
+    `tasks.difficulty.read_then_play`, which also measures every environment's difficulty."""
     if presentation != "A":
-        return [], family.simulate(theta, plan_of(theta), episode_seed).calls
+        return [], family.simulate(theta, (plan_of or (lambda known: family.solve(known).policy))(theta),
+                                   episode_seed).calls
     if not reads_probes(family):
         raise InvalidParams(f"{family.name} does not declare probe_calls and belief; an agent cannot read its A probes")
-    reserve = reserved_turns(family, theta, optimum(theta))
-    read = affordable(family, theta, max(turn_budget - reserve, 0))
-    guess = family.belief(theta, read)
-    plan = plan_of(guess)
-    try:
-        play = family.simulate(theta, plan, episode_seed).calls
-    except ValueError:  # the true θ refuses the belief's plan as a whole: offer it call by call
-        play = family.simulate(guess, plan, episode_seed).calls
-    return read, play
+    return read_then_play(family, theta, turn_budget, episode_seed, family.solve(theta).policy, plan_of, share)

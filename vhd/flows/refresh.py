@@ -30,10 +30,13 @@ from vhd.flows.progress import report
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams, SandboxError, SetterUnavailable
 from vhd.schemas.records import (
-    CorpusVersionRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord, SolutionRecord,
+    CorpusVersionRecord, EnvironmentRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
+    SolutionRecord,
 )
 from vhd.tasks import annotate as annotate_stage
 from vhd.tasks import check as check_stage
+from vhd.tasks import difficulty as difficulty_stage
+from vhd.tasks import follow as follow_stage
 from vhd.tasks import gate as gate_stage
 from vhd.tasks.marks import refuse_forged
 from vhd.tasks import presets
@@ -153,12 +156,14 @@ MAX_ROUNDS = 40
 
 def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, presentations: tuple[str, ...],
            split: str | None, wanted: int | None, llm: Any = None, run_id: str = "",
-           tick: Any = None) -> dict[str, Any]:
+           tick: Any = None, select: Any = None) -> dict[str, Any]:
     """sample → solve → synthesize → check → annotate for `models`, nothing written yet.
 
     With `wanted`, only the candidates up to the `wanted`-th admitted one (in model order) are
     kept, and only the pending candidates that can get there are checked (`needed_checks`).
     `tick(admitted, rejected)` is told the verdicts so far as each check task resolves.
+    With `select` (a `difficulty.Band` or a `follow.Aim`), only the candidates whose measured
+    difficulty it accepts are candidates at all: the others are neither checked nor written.
     """
     family = registry.get(name)
     clock = time.perf_counter
@@ -181,6 +186,18 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     candidates = annotate_stage.make_candidates(
         family, models, {**known, **{s.model_id: s for s in fresh}}, {o.setter_output_id: o for o in outputs},
         assignment, presentations, {p.passage_id: p for p in passages}, split)
+    chosen = {"tried": len(candidates), "outside": 0, "values": []}
+    if select is not None:  # the same measure annotate stores (computed once per θ, shared with it)
+        inside = []
+        for c in candidates:
+            measured = difficulty_stage.measure(family, c.model, c.solution, c.presentation)
+            value = select.value(measured)
+            if value is not None:
+                chosen["values"].append(value)
+            if select.accepts(measured):
+                inside.append(c)
+        chosen["outside"] = len(candidates) - len(inside)
+        candidates = inside
     stored = wh.admission(c.env_id for c in candidates)
     pending = [c for c in candidates if c.env_id not in stored] if wanted is None else \
         check_stage.needed_checks(family, candidates, stored, wanted)  # none when the stored ones fill the slot
@@ -214,7 +231,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "rows": rows,
         "attempts": [a for a in attempts if a.setter_output_id in kept_outputs or not a.setter_output_id],
         "admitted": sum(verdicts[env_id] for env_id in kept_ids),
-        "kept": len(kept), "seen": len(verdicts),
+        "kept": len(kept), "seen": len(verdicts), "chosen": chosen,
         "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
                      "synthesize": len(kept_outputs - had_outputs), "annotate": len(rows)},
         "stage_seconds": {"solve": t1 - t0, "synthesize": t2 - t1, "check": t4 - t3, "annotate": t5 - t4},
@@ -260,15 +277,21 @@ def _write(wh: Warehouse, run_id: str, out: dict[str, Any]) -> None:
 
 def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None, seed: int, batch: str,
                    passages: list, presentations: tuple[str, ...], split: str | None = None,
-                   target: int | None = None, llm: Any = None, key: str | None = None) -> dict[str, Any]:
+                   target: int | None = None, llm: Any = None, key: str | None = None,
+                   select: Any = None) -> dict[str, Any]:
     """One family (one split of it) through every stage; only what the warehouse lacks is computed.
 
     Either `per_family` models (every candidate is stored), or models in seed order until
     `target` candidates are admitted (a preset's slot; the stored prefix is reused as is).
+    With `select` (`--difficulty`, `--follow`) only the candidates it accepts count, and
+    `per_family` becomes a target of `per_family` × presentations admitted environments.
     Progress is reported (`vhd.flows.progress.report`) under `key` (default: `name`).
     """
     family = registry.get(name)
     key = key or name
+    if select is not None and target is None:
+        target, per_family = per_family * len(presentations), None
+    chosen = {"tried": 0, "outside": 0, "low": None, "high": None}
     report("started", key)
     if llm is None:  # a finished batch: its summary row from the warehouse's counts, no task started
         state = wh.slot_state(name, family.version, batch, [p.passage_id for p in passages])
@@ -277,6 +300,8 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
                                        env_version=annotate_stage.CODE_VERSION, passages=passages,
                                        stages=STAGES, timed=TIMED)
         if row is not None:
+            if select is not None:
+                row["select"] = {"kind": select.kind, **select.record(), **chosen, "reused": True}
             _finished(key, row, per_family, presentations)
             return row
     totals = {"computed": dict.fromkeys(STAGES, 0), "found": dict.fromkeys(STAGES, 0)}
@@ -305,7 +330,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
 
         try:
             out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled,
-                         llm, run_id, tick)
+                         llm, run_id, tick, select)
         except SetterUnavailable as exc:  # nothing of this round is written
             failed = str(exc)
             break
@@ -317,7 +342,12 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         for kind in ("computed", "found"):
             for stage in STAGES:
                 totals[kind][stage] += out[kind][stage]
-        filled, seen = filled + out["admitted"], seen + out["seen"]
+        filled, seen = filled + out["admitted"], seen + out["seen"] + out["chosen"]["outside"]
+        chosen["tried"] += out["chosen"]["tried"]
+        chosen["outside"] += out["chosen"]["outside"]
+        for value in out["chosen"]["values"]:
+            chosen["low"] = value if chosen["low"] is None else min(chosen["low"], value)
+            chosen["high"] = value if chosen["high"] is None else max(chosen["high"], value)
         for env, _, _ in out["rows"]:
             new_admitted += env.admitted
             new_rejected += not env.admitted
@@ -337,6 +367,15 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         row["failed"] = failed
     if target is not None:
         row.update(target=target, filled=filled, short=max(0, target - filled))
+    if select is not None:
+        row["select"] = {"kind": select.kind, **select.record(), **chosen}
+        if row["short"]:
+            seen_range = ("none measured" if chosen["low"] is None
+                          else f"{chosen['low']:.3f}–{chosen['high']:.3f}")
+            row["select"]["why_short"] = (
+                f"{row['short']} of {target} short: {chosen['tried']} candidates tried ({rounds} rounds), "
+                f"{chosen['tried'] - chosen['outside']} in {select.describe()} (values seen: {seen_range}); "
+                f"the knobs give too few θ there" + ("" if filled else ", none admitted"))
     _finished(key, row, per_family, presentations)
     return row
 
@@ -359,11 +398,13 @@ def audit_task(chains: dict, versions: list, runs: set[str]) -> dict[str, Any]:
     return gate_stage.gate(chains, versions, runs)
 
 
-def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None = None
-            ) -> tuple[str | None, bool, dict[str, Any] | None, dict[str, Any]]:
+def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None = None,
+            note: dict[str, Any] | None = None) -> tuple[str | None, bool, dict[str, Any] | None, dict[str, Any]]:
     """On every attempt, the audit of every environment of the next corpus version and of every
     published one (and of the versions themselves); then, when it passes and the corpus changed
     (its digest covers every grading field) and the data-quality suite passes, a new version.
+    `note` (a `--follow` run's plan and the environments it made) goes into the new version's
+    manifest as `follow`, sealed with it by the version row's field digests.
     Returns (version, published?, quality report or None when nothing changed, audit report)."""
     refuse_forged(wh)  # a forged superseded mark would drop an environment from the version silently
     keys = wh.environment_keys()
@@ -376,6 +417,8 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
     if not audit["verified"]:
         return latest, False, None, audit
     manifest = publish_stage.build_manifest([chains[k["env_id"]].environment for k in keys], audit["digests"])
+    if note is not None:
+        manifest["follow"] = note
     if versions and versions[-1][0].manifest.get("digest") == manifest["digest"]:
         return latest, False, None, audit
     if not manifest["env_ids"]:
@@ -401,6 +444,9 @@ def refresh(
     preset: str | None = None,
     scale: float = 1.0,
     setter: str = "template",
+    difficulty: tuple[float, float] | None = None,
+    follow: str | None = None,
+    follow_band: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """Add a batch per family (default batch: today's date), recompute what is missing, publish.
     `families`: None for every family registered when the run starts (so the nightly deployment
@@ -408,9 +454,14 @@ def refresh(
 
     With `preset` (see `vhd.tasks.presets`), its slots replace `families` and `per_family`:
     each slot is filled to its target of admitted environments in the preset's presentations.
+    With `difficulty` (LO, HI) every slot is filled from candidates whose difficulty score lies in
+    it; with `follow` (a learner's results file, `vhd.tasks.follow`) each family the learner played
+    is filled from candidates whose predicted reward lies in `follow_band` (default 0.3–0.7), in the
+    presentations it played (`presentations` ignored).
     """
     return run_batch("refresh", families or registry.names(), per_family, seed, batch or date.today().isoformat(), db_path,
-                     presentations, preset, scale, setter=setter)
+                     presentations, preset, scale, setter=setter, band=difficulty, follow=follow,
+                     follow_band=follow_band)
 
 
 def with_workers(flow_: Any, workers: int | None) -> Any:
@@ -427,7 +478,8 @@ def with_workers(flow_: Any, workers: int | None) -> Any:
 
 def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, batch: str, db_path: str,
               presentations: tuple[str, ...], preset: str | None = None, scale: float = 1.0,
-              only: list[str] | None = None, setter: str = "template") -> dict[str, Any]:
+              only: list[str] | None = None, setter: str = "template", band: tuple[float, float] | None = None,
+              follow: str | None = None, follow_band: tuple[float, float] | None = None) -> dict[str, Any]:
     """The body of `refresh` and `backfill` (call it inside a flow): one run row, every family
     through `refresh_family`, superseded marks, the quality gate, a corpus version, a summary
     artifact. With `only`, superseded marks are limited to those families (a backfill touches
@@ -437,9 +489,14 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
         raise InvalidParams(f"per_family {per_family}: at most {sample_stage.MAX_PER_FAMILY:,} θ draws per family "
                             "and run; run several batches for more")
     plan = presets.preset(preset, registry.all(), scale) if preset else None
-    run = RunRecord(run_id=str(flow_run.id or "local"), flow=flow_name, started_at=_now(), code_version=__version__,
-                    parameters={"families": families, "per_family": per_family, "seed": seed, "batch": batch,
-                                "preset": preset, "scale": scale, "setter": setter})
+    select = difficulty_stage.Band(band) if band is not None else None
+    parameters = {"families": families, "per_family": per_family, "seed": seed, "batch": batch,
+                  "preset": preset, "scale": scale, "setter": setter}
+    if band is not None:
+        parameters["difficulty"] = list(select.band)
+    aims: dict[str, Any] = {}
+    if follow is not None and (band is not None or preset is not None):
+        raise InvalidParams("--follow chooses each family's θ itself; drop --difficulty and --preset")
     passages = builtin_passages()
     llm, setter_note = None, "template"
     if setter == "anthropic":
@@ -450,6 +507,20 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
         else:
             llm, setter_note = None, "template (no ANTHROPIC_API_KEY: the LLM setter was not used)"
     with Warehouse.open(db_path) as wh:
+        if follow is not None:  # the learner's results, joined with the stored difficulty of what it played
+            results = follow_stage.read_results(follow)
+            played = wh.verified(EnvironmentRecord, list(results))
+            follow_stage.check_results(results, played, str(follow))
+            target_band = tuple(follow_band) if follow_band is not None else follow_stage.DEFAULT_BAND
+            aims = follow_stage.plan_of(results, played.values(), target_band,
+                                        families if set(families) != set(registry.names()) else None)
+            families = [name for name, aim in aims.items() if aim.aimed]
+            presentations = follow_stage.played_presentations(played.values(), results)
+            parameters["follow"] = {"results": str(follow), "results_digest": follow_stage.results_digest(results),
+                                    "band": list(target_band), "presentations": list(presentations),
+                                    "plan": {name: aim.record() for name, aim in aims.items()}}
+        run = RunRecord(run_id=str(flow_run.id or "local"), flow=flow_name, started_at=_now(),
+                        code_version=__version__, parameters=parameters)
         with wh.transaction():
             interrupted = wh.mark_interrupted(run.run_id, _now())  # runs whose process died: we hold the only lock
             wh.upsert_run(run)
@@ -458,8 +529,10 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
         if plan is None:
             for name in families:
                 report("planned", name, total=per_family * len(presentations))
-            per = {name: refresh_family(wh, run.run_id, name, per_family, seed, batch, passages, presentations,
-                                        llm=llm)
+            selects = {name: aims[name] if name in aims else select for name in families}
+            per = {name: refresh_family(wh, run.run_id, name, per_family, seed,
+                                        batch + (selects[name].key() if selects[name] is not None else ""),
+                                        passages, presentations, llm=llm, select=selects[name])
                    for name in families}
         else:
             keys = {slot: slot.key for slot in plan.slots}
@@ -467,8 +540,10 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
                 report("planned", keys[slot], total=slot.target)
             per = {}
             for slot in plan.slots:
-                per[keys[slot]] = refresh_family(wh, run.run_id, slot.family, None, seed, slot.batch(batch), passages,
-                                                 plan.presentations, slot.split, slot.target, llm=llm, key=keys[slot])
+                per[keys[slot]] = refresh_family(wh, run.run_id, slot.family, None, seed,
+                                                 slot.batch(batch + (select.key() if select is not None else "")),
+                                                 passages, plan.presentations, slot.split, slot.target, llm=llm,
+                                                 key=keys[slot], select=select)
         current = {f.name: f.version for f in registry.all() if only is None or f.name in only}
         with wh.transaction():
             marked = wh.mark_superseded(current, annotate_stage.CODE_VERSION, run.run_id, _now(),
@@ -478,8 +553,18 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             expected = {}
             for slot in plan.slots:
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
-        version, published, quality, audit = publish(wh, run.run_id, expected)
+        note = _follow_note(wh, run, aims, per) if follow is not None else None
+        version, published, quality, audit = publish(wh, run.run_id, expected, note)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
+        if band is not None:
+            summary["difficulty"] = {"band": list(select.band),
+                                     "tried": sum(row["select"]["tried"] for row in per.values() if "select" in row),
+                                     "outside": sum(row["select"]["outside"] for row in per.values()
+                                                    if "select" in row),
+                                     "short": {name: row["select"]["why_short"] for name, row in per.items()
+                                               if row.get("select", {}).get("why_short")}}
+        if note is not None:
+            summary["follow"] = note
         summary["flow"] = flow_name
         summary["preset"] = preset
         summary["setter"] = setter_note
@@ -494,6 +579,28 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
     create_markdown_artifact(key=f"{flow_name}-summary", markdown=_markdown(summary, db_path),
                              description=f"{flow_name} summary")
     return summary
+
+
+def _follow_note(wh: Warehouse, run: RunRecord, aims: dict[str, Any], per: dict[str, dict]) -> dict[str, Any]:
+    """Why each environment of a `--follow` run was made: the learner's results (their digest), the
+    target band, and per family the plan (`follow.Aim.record`: the fitted line, the aim) with the
+    admitted environments this run made for it, or why the family was left as it is."""
+    follow = run.parameters["follow"]
+    made: dict[str, list[str]] = {}
+    for env in wh.environments():
+        if env.run_id == run.run_id and env.family in aims:
+            made.setdefault(env.family, []).append(env.env_id)
+    families = {}
+    for name, aim in aims.items():
+        row = per.get(name, {})
+        select = row.get("select", {})
+        status = (f"not aimed at: {aim.reason}" if not aim.aimed else
+                  f"short: {select['why_short']}" if select.get("why_short") else
+                  f"aimed at a predicted reward of {aim.aim[0]:g}–{aim.aim[1]:g}")
+        families[name] = {**aim.record(), "status": status, "env_ids": sorted(made.get(name, [])),
+                          "tried": select.get("tried", 0), "short": row.get("short", 0)}
+    return {"run_id": run.run_id, "results": follow["results"], "results_digest": follow["results_digest"],
+            "band": follow["band"], "presentations": follow["presentations"], "families": families}
 
 
 def _summary(run_id: str, batch: str, per: dict[str, dict], version: str | None, published: bool,

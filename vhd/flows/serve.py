@@ -28,14 +28,23 @@ DEFAULT_CRON = "0 3 * * *"
 
 
 def nightly(cron: str = DEFAULT_CRON, db_path: str = "data/vhd.duckdb", per_family: int = 20,
-            timezone: str = "UTC", families: list[str] | None = None) -> RunnerDeployment:
+            timezone: str = "UTC", families: list[str] | None = None, follow: str | None = None,
+            follow_band: tuple[float, float] | None = None) -> RunnerDeployment:
     """The nightly refresh deployment: every family registered when each run starts (or
-    `families`), today's date as the batch (the flow's default), `per_family` θ per family. A bad
-    cron raises ValueError."""
+    `families`), today's date as the batch (the flow's default), `per_family` θ per family. With
+    `follow` (a learner's results file, rewritten by its trainer between runs), each run makes the
+    families it played where its predicted reward lies in `follow_band` (`refresh --follow`). A bad
+    cron raises ValueError.
+
+    >>> nightly(follow="/srv/learner/results.jsonl").parameters["follow"]
+    '/srv/learner/results.jsonl'
+    """
+    extra = {"follow": follow, **({"follow_band": list(follow_band)} if follow_band else {})} if follow else {}
     return refresh.to_deployment(
         name=DEPLOYMENT,
         schedules=[Cron(cron, timezone=timezone)],
-        parameters={**({"families": families} if families else {}), "per_family": per_family, "db_path": db_path},
+        parameters={**({"families": families} if families else {}), "per_family": per_family, "db_path": db_path,
+                    **extra},
         description="Nightly corpus refresh: a new batch per family, stale work recomputed, quality gate, "
                     "a new corpus version.",
         tags=["vhd", "refresh"],

@@ -241,6 +241,10 @@ class EnvironmentRecord(Record):
     gate_seconds: dict[str, float] = Field(default_factory=dict)
     annotator_version: str
     run_id: str = ""
+    difficulty: dict[str, Any] = Field(default_factory=dict, description=(
+        "what the environment asks of a player, read off the solved model (vhd/tasks/difficulty.py): knobs, "
+        "state space, span, scripted agents' rewards in I and A, and `score` in [0, 1]; {} when not measured "
+        "(a rejected candidate, or a row annotated before migration 007)"))
 
     IDENTITY: ClassVar[tuple[str, ...]] = (
         "family", "presentation", "model_id", "solution_id", "setter_output_id", "episode_seed", "turn_budget",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from vhd.mechanisms import Family
 from vhd.schemas.records import CheckRecord, EnvironmentRecord, LineageEdge, SetterOutputRecord, SolutionRecord
-from vhd.tasks import written
+from vhd.tasks import difficulty, written
 from vhd.tasks.check import Candidate, Verdict, to_calls
 from vhd.tasks.check.candidates import ANNOTATOR_VERSION, CHECKER_VERSION, CODE_VERSION, make_candidates
 from vhd.tasks.solve import unpack_policy
@@ -19,7 +19,8 @@ __all__ = ["ANNOTATOR_VERSION", "CODE_VERSION", "annotate", "by_module", "make_c
 
 
 def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[CheckRecord], list[LineageEdge]]:
-    """The environment record of one verdict (admitted or not), its check records and its lineage edges."""
+    """The environment record of one verdict (admitted or not), its check records and its lineage edges.
+    An admitted environment carries its difficulty (`tasks/difficulty.measure`), measured here."""
     c, refs = verdict.candidate, verdict.references
     if refs is None:  # presentation F: expected values as the plan grader computes them, one submit_plan call
         u_star, u_default = verdict.graded
@@ -36,6 +37,7 @@ def annotate(family: Family, verdict: Verdict) -> tuple[EnvironmentRecord, list[
         u_star=u_star, u_default=u_default, u_idle=verdict.idle, reference_trajectory=reference, default_trajectory=default,
         instruction=verdict.instruction, tools=verdict.tools, admitted=verdict.admitted, reason=verdict.reason,
         gate_seconds={g.name: round(g.seconds, 6) for g in verdict.gates}, annotator_version=CODE_VERSION,
+        difficulty=difficulty.measure(family, c.model, c.solution, c.presentation) if verdict.admitted else {},
     )
     checks = [
         CheckRecord.build(env_id=c.env_id, gate=g.name, passed=g.passed, message=g.message,

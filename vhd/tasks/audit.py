@@ -364,6 +364,8 @@ class Auditor:
                 shown = f"{stored!r}"[:40]
                 found.append(("environments", env.env_id, field, f"stored {shown} differs from the value "
                                                                  f"replayed from its solution and θ"))
+        if env.admitted:
+            found += self._difficulty(family, chain, theta)
         turn_budget = expected_budget(family, env, theta)
         if env.turn_budget != turn_budget:
             found.append(("environments", env.env_id, "turn_budget", f"{env.turn_budget!r} is not the family's "
@@ -374,6 +376,37 @@ class Auditor:
             found.append(("environments", env.env_id, "split", f"{env.split!r} is neither the family's split "
                                                                f"({family.split!r}) nor a held-out batch's"))
         return found
+
+    def _difficulty(self, family: Family, chain: Chain, theta: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+        """An admitted environment's difficulty measured again from θ and its solution; a row sealed
+        with a difficulty digest (written since migration 007) must carry one."""
+        from vhd.tasks.difficulty import measure
+
+        env, row = chain.environment, chain.stored.get(chain.environment.env_id) or {}
+        if not env.difficulty:
+            sealed = '"difficulty"' in str(row.get(DIGESTS) or "")
+            return [("environments", env.env_id, "difficulty", "is empty, but the environment is admitted and "
+                                                               "its row was written with a difficulty")] if sealed else []
+        try:
+            fresh = measure(family, chain.model.model_copy(update={"theta": theta}), chain.solution, env.presentation)
+        except Exception as exc:
+            return [("environments", env.env_id, "difficulty", f"cannot be measured again: {type(exc).__name__}")]
+        differs = sorted(k for k in set(fresh) | set(env.difficulty) if not _same(env.difficulty.get(k), fresh.get(k)))
+        if differs:
+            return [("environments", env.env_id, "difficulty", f"stored {', '.join(differs)} differ from the "
+                                                               "difficulty measured again from θ and its solution")]
+        return []
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with floats equal to REL (what the measure recomputes by the same code)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str) or a is None or b is None:
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _close(a, b)
+    return a == b
 
 
 def version_hint(unbumped: dict[str, str]) -> str:
@@ -410,7 +443,35 @@ def verify(chain: Chain, *, resolve: bool = True) -> dict[str, Any]:
         "notes": sorted(set(auditor.notes)), "hint": version_hint(auditor.unbumped),
         "seed": chain.model.seed if chain.model else None, "knobs": chain.model.knobs if chain.model else None,
         "chain": links, "runs": {rid: (r.model_dump() if r else None) for rid, r in chain.runs.items()},
+        "why": why_made(env, chain.runs.get(env.run_id)),
     }
+
+
+def why_made(env: EnvironmentRecord, run: Any) -> str:
+    """Why the run that wrote `env` made it, from the run's parameters: a `--follow` aim (the
+    learner's predicted reward on it), a `--difficulty` band, or an ordinary draw.
+
+    >>> class Run:
+    ...     parameters = {"difficulty": [0.4, 0.7]}
+    >>> why_made(env, Run())
+    'drawn for the difficulty band 0.4–0.7'
+    """
+    parameters = getattr(run, "parameters", None) or {}
+    follow = (parameters.get("follow") or {}) if isinstance(parameters, dict) else {}
+    aim = (follow.get("plan") or {}).get(env.family) if isinstance(follow, dict) else None
+    if isinstance(aim, dict) and aim.get("coefficients"):
+        from vhd.tasks.follow import features
+
+        x = features(env.difficulty)
+        b0, b1, b2 = aim["coefficients"]
+        predicted = "?" if x is None else f"{min(1.0, max(0.0, b0 + b1 * x[0] + b2 * x[1])):.3f}"
+        return (f"made for a learner (--follow {follow.get('results')}, results digest "
+                f"{str(follow.get('results_digest'))[:12]}…): its predicted reward here is {predicted}, aimed at "
+                f"{aim['aim'][0]:g}–{aim['aim'][1]:g} of the band {follow['band'][0]:g}–{follow['band'][1]:g}")
+    band = parameters.get("difficulty") if isinstance(parameters, dict) else None
+    if isinstance(band, list) and len(band) == 2:
+        return f"drawn for the difficulty band {band[0]:g}–{band[1]:g}"
+    return "an ordinary draw of its batch"
 
 
 def _link(kind: str, record: Any, relation: str) -> dict[str, Any]:

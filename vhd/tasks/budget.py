@@ -30,6 +30,10 @@ turn costs), so a new family is measured by the same code:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +53,30 @@ def turns_of(family: Family, calls: list[dict[str, Any]]) -> int:
 RESERVE_SEEDS = 16  # the episodes π*'s longest play is taken over (fixed seeds: not the episode's own draws)
 
 
+_RESERVED: "OrderedDict[tuple[str, str, str], int]" = OrderedDict()
+_RESERVED_KEPT = 8192  # a few ints: the gate's budget check and the difficulty measure share them
+_RESERVED_LOCK = threading.Lock()
+
+
 def reserved_turns(family: Family, theta: dict[str, Any], policy: np.ndarray) -> int:
     """The turns kept back for playing: the longest of π*'s plays on RESERVE_SEEDS fixed episode
     seeds (one in a deterministic family). Fixed seeds, so what is kept back does not tell the
-    agent how this episode's draws will go (π* accepting on the first day of this seed)."""
+    agent how this episode's draws will go (π* accepting on the first day of this seed).
+    Kept for the last θ seen (the default_band gate and `tasks/difficulty.py` ask for the same θ)."""
+    array = np.ascontiguousarray(policy)
+    key = (family.code_version, json.dumps(theta, sort_keys=True, default=str),
+           hashlib.sha256(str((array.dtype.str, array.shape)).encode() + array.tobytes()).hexdigest())
+    with _RESERVED_LOCK:
+        if key in _RESERVED:
+            _RESERVED.move_to_end(key)
+            return _RESERVED[key]
     seeds = range(RESERVE_SEEDS if family.stochastic else 1)
-    return max(turns_of(family, family.simulate(theta, policy, seed).calls) for seed in seeds)
+    turns = max(turns_of(family, family.simulate(theta, policy, seed).calls) for seed in seeds)
+    with _RESERVED_LOCK:
+        _RESERVED[key] = turns
+        while len(_RESERVED) > _RESERVED_KEPT:
+            _RESERVED.popitem(last=False)
+    return turns
 
 
 @dataclass(frozen=True)

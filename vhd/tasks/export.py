@@ -2,7 +2,7 @@
 
     >>> row = export_row(env, model, setter_output, family, solution)
     >>> sorted(row)
-    ['env_id', 'family', 'grader', 'module', 'player', 'presentation', 'split']
+    ['difficulty', 'env_id', 'family', 'grader', 'module', 'player', 'presentation', 'split']
     >>> sorted(row["grader"])
     ['config', 'expected', 'family', 'interface', 'reference_trajectory', 'u_default', 'u_idle', 'u_star']
 
@@ -35,7 +35,26 @@ from vhd.schemas.errors import VhdError
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
 
 COLUMNS = ("env_id", "family", "presentation", "split", "module", "player", "grader", "digest", "corpus_version",
-           "corpus_digest")
+           "corpus_digest", "difficulty")
+# the `difficulty` column (vhd/tasks/difficulty.py, docs/EVAL.md "Difficulty"): the stored measure, flat
+DIFFICULTY_FIELDS = (("score", "f"), ("knob_position", "f"), ("size", "i"), ("horizon", "i"), ("state_space", "i"),
+                     ("span", "f"), ("prober_I", "f"), ("prober_A", "f"), ("random", "f"), ("hidden_price", "f"))
+
+
+def difficulty_row(measured: dict[str, Any]) -> dict[str, Any] | None:
+    """The export's `difficulty` struct of an environment's stored measure; None when not measured.
+
+    >>> difficulty_row({})
+    >>> difficulty_row({"score": 0.25, "knob_position": 0.5, "size": 3, "horizon": None, "state_space": 40,
+    ...                 "span": 2.0, "agents": {"prober": {"I": 1.0, "A": 0.5}, "random": 0.1}, "hidden_price": 0.5})
+    {'score': 0.25, 'knob_position': 0.5, 'size': 3, 'horizon': None, 'state_space': 40, 'span': 2.0, 'prober_I': 1.0, 'prober_A': 0.5, 'random': 0.1, 'hidden_price': 0.5}
+    """
+    if not measured:
+        return None
+    agents = measured.get("agents") or {}
+    prober = agents.get("prober") or {}
+    flat = {**measured, "prober_I": prober.get("I"), "prober_A": prober.get("A"), "random": agents.get("random")}
+    return {name: flat.get(name) for name, _ in DIFFICULTY_FIELDS}
 
 
 def visible_params(presentation: str, theta: dict[str, Any], family: Family) -> dict[str, Any]:
@@ -57,6 +76,7 @@ def export_row(env: EnvironmentRecord, model: ModelRecord, output: SetterOutputR
         "presentation": env.presentation,
         "split": env.split,
         "module": output.module,
+        "difficulty": difficulty_row(env.difficulty),
         "player": {"instruction": env.instruction, "tools": env.tools, "config": player_config(env, model.theta, family)},
         "grader": {"u_star": env.u_star, "u_default": env.u_default, "u_idle": env.u_idle,
                    "expected": {"u_star": solution.u_star, "u_default": solution.u_default, "u_idle": solution.u_idle},
@@ -119,7 +139,8 @@ def rows_of(wh: Any, envs: list[EnvironmentRecord], extra: Any = None) -> list[d
 # of a JSONL line to 10 decimals (tests/test_export_dataset.py keeps a canary of both).
 JSON_TEXT_FIELDS = ("player.tools[].input_schema", "player.config.params", "grader.config.params",
                     "grader.reference_trajectory[].arguments")
-OPTIONAL_COLUMNS = ("digest", "corpus_version", "corpus_digest")  # null for rows of no published version
+OPTIONAL_COLUMNS = ("digest", "corpus_version", "corpus_digest",  # null for rows of no published version
+                    "difficulty")  # null for an environment annotated before difficulty was measured
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+")  # a file name and a `datasets` split name
 
 
@@ -137,7 +158,9 @@ def _arrow_schema():
         ("interface", pa.list_(pa.struct([("name", s), ("canonical", s)]))),
         ("reference_trajectory", pa.list_(pa.struct([("tool", s), ("arguments", s)]))),
         ("config", pa.struct([("params", s), ("presentation", s), ("episode_seed", i), ("turn_budget", i)]))])
-    fields = [(k, player if k == "player" else grader if k == "grader" else s) for k in COLUMNS]
+    difficulty = pa.struct([(name, f if kind == "f" else i) for name, kind in DIFFICULTY_FIELDS])
+    fields = [(k, player if k == "player" else grader if k == "grader" else difficulty if k == "difficulty" else s)
+              for k in COLUMNS]
     return pa.schema(fields, metadata={"vhd.json_text_fields": json.dumps(JSON_TEXT_FIELDS)})
 
 
@@ -186,6 +209,8 @@ def _nested(row: dict[str, Any]) -> dict[str, Any]:
     _keys(grader["expected"], {"u_star", "u_default", "u_idle"}, f"{where}: grader.expected")
     calls = [_keys({"arguments": {}, **c}, {"tool", "arguments"}, f"{where}: a reference call")
              for c in grader["reference_trajectory"]]
+    if row.get("difficulty") is not None:
+        _keys(row["difficulty"], {name for name, _ in DIFFICULTY_FIELDS}, f"{where}: difficulty")
     return {**{k: row.get(k) for k in COLUMNS},
             "player": {"instruction": player["instruction"],
                        "tools": [{**t, "input_schema": _text(t["input_schema"])} for t in tools],
@@ -319,7 +344,17 @@ def dataset_card(rows: list[dict[str, Any]], files: dict[str, str], format: str)
     pinned = "\n".join(f"- corpus version `{v}`, corpus digest `{d}`" if v else
                         "- rows not held by a published corpus version (no corpus digest)" for v, d in versions)
     counts = Counter((r["family"], r["presentation"], r["split"]) for r in rows)
-    table = "\n".join(f"| {f} | {p} | {s} | {n} |" for (f, p, s), n in sorted(counts.items()))
+    scores: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        score = (r.get("difficulty") or {}).get("score")
+        if score is not None:
+            scores.setdefault((r["family"], r["presentation"], r["split"]), []).append(score)
+
+    def spread(key: tuple[str, str, str]) -> str:
+        got = scores.get(key)
+        return f"{sum(got) / len(got):.2f} ({min(got):.2f}–{max(got):.2f})" if got else "–"
+
+    table = "\n".join(f"| {f} | {p} | {s} | {n} | {spread((f, p, s))} |" for (f, p, s), n in sorted(counts.items()))
     splits = Counter(r["split"] for r in rows)
     split_list = "\n".join(f"- `{s}`: `{p}`, {splits[s]} rows" for s, p in files.items())
     example = "heldout" if "heldout" in files else next(iter(files))
@@ -361,9 +396,13 @@ directory = os.getcwd()  # run here; or this directory's path, or the Hub reposi
 row = row_of_record({example}[0])  # the row as `vhd export` made it: the JSON texts parsed
 ```
 
-| family | presentation | split | environments |
-|---|---|---|---|
+| family | presentation | split | environments | difficulty: mean (min–max) |
+|---|---|---|---|---|
 {table}
+
+Difficulty is read off the solved model (vhd-play docs/EVAL.md, "Difficulty"): `score` in [0, 1] is
+½ × where the knobs (size, horizon) sit in the family's ranges + ½ × what the `prober` agent loses in
+this presentation (0 in F and I, where θ is told); it is comparable within a family.
 
 ## Schema
 
@@ -382,6 +421,10 @@ pyarrow or a JSONL line) into the row (`json.loads` of those fields), and
   (`{{u_star, u_default, u_idle}}`), `family` (str), `interface` (`{{name, canonical}}`: each tool
   name and the family's), `reference_trajectory` (list of `{{tool, arguments}}`: π*'s calls), `config`
   (`{{params, presentation, episode_seed, turn_budget}}`: all of θ)
+- `difficulty` (struct, null for an environment annotated before it was measured): `score`,
+  `knob_position` (float in [0, 1]), `size`, `horizon`, `state_space` (int: the states the exact
+  solver searched), `span` (E[u*] − E[u0]), `prober_I`, `prober_A`, `random` (the scripted agents'
+  expected decision rewards), `hidden_price` (`prober_I` − `prober_A`)
 
 ## Passages and licence
 

@@ -55,6 +55,8 @@ def grading_digest_of_row(row: dict[str, Any]) -> str:
     """`grading_digest` of a stored environment row (JSON columns as their text), without parsing
     it: what the audit computes for every environment on every publish attempt."""
     fields = {k: v for k, v in row.items() if k not in NOT_GRADED and k != "field_digests"}
+    if fields.get("difficulty") == "{}":  # not measured (migration 007): the digest rows had before it
+        del fields["difficulty"]
     return content_id("environment-grading", "grading@1", fields)
 
 
