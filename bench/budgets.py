@@ -4,7 +4,7 @@
     PYTHONPATH=. python bench/budgets.py --families lp,routing
 
 Prints a markdown table: per family the budget's median, the medians of π*'s play, the full
-reading and the needed reading (vhd/tasks/budget.py), and the share of θ whose budget binds: in
+reading and the needed reading (vhd/tasks/stages/check/budget.py), and the share of θ whose budget binds: in
 a family declaring BUDGET_BINDS, the share of in-band A candidates the default_band gate admits.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from statistics import median
 
-from vhd.tasks.budget import measure
+from vhd.tasks.stages.check.budget import measure
 from vhd.mechanisms import registry
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ For each stochastic family, the first sampled θ with a positive span (`draw(fam
 k = 0, 1, …) is played on `--seeds` fresh episode seeds by the default, the random (a new random
 plan per seed), the greedy agent (where the family has a heuristic) and a hindsight player (the
 best of 20 random plans on that seed's own draws, chosen after seeing them: memorised draws).
-Each episode is graded as every surface grades it (`vhd.tasks.advantage.decision_grade`: the reference World
+Each episode is graded as every surface grades it (`vhd.tasks.grading.step_advantages.decision_grade`: the reference World
 replays the calls; the outcome reward's references are that seed's own π*, default and finishing
 at once). Printed per family and agent: mean and standard deviation of the decision reward, of
 the unclipped 1 + ΣA*/span (whose mean is the policy's expected value on the reward's scale: 0
@@ -30,9 +30,9 @@ import numpy as np
 
 from vhd.agents.greedy import HEURISTICS
 from vhd.mechanisms import registry
-from vhd.tasks.advantage import Advantages, decision_grade, decision_values
-from vhd.tasks.reward import reward
-from vhd.tasks.sample import draw
+from vhd.tasks.grading.step_advantages import Advantages, decision_grade, decision_values
+from vhd.tasks.grading.reward import reward
+from vhd.tasks.stages.sample import draw
 
 HINDSIGHT_TRIES = 20
 

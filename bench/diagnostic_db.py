@@ -11,10 +11,10 @@ import argparse
 import time
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import annotate, upstream_edges
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.presets import DIAGNOSTIC_FAMILIES
+from vhd.tasks.stages.annotate import annotate, upstream_edges
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.in_process import check_models
+from vhd.tasks.corpus.presets import DIAGNOSTIC_FAMILIES
 from vhd.warehouse import Warehouse
 
 

@@ -29,14 +29,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import _job, call_sequences, check_batch, reference_runs, references
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages.check import _job, call_sequences, check_batch, reference_runs, references
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.sandbox import pool as pools
 from vhd.tasks.sandbox import run_job
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 
 def build(names: list[str], per_family: int) -> list[tuple]:

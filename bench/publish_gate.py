@@ -35,8 +35,8 @@ from collections import Counter
 
 from vhd.mechanisms import registry
 from vhd.schemas.records import EnvironmentRecord
-from vhd.tasks import audit, gate
-from vhd.tasks.publish import build_manifest, grading_digest
+from vhd.tasks.corpus import audit, publish_audit as gate
+from vhd.tasks.corpus.publish import build_manifest, grading_digest
 from vhd.warehouse import Warehouse
 from vhd.warehouse.lineage import load_chains, load_versions
 

@@ -15,8 +15,8 @@ import sys
 import tracemalloc
 
 from vhd.mechanisms import registry
-from vhd.tasks import annotate, check, sample, solve, synthesize
-from vhd.tasks.passages import builtin_passages
+from vhd.tasks.stages import annotate, check, sample, solve, synthesize
+from vhd.tasks.setters.passages import builtin_passages
 
 
 def probe(name: str, count: int = 8) -> dict:

@@ -24,10 +24,10 @@ import types
 from pathlib import Path
 
 from vhd.mechanisms import registry
-from vhd.tasks.check.batch import _job
-from vhd.tasks.check.candidates import references
-from vhd.tasks.check.sequences import call_sequences
-from vhd.tasks.pipeline import builtin_passages, by_module, make_candidates, sample_models, solve_models, synthesize
+from vhd.tasks.stages.check.batch import _job
+from vhd.tasks.stages.check.candidates import references
+from vhd.tasks.stages.check.sequences import call_sequences
+from vhd.tasks.stages.in_process import builtin_passages, by_module, make_candidates, sample_models, solve_models, synthesize
 from vhd.tasks.sandbox import runner
 
 RUNNER = "vhd/tasks/sandbox/runner.py"

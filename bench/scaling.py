@@ -2,7 +2,7 @@
 
     python bench/scaling.py [--thetas 5] [--repeats 3] [--families knapsack,routing] [--markdown]
 
-For every cell of `vhd.tasks.presets.SCALING_CELLS` (knapsack: lots × resources, routing: stops ×
+For every cell of `vhd.tasks.corpus.presets.SCALING_CELLS` (knapsack: lots × resources, routing: stops ×
 horizon) it draws `--thetas` θ with the cell's knobs pinned (`draw(family, seed, knobs)`, the seeds
 10,000 …), solves each `--repeats` times (the median of the repeats is one θ's time) and prints the
 median over the θ, the slowest θ, the state space of the certificate and the mean gap u* − u₀.
@@ -15,8 +15,8 @@ import statistics
 
 from solve_scaling import timed_solves  # bench/ is on the path when a bench script runs
 from vhd.mechanisms import registry
-from vhd.tasks.presets import SCALING_CELLS, SCALING_PAPER_CELLS
-from vhd.tasks.sample import draw
+from vhd.tasks.corpus.presets import SCALING_CELLS, SCALING_PAPER_CELLS
+from vhd.tasks.stages.sample import draw
 
 
 def measure(family, knobs: dict[str, int], thetas: int, repeats: int) -> dict:

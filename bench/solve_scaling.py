@@ -15,7 +15,7 @@ import statistics
 import time
 
 from vhd.mechanisms import registry
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 
 def corner(family, which: str) -> dict[str, int]:

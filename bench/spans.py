@@ -2,7 +2,7 @@
 
     python bench/spans.py [--count 30] [--seed 0] [--families a,b] [--knobs drawn|default] [--mistakes 20] [--json OUT]
 
-The rewards divide by the span u* − u0, u0 = max(u_default, u_idle) (`vhd/tasks/reward.py`). For
+The rewards divide by the span u* − u0, u0 = max(u_default, u_idle) (`vhd/tasks/grading/reward.py`). For
 `--count` θ of every registered family, drawn as the pipeline draws them (`sample_models`: knobs
 from the family's sampled ranges, or with `--knobs default` the Params defaults pinned), each θ is
 solved and the table gives the medians over θ of
@@ -36,8 +36,8 @@ import time
 import numpy as np
 
 from vhd.mechanisms import Family, registry
-from vhd.tasks.sample import sample_models
-from vhd.tasks.written import gate_default_band
+from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.grading.written import gate_default_band
 
 THRESHOLD = 0.10  # span / (u* − u_idle) below this: the reward's scale is a sliver of the stakes
 SEEDS = 20  # episode seeds on which a changed plan is played against π* (stochastic families)

@@ -12,12 +12,12 @@ import statistics
 import time
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.annotate import annotate, make_candidates
+from vhd.tasks.stages.check import check_batch
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 
 def once(family, per_family: int, seed: int) -> tuple[dict[str, float], int, int]:

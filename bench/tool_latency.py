@@ -16,7 +16,7 @@ import time
 
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
-from vhd.tasks.export import read_export
+from vhd.tasks.corpus.export import read_export
 
 
 def timed_steps(env, calls: list[dict], n: int) -> list[float]:

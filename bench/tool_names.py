@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 from vhd.mechanisms import registry
-from vhd.tasks.passages import builtin_passages
+from vhd.tasks.setters.passages import builtin_passages
 from vhd.tasks.setters.lexicon import PATTERNS, world_words
 from vhd.tasks.setters.template import SETTER_VERSION, render_module
 
@@ -66,7 +66,7 @@ def render() -> str:
         "",
         "A tool's name is a verb of its role (probe, observe, decision, clock, annotation) and a noun, both",
         "in the words of the passage's world: `vhd/tasks/setters/lexicon.py` gives each family's tools as",
-        "slots (`{add}_{lot}`), `vhd/tasks/data/lexicon.json` each domain's words for them (a parcel hub",
+        "slots (`{add}_{lot}`), `vhd/tasks/setters/data/lexicon.json` each domain's words for them (a parcel hub",
         "`load`s and `weigh`s parcels), the passage its own unit, staff and supplier (`order_loaves`). The",
         "bakery, the reference world of every example, says everything in the families' own words.",
         "",

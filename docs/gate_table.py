@@ -1,6 +1,6 @@
 """Write the admission gates' table into docs/ADDING_A_FAMILY.md and docs/ARCHITECTURE.md (§7),
 between their `<!-- gates:begin -->` and `<!-- gates:end -->` markers: one row per gate of
-`vhd.tasks.check.GATES`, in the order they run, made from the gate's own docstring (its first
+`vhd.tasks.stages.check.GATES`, in the order they run, made from the gate's own docstring (its first
 sentence: what it proves; its sentence starting "Fails": what it rejects).
 
     PYTHONPATH=. python docs/gate_table.py            # rewrite the table in both docs
@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from vhd.tasks.check import GATES
+from vhd.tasks.stages.check import GATES
 
 DOCS = [Path(__file__).resolve().parent / name for name in ("ADDING_A_FAMILY.md", "ARCHITECTURE.md")]
 BEGIN, END = "<!-- gates:begin -->", "<!-- gates:end -->"

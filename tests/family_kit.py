@@ -16,15 +16,15 @@ from typing import Any
 from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError
 from vhd.schemas.records import SetterOutputRecord
-from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import Verdict, check_batch, in_band
-from vhd.tasks.export import export_row
+from vhd.tasks.stages.annotate import annotate, make_candidates
+from vhd.tasks.stages.check import Verdict, check_batch, in_band
+from vhd.tasks.corpus.export import export_row
 from vhd.tasks.family_check import failed, fit, unbound  # noqa: F401  (the tests import them from here)
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.pipeline import CheckedBatch, check_models
-from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.in_process import CheckedBatch, check_models
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
+from vhd.tasks.stages.solve import solve_models
 
 PASSAGES = builtin_passages()
 

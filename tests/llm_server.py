@@ -85,7 +85,7 @@ def demo_responder(family_name: str):
     template rendering for the passage in the prompt; every third first reply has broken code (so
     the repair turn runs), every fourth renames two tools (a rewrite). Not a model: a pipeline check."""
     from vhd.mechanisms import registry
-    from vhd.tasks.passages import builtin_passages
+    from vhd.tasks.setters.passages import builtin_passages
     from vhd.tasks.setters.template import render_module
 
     family, passages, count = registry.get(family_name), builtin_passages(), [0]

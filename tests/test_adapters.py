@@ -12,7 +12,7 @@ from vhd.adapters import load_row, reward
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
 from vhd.mechanisms._runtime import call_limit
-from vhd.tasks.export import read_export
+from vhd.tasks.corpus.export import read_export
 
 
 @pytest.fixture(scope="module")

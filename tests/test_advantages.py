@@ -1,4 +1,4 @@
-"""The exact advantages of every family that declares them (vhd/tasks/advantage.py).
+"""The exact advantages of every family that declares them (vhd/tasks/grading/step_advantages.py).
 
 For any way of playing, E[Σ_t A*] = E[u] − u* (the performance-difference lemma): the difference
 D = Σ A* − (u − u*) is the exogenous noise alone, 0 on every seed of a deterministic family and of
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.advantage import declares_advantages, step_advantages
-from vhd.tasks.sample import draw
+from vhd.tasks.grading.step_advantages import declares_advantages, step_advantages
+from vhd.tasks.stages.sample import draw
 
 DECLARING = [f.name for f in registry.all() if declares_advantages(f)]
 SEEDS = 60
@@ -101,7 +101,7 @@ def test_the_decision_reward_gate_fails_on_wrong_advantages(name, bug, why):
     import dataclasses
 
     from family_kit import failed, gated
-    from vhd.tasks.check import check_batch
+    from vhd.tasks.stages.check import check_batch
 
     family = registry.get(name)
     run = gated(family, models=2)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
-from vhd.tasks.mutants import mutants
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages.check import check_batch
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.stages.check.mutants import mutants
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 
 def _admitted(name, n=3):
@@ -117,7 +117,7 @@ def test_pandora_without_opening_cap_is_rejected():
 
 
 def test_flip_operator_leaves_the_returned_observation_dict_alone():
-    from vhd.tasks.mutants import _outside_messages
+    from vhd.tasks.stages.check.mutants import _outside_messages
     import ast
 
     method = ast.parse("def tool_end(self):\n    day = self.day + 1\n    out = {'left': self.h - day}\n"
@@ -177,7 +177,7 @@ def test_same_refusals_proves_a_guard_the_fitted_schema_makes_dead():
     site; one that reads state, a reassigned argument or a float is never called equivalent."""
     import ast
 
-    from vhd.tasks.mutants import _same_refusals
+    from vhd.tasks.stages.check.mutants import _same_refusals
 
     theta = {"max_price": 66, "prices": [3, 4, 5]}
     ranges = [{"offer": {"price": ("integer", 0, 66)}}]

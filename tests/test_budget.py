@@ -1,6 +1,6 @@
 """Budgets that bind in presentation A (issue 26): every paper family's turn budget leaves no room
 to read everything beside π*'s play, yet room for the probes π*'s decisions depend on; the
-default_band gate admits an A environment only where that holds (vhd/tasks/budget.py)."""
+default_band gate admits an A environment only where that holds (vhd/tasks/stages/check/budget.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 
 from family_kit import gated
-from vhd.tasks.budget import measure
+from vhd.tasks.stages.check.budget import measure
 from vhd.mechanisms import registry
-from vhd.tasks.check.planning import budget_binds
-from vhd.tasks.presets import preset
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.check.planning import budget_binds
+from vhd.tasks.corpus.presets import preset
+from vhd.tasks.stages.sample import draw
 
 PAPER = sorted({slot.family for slot in preset("paper", registry.all()).slots})
 # π*'s plan depends on every number pandora hides (every box's reservation value): no reading short

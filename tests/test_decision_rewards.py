@@ -1,7 +1,7 @@
 """The decision reward against the plays it must not overpay (issue 19, "Done means").
 
 What is true, and tested here, with span = E[u*] − max(E[u_default], E[u_idle]) and the decision
-reward r = clip01(1 + ΣA*/span) (vhd/tasks/reward.py):
+reward r = clip01(1 + ΣA*/span) (vhd/tasks/grading/reward.py):
 
 - **A* ≤ 0 for every call.** A*(s, a) = Q*(s, a) − V*(s) and V*(s) = max_a Q*(s, a) under full
   information, so no step reward is positive and no trajectory scores above 1: not even one that
@@ -44,10 +44,10 @@ import pytest
 from family_kit import admitted_environments
 from vhd.adapters.gym import TextToolEnv
 from vhd.mechanisms import registry
-from vhd.tasks.advantage import Advantages, declares_advantages, decision_grade
-from vhd.tasks.reward import reward
-from vhd.tasks.sample import draw
-from vhd.tasks.score import Grading
+from vhd.tasks.grading.step_advantages import Advantages, declares_advantages, decision_grade
+from vhd.tasks.grading.reward import reward
+from vhd.tasks.stages.sample import draw
+from vhd.tasks.grading.score import Grading
 
 STOCHASTIC = [f.name for f in registry.all() if f.stochastic and declares_advantages(f)]
 DETERMINISTIC = [f.name for f in registry.all() if not f.stochastic and declares_advantages(f)]

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 FAMILIES = registry.names()
 SEEDS = 3

@@ -93,9 +93,9 @@ def test_a_preset_band_keeps_each_slot_on_its_own_seed_stream():
     """`--preset P --difficulty LO:HI`: each slot's batch gets the band's suffix before its own
     (`+heldout`, a cell's `+cell:`), so held-out draws stay held out and a cell keeps its knobs."""
     from vhd.mechanisms import registry
-    from vhd.tasks.difficulty import Band
-    from vhd.tasks.presets import HELDOUT_SUFFIX, preset
-    from vhd.tasks.sample import cell_knobs
+    from vhd.tasks.stages.difficulty import Band
+    from vhd.tasks.corpus.presets import HELDOUT_SUFFIX, preset
+    from vhd.tasks.stages.sample import cell_knobs
 
     band = Band((0.4, 0.7))
     for name in ("paper", "scaling"):

@@ -15,9 +15,9 @@ from vhd.cli import app
 from vhd.mechanisms import registry
 from vhd.schemas.hashing import canonical_json, digest_problems, field_digests
 from vhd.schemas.records import EnvironmentRecord, ModelRecord
-from vhd.tasks.difficulty import knob_position, measure, summary_score
-from vhd.tasks.sample import draw
-from vhd.tasks.solve import solve_models
+from vhd.tasks.stages.difficulty import knob_position, measure, summary_score
+from vhd.tasks.stages.sample import draw
+from vhd.tasks.stages.solve import solve_models
 from vhd.warehouse import Warehouse
 
 DRAWS = 6
@@ -108,7 +108,7 @@ def test_every_admitted_environment_carries_its_difficulty(refreshed):
 
 
 def test_the_export_and_its_card_carry_the_difficulty(refreshed, tmp_path):
-    from vhd.tasks.export import read_export
+    from vhd.tasks.corpus.export import read_export
 
     db, _ = refreshed
     out = tmp_path / "export"
@@ -148,10 +148,10 @@ def test_a_forged_difficulty_with_resealed_digests_is_caught(refreshed, tmp_path
 def test_the_cheap_episode_path_is_the_decision_reward_vhd_eval_gives(name):
     """Where the prober's plan is not a plan of θ, a deterministic family's reward is read off the
     family's World without advantage tables: it equals `decision_grade`'s on the same calls."""
-    from vhd.tasks import difficulty
-    from vhd.tasks.advantage import decision_grade
-    from vhd.tasks.sample import episode_seed
-    from vhd.tasks.solve import unpack_policy
+    from vhd.tasks.stages import difficulty
+    from vhd.tasks.grading.step_advantages import decision_grade
+    from vhd.tasks.stages.sample import episode_seed
+    from vhd.tasks.stages.solve import unpack_policy
 
     family, compared = registry.get(name), 0
     for seed in range(8_000, 8_012):

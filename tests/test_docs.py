@@ -11,7 +11,7 @@ import pytest
 
 from vhd.cli import _families_markdown, _family_row
 from vhd.mechanisms import registry
-from vhd.tasks.check import GATES
+from vhd.tasks.stages.check import GATES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -59,13 +59,13 @@ def build_namespace(scratch: Path) -> dict:
     from vhd import __version__
     from vhd.mechanisms import registry
     from vhd.schemas.records import RunRecord
-    from vhd.tasks.annotate import annotate, make_candidates, upstream_edges
-    from vhd.tasks.check import check_batch
-    from vhd.tasks.export import export_row
-    from vhd.tasks.passages import builtin_passages
-    from vhd.tasks.sample import sample_models
-    from vhd.tasks.solve import solve_models
-    from vhd.tasks.synthesize import synthesize
+    from vhd.tasks.stages.annotate import annotate, make_candidates, upstream_edges
+    from vhd.tasks.stages.check import check_batch
+    from vhd.tasks.corpus.export import export_row
+    from vhd.tasks.setters.passages import builtin_passages
+    from vhd.tasks.stages.sample import sample_models
+    from vhd.tasks.stages.solve import solve_models
+    from vhd.tasks.stages.synthesize import synthesize
     from vhd.warehouse.lineage import load_chain
     from vhd.warehouse.store import Warehouse
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vhd.cli import app
-from vhd.tasks.export import read_export
+from vhd.tasks.corpus.export import read_export
 
 from conftest import run_vhd
 

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 from vhd.cli import app
 from vhd.mechanisms import registry
 from vhd.schemas.records import EpisodeRecord
-from vhd.tasks.annotate import annotate
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.presets import DIAGNOSTIC_FAMILIES
+from vhd.tasks.stages.annotate import annotate
+from vhd.tasks.stages.in_process import check_models
+from vhd.tasks.corpus.presets import DIAGNOSTIC_FAMILIES
 from vhd.warehouse import Warehouse
 
 MODELS = 3  # per family: 9 candidates (F, I, A of three θ), so that random and greedy have signal in every family

@@ -25,11 +25,11 @@ from family_kit import admitted_environments, first_module
 from vhd.adapters import grade
 from vhd.mechanisms import registry
 from vhd.schemas.errors import VhdError
-from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import check_batch, in_band
-from vhd.tasks.export import JSON_TEXT_FIELDS, read_export, row_of_record, write
-from vhd.tasks.sample import sample_models
-from vhd.tasks.solve import solve_models
+from vhd.tasks.stages.annotate import annotate, make_candidates
+from vhd.tasks.stages.check import check_batch, in_band
+from vhd.tasks.corpus.export import JSON_TEXT_FIELDS, read_export, row_of_record, write
+from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.stages.solve import solve_models
 
 PINNED = {"digest": "d" * 64, "corpus_version": "v-test", "corpus_digest": "c" * 64}
 
@@ -42,7 +42,7 @@ def admitted_rows(name, models_wanted=3):
     solutions = {s.model_id: s for s in solve_models(family, models)}
     candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},
                                  {m.model_id: output.setter_output_id for m in models}, ("F", "I", "A"))
-    from vhd.tasks.export import export_row
+    from vhd.tasks.corpus.export import export_row
 
     rows = []
     for candidate in candidates:

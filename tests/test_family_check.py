@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from vhd.cli import app
 from vhd.mechanisms import registry
-from vhd.tasks.budget import measure
+from vhd.tasks.stages.check.budget import measure
 from vhd.tasks.family_check import check_family, fuzz, names_check
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.sample import sample_models
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAWS = 5
@@ -77,7 +77,7 @@ def test_fuzzing_reports_a_tool_that_raises():
     family = registry.get("stopping")
     model = sample_models(family, 1, 0, batch="family-check")[0]
     assert fuzz(family, model.knobs, model.theta, 1)[1] == []
-    from vhd.tasks.oracle import reference_module
+    from vhd.tasks.grading.oracle import reference_module
 
     module, _ = reference_module(family)
     world = module.World
@@ -96,7 +96,7 @@ def test_the_fuzz_plays_every_random_call_over_as_many_episodes_as_it_takes():
     was made (36 calls in all before, of about 240 drawn)."""
     import numpy as np
 
-    from vhd.tasks.check.sequences import CALL_PROFILES, random_calls
+    from vhd.tasks.stages.check.sequences import CALL_PROFILES, random_calls
 
     family = registry.get("negotiation")
     model = sample_models(family, 1, 0, batch="family-check")[0]

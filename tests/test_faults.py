@@ -24,7 +24,7 @@ import pytest
 from vhd.schemas.records import RunRecord
 from vhd.warehouse import Warehouse
 
-PASSAGES = Path(__file__).parents[1] / "vhd" / "tasks" / "data" / "passages.jsonl"
+PASSAGES = Path(__file__).parents[1] / "vhd" / "tasks" / "setters" / "data" / "passages.jsonl"
 SMALL = ("refresh", "--families", "inventory_dp", "--per-family", "1", "--presentations", "I")
 
 

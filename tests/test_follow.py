@@ -20,9 +20,9 @@ from vhd.agents.prober import probe_then_play
 from vhd.cli import app
 from vhd.mechanisms import registry
 from vhd.schemas.records import ModelRecord, SolutionRecord
-from vhd.tasks.advantage import decision_grade
-from vhd.tasks.difficulty import reads_probes
-from vhd.tasks.publish import open_version
+from vhd.tasks.grading.step_advantages import decision_grade
+from vhd.tasks.stages.difficulty import reads_probes
+from vhd.tasks.corpus.publish import open_version
 from vhd.warehouse import Warehouse
 
 SHARE = 0.6

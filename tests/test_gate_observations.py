@@ -5,14 +5,14 @@ state, over-allocated lists), ids just past the true range, amounts at a θ numb
 import types
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import check_batch, edge_values
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages.check import check_batch, edge_values
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.sandbox import runner
 from vhd.tasks.sandbox.runner import _numeric
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 _CACHE = {}
 
@@ -179,7 +179,7 @@ def test_scale_cost_skips_an_id_bound_past_the_fitted_schema():
     family's own schemas are used: there an n inside their range is mutated."""
     import numpy as np
 
-    from vhd.tasks.mutants import mutants
+    from vhd.tasks.stages.check.mutants import mutants
 
     family, output, candidates = _admitted("scheduling")
     theta = candidates[0].model.theta
@@ -214,7 +214,7 @@ def test_drop_check_skips_a_raise_the_next_statement_repeats():
     planted here in its add_item.)"""
     import numpy as np
 
-    from vhd.tasks.mutants import mutants
+    from vhd.tasks.stages.check.mutants import mutants
 
     family, output, candidates = _admitted("knapsack")
     short = 'raise AgentError("lot %d does not fit: it would push some resource past its capacity" % item)'
@@ -231,7 +231,7 @@ def test_drop_check_skips_a_raise_the_next_statement_repeats():
 
 
 def test_a_tailed_sequence_is_played_by_the_clock_to_the_end_and_past_it():
-    from vhd.tasks.check import reference_module, tailed
+    from vhd.tasks.stages.check import reference_module, tailed
     from vhd.tasks.sandbox.runner import PAST_END, _play
 
     family, output, candidates = _admitted("inventory_dp")

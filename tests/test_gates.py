@@ -5,14 +5,14 @@ import dataclasses
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks import check as check_stage
-from vhd.tasks.check import check_batch
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages import check as check_stage
+from vhd.tasks.stages.check import check_batch
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.sandbox import Limits
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 FAMILY = registry.get("inventory_dp")
 

@@ -17,7 +17,16 @@ ALLOWED = {  # package (or module) directly under vhd/ -> vhd packages it may im
     "agents": {"schemas", "mechanisms", "tasks", "agents"},
     "flows": {"schemas", "mechanisms", "tasks", "agents", "warehouse", "flows"},  # agents sits beside tasks (DESIGN §3)
     "adapters": {"schemas", "mechanisms", "tasks", "warehouse", "adapters"},  # what a trainer imports: no prefect
-    "cli.py": {"schemas", "mechanisms", "tasks", "agents", "warehouse", "flows", "adapters"},
+    "cli": {"schemas", "mechanisms", "tasks", "agents", "warehouse", "flows", "adapters", "cli"},
+}
+TASKS = {  # the packages of vhd/tasks, bottom up -> the parts of vhd/tasks each may import (ARCHITECTURE §3)
+    "sandbox": {"sandbox"},
+    "setters": {"setters"},
+    "grading": {"sandbox", "setters", "grading"},
+    "stages": {"sandbox", "setters", "grading", "stages"},
+    "corpus": {"sandbox", "setters", "grading", "stages", "corpus"},
+    "family_check.py": {"sandbox", "setters", "grading", "stages", "corpus"},
+    "__init__.py": set(),
 }
 
 
@@ -74,11 +83,30 @@ def test_only_one_package_imports(library, owner):
     assert offenders == []
 
 
+def test_every_part_of_tasks_has_a_direction():
+    """A new package or module of vhd/tasks is not left out of the table (and so unchecked)."""
+    tasks = ROOT / "tasks"
+    assert {p.name for p in tasks.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()} == set(TASKS)
+
+
+@pytest.mark.parametrize("part", sorted(TASKS))
+def test_tasks_packages_import_downward_only(part):
+    """Sandbox, setters, grading, stages, corpus: each part of vhd/tasks imports only those below
+    it (and itself), never one above, not even lazily inside a function."""
+    for path in _files("tasks/" + part if part.endswith(".py") else "tasks/" + part):
+        for name in _imports(path):
+            if name.startswith("vhd.tasks."):
+                target = name.split(".")[2]
+                target = target if target in TASKS else target + ".py"
+                assert target in TASKS[part] or target == "__init__.py" or name == "vhd.tasks.AST_LOCK", \
+                    f"{path.relative_to(ROOT)} imports {name}"
+
+
 def test_the_walk_sees_imports():
     """A control: the walker finds the imports that are there, so an empty result means something."""
     assert "duckdb" in _imports(ROOT / "warehouse" / "store.py")
     assert "prefect" in _imports(ROOT / "flows" / "refresh.py")
-    assert "vhd.tasks.check.gates" in _imports(ROOT / "tasks" / "check" / "batch.py")
+    assert "vhd.tasks.stages.check.gates" in _imports(ROOT / "tasks" / "stages" / "check" / "batch.py")
 
 
 def test_the_walk_sees_lazy_and_relative_imports(tmp_path):
@@ -147,20 +175,20 @@ def test_the_circle_finder_finds_circles():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-PLANTED = {  # a package whose __init__ re-exports its modules, as vhd/tasks/check does
+PLANTED = {  # a package whose __init__ re-exports its modules, as vhd/tasks/stages/check does
     "vhd/__init__.py": "",
     "vhd/tasks/__init__.py": "",
-    "vhd/tasks/check/__init__.py": "from vhd.tasks.check.batch import check_batch\n",
-    "vhd/tasks/check/gates.py": "import math\n",
-    "vhd/tasks/check/batch.py": "from vhd.tasks.check.gates import GATES\n\n\ndef check_batch():\n    return GATES\n",
+    "vhd/tasks/stages/check/__init__.py": "from vhd.tasks.stages.check.batch import check_batch\n",
+    "vhd/tasks/stages/check/gates.py": "import math\n",
+    "vhd/tasks/stages/check/batch.py": "from vhd.tasks.stages.check.gates import GATES\n\n\ndef check_batch():\n    return GATES\n",
 }
 
 
 @pytest.mark.parametrize("gates, circle", [
-    ("def later():\n    import vhd.tasks.check.batch\n", ["vhd.tasks.check.batch", "vhd.tasks.check.gates"]),
-    ("def later():\n    from .batch import check_batch\n", ["vhd.tasks.check.batch", "vhd.tasks.check.gates"]),
-    ("from vhd.tasks.check import check_batch\n",
-     ["vhd.tasks.check", "vhd.tasks.check.batch", "vhd.tasks.check.gates"]),
+    ("def later():\n    import vhd.tasks.stages.check.batch\n", ["vhd.tasks.stages.check.batch", "vhd.tasks.stages.check.gates"]),
+    ("def later():\n    from .batch import check_batch\n", ["vhd.tasks.stages.check.batch", "vhd.tasks.stages.check.gates"]),
+    ("from vhd.tasks.stages.check import check_batch\n",
+     ["vhd.tasks.stages.check", "vhd.tasks.stages.check.batch", "vhd.tasks.stages.check.gates"]),
 ], ids=["lazy", "lazy-relative", "through-the-package"])
 def test_a_circle_planted_in_files_is_found(tmp_path, gates, circle):
     """A control on files: the same walk as test_no_import_circles finds a circle closed by a lazy
@@ -169,5 +197,5 @@ def test_a_circle_planted_in_files_is_found(tmp_path, gates, circle):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert _circles(_import_graph(tmp_path / "vhd")) == []
-    (tmp_path / "vhd/tasks/check/gates.py").write_text(gates)
+    (tmp_path / "vhd/tasks/stages/check/gates.py").write_text(gates)
     assert _circles(_import_graph(tmp_path / "vhd")) == [circle]

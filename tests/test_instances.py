@@ -16,9 +16,9 @@ from conftest import run_vhd
 
 from vhd.mechanisms import registry
 from vhd.schemas.records import ModelRecord
-from vhd.tasks import instances as imp
-from vhd.tasks.audit import verify
-from vhd.tasks.instances import InstanceError, parse_orlib, parse_pisinger, read_source
+from vhd.tasks.corpus import instances as imp
+from vhd.tasks.corpus.audit import verify
+from vhd.tasks.corpus.instances import InstanceError, parse_orlib, parse_pisinger, read_source
 from vhd.warehouse import Warehouse
 from vhd.warehouse.lineage import load_chain
 
@@ -308,7 +308,7 @@ def test_cli_reports_a_default_band_rejection_as_a_verdict(imported):
     (row,) = out["f9_l-d_kp_5_80"]["instances"]  # index-order first fit is already optimal on f9
     assert row["u_star"] == 130 and row["admitted"] == {"I": False, "A": False}
     assert all(reason.startswith("default_band:") for reason in row["reasons"].values())
-    (row,) = out["f1_l-d_kp_10_269"]["instances"]  # in A its budget does not bind (tasks/budget.py)
+    (row,) = out["f1_l-d_kp_10_269"]["instances"]  # in A its budget does not bind (tasks/stages/check/budget.py)
     assert row["admitted"] == {"I": True, "A": False} and row["n"] == 10 and row["m"] == 1
     assert list(row["reasons"]) == ["A"] and row["reasons"]["A"].startswith("default_band: in presentation A ")
 

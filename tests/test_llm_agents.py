@@ -12,8 +12,8 @@ from vhd.agents import Table
 from vhd.agents.live import parse_agent, play_llm
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.annotate import annotate
-from vhd.tasks.pipeline import check_models
+from vhd.tasks.stages.annotate import annotate
+from vhd.tasks.stages.in_process import check_models
 from vhd.warehouse import Warehouse
 
 

@@ -8,13 +8,13 @@ from conftest import run_vhd
 from llm_server import LEAK, MessagesServer, reply_for
 from vhd.mechanisms import registry
 from vhd.schemas.errors import SetterUnavailable
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.anthropic import AnthropicSetter
 from vhd.tasks.setters.settings import LLMSettings
 from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import passage_for
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import passage_for, synthesize_with_llm
 
 FAMILY = registry.get("knapsack")
 PASSAGES = builtin_passages()
@@ -32,7 +32,7 @@ def run(script, one, **settings):
     server = MessagesServer(script)
     try:
         setter = AnthropicSetter(LLMSettings(api_key="test-key", base_url=server.url, **{"max_retries": 2, **settings}))
-        return (*setter.synthesize(FAMILY, models, solutions, PASSAGES, [], ("I", "A")), server.requests)
+        return (*synthesize_with_llm(setter, FAMILY, models, solutions, PASSAGES, [], ("I", "A")), server.requests)
     finally:
         server.close()
 

@@ -30,7 +30,7 @@ from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.openenv import VhdAction, app_for
 from vhd.mechanisms import registry
 from vhd.schemas.errors import TrajectoryFormatError, UnknownEnvironment
-from vhd.tasks.openenv_package import runtime_plan, write_package
+from vhd.tasks.corpus.openenv_package import runtime_plan, write_package
 
 ROOT = Path(__file__).parent.parent
 OPENENV = Path(sys.executable).with_name("openenv")  # the validator's own CLI, installed with openenv

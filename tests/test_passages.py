@@ -14,8 +14,8 @@ import pytest
 from vhd.mechanisms import registry
 from vhd.schemas.errors import PassageFormatError, SetterError
 from vhd.schemas.records import PassageRecord
-from vhd.tasks.passages import CORE_SYNONYMS, SYNONYM_PARTS, VOCABULARY_KEYS, builtin_passages, load_passages
-from vhd.tasks.sample import draw
+from vhd.tasks.setters.passages import CORE_SYNONYMS, SYNONYM_PARTS, VOCABULARY_KEYS, builtin_passages, load_passages
+from vhd.tasks.stages.sample import draw
 from vhd.tasks.setters.template import render_module
 
 PASSAGES = builtin_passages()
@@ -65,7 +65,7 @@ def test_every_row_has_the_vocabulary_and_one_word_synonyms():
 def _builtin_file():
     from importlib import resources
 
-    return resources.files("vhd.tasks").joinpath("data/passages.jsonl")
+    return resources.files("vhd.tasks.setters").joinpath("data/passages.jsonl")
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -99,7 +99,7 @@ def _first(domain):
 @pytest.mark.parametrize("name", ["inventory_dp", "knapsack", "rostering"])
 def test_passages_of_different_domains_give_different_tool_names_tables_and_instructions(name):
     """Tables, instructions and tool names differ between passages of different domains: each
-    domain names its world's tools in its own verbs and nouns (issue 29; `vhd/tasks/data/lexicon.json`),
+    domain names its world's tools in its own verbs and nouns (issue 29; `vhd/tasks/setters/data/lexicon.json`),
     and the passage adds its unit and staff (`order_loaves`, `list_bakers`); a name still says what the
     tool does (tests/test_tool_names.py)."""
     family = registry.get(name)

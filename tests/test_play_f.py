@@ -16,10 +16,10 @@ import sys
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks import written
-from vhd.tasks.annotate import annotate
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.sample import draw
+from vhd.tasks.grading import written
+from vhd.tasks.stages.annotate import annotate
+from vhd.tasks.stages.in_process import check_models
+from vhd.tasks.stages.sample import draw
 from vhd.warehouse import Warehouse
 
 FAMILY = "lp"  # the family whose F text issue 16 quoted

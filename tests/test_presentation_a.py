@@ -18,12 +18,12 @@ import pytest
 
 from vhd.agents.prober import probe_then_play, reads_probes
 from vhd.mechanisms import registry
-from vhd.tasks.advantage import decision_grade
-from vhd.tasks.budget import reserved_turns, turns_of
-from vhd.tasks.check import to_calls
-from vhd.tasks.check.sequences import perturbed
-from vhd.tasks.oracle import reference_module
-from vhd.tasks.sample import draw
+from vhd.tasks.grading.step_advantages import decision_grade
+from vhd.tasks.stages.check.budget import reserved_turns, turns_of
+from vhd.tasks.stages.check import to_calls
+from vhd.tasks.stages.check.sequences import perturbed
+from vhd.tasks.grading.oracle import reference_module
+from vhd.tasks.stages.sample import draw
 
 PAPER = [f.name for f in registry.all() if f.group != "beyond"]
 ALL = registry.names()

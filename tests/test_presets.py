@@ -8,7 +8,7 @@ import pytest
 from conftest import run_vhd
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks import presets
+from vhd.tasks.corpus import presets
 
 
 def _by_split(plan):
@@ -137,7 +137,7 @@ def test_the_scaling_preset_holds_the_papers_knapsack_grid_and_goes_beyond():
 
 
 def test_a_cell_pins_its_knobs_and_its_models_are_drawn_again_from_seed_and_batch():
-    from vhd.tasks.sample import cell_knobs, draw, sample_models
+    from vhd.tasks.stages.sample import cell_knobs, draw, sample_models
 
     slot = next(s for s in presets.preset("scaling", registry.all()).slots if dict(s.knobs) == {"size": 11,
                                                                                                 "horizon": 11})
@@ -158,7 +158,7 @@ def test_a_cell_pins_its_knobs_and_its_models_are_drawn_again_from_seed_and_batc
 
 def test_a_malformed_cell_batch_key_is_one_line():
     from vhd.schemas.errors import InvalidParams
-    from vhd.tasks.sample import cell_knobs
+    from vhd.tasks.stages.sample import cell_knobs
 
     for batch in ("b+cell:size", "b+cell:size=x", "b+cell:=3", "b+cell:"):
         with pytest.raises(InvalidParams, match="knob=integer pairs"):

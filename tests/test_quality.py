@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_vhd
 from vhd.mechanisms import registry
-from vhd.tasks.quality import validate
+from vhd.tasks.corpus.quality import validate
 from vhd.warehouse import Warehouse
 
 

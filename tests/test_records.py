@@ -8,8 +8,8 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.schemas.hashing import canonical_json, content_id
 from vhd.schemas.records import EnvironmentRecord, ModelRecord
-from vhd.tasks.sample import sample_models
-from vhd.tasks.solve import solve_models, unpack_policy
+from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.stages.solve import solve_models, unpack_policy
 
 
 def test_canonical_json_is_order_free_and_refuses_nan():

@@ -15,13 +15,13 @@ import pytest
 
 from vhd.mechanisms import registry
 from vhd.tasks.sandbox import report as sandbox_report
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import _twin_difference, check_batch, perturbed
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages.check import _twin_difference, check_batch, perturbed
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 PASSAGE = builtin_passages()[0]
 _MODULES: dict[str, tuple] = {}

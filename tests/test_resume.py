@@ -6,9 +6,9 @@ import pytest
 
 from vhd.mechanisms import registry
 from vhd.flows.refresh import STAGES, TIMED
-from vhd.tasks import resume
-from vhd.tasks.annotate import CODE_VERSION
-from vhd.tasks.passages import builtin_passages
+from vhd.tasks.stages import resume
+from vhd.tasks.stages.annotate import CODE_VERSION
+from vhd.tasks.setters.passages import builtin_passages
 from vhd.tasks.setters import template
 from vhd.warehouse import Warehouse
 

@@ -25,13 +25,13 @@ import pytest
 
 from vhd.mechanisms import registry
 from vhd.mechanisms._runtime import call_limit
-from vhd.tasks.annotate import make_candidates
-from vhd.tasks.check import _job, call_sequences, check_batch, fuzz_calls, reference_runs, references
-from vhd.tasks.passages import builtin_passages
-from vhd.tasks.sample import cell_batch, draw, sample_models
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages.check import _job, call_sequences, check_batch, fuzz_calls, reference_runs, references
+from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.stages.sample import cell_batch, draw, sample_models
 from vhd.tasks.sandbox import run_job
-from vhd.tasks.solve import solve_models
-from vhd.tasks.synthesize import synthesize
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.stages.synthesize import synthesize
 
 QP = registry.get("qp")
 # qp's module with the clock tool's arguments not validated: commit_allocation("not an object")

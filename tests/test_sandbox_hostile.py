@@ -19,7 +19,7 @@ import time
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.check import check_batch
+from vhd.tasks.stages.check import check_batch
 from vhd.tasks.sandbox import Limits, marked_processes, plan, run_job
 from vhd.tasks.sandbox.launch import _parse
 from vhd.tasks.sandbox import pool as pools
@@ -377,11 +377,11 @@ FAMILY = registry.get("inventory_dp")
 
 @pytest.fixture(scope="module")
 def batch():
-    from vhd.tasks.annotate import make_candidates
-    from vhd.tasks.passages import builtin_passages
-    from vhd.tasks.sample import sample_models
-    from vhd.tasks.solve import solve_models
-    from vhd.tasks.synthesize import synthesize
+    from vhd.tasks.stages.annotate import make_candidates
+    from vhd.tasks.setters.passages import builtin_passages
+    from vhd.tasks.stages.sample import sample_models
+    from vhd.tasks.stages.solve import solve_models
+    from vhd.tasks.stages.synthesize import synthesize
 
     models = sample_models(FAMILY, 4, seed=1, batch="hostile")
     solutions = {s.model_id: s for s in solve_models(FAMILY, models)}

@@ -19,7 +19,7 @@ import pytest
 
 from vhd.mechanisms import registry
 from vhd.schemas.errors import SandboxError
-from vhd.tasks import check
+from vhd.tasks.stages import check
 from vhd.tasks.sandbox import launch as sandbox
 from vhd.tasks.sandbox import Limits, SandboxResult, Usage, run_job
 from vhd.tasks.sandbox.launch import _wall_expired
@@ -141,11 +141,11 @@ def test_a_starved_job_is_not_a_verdict_and_a_sleeping_one_is(one_core, launch):
 
 @pytest.fixture(scope="module")
 def batch():
-    from vhd.tasks.annotate import make_candidates
-    from vhd.tasks.passages import builtin_passages
-    from vhd.tasks.sample import sample_models
-    from vhd.tasks.solve import solve_models
-    from vhd.tasks.synthesize import synthesize
+    from vhd.tasks.stages.annotate import make_candidates
+    from vhd.tasks.setters.passages import builtin_passages
+    from vhd.tasks.stages.sample import sample_models
+    from vhd.tasks.stages.solve import solve_models
+    from vhd.tasks.stages.synthesize import synthesize
 
     family = registry.get("inventory_dp")
     models = sample_models(family, 1, seed=1, batch="load")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.check import check_batch
+from vhd.tasks.stages.check import check_batch
 from vhd.tasks.sandbox import Limits, plan, run_job
 from vhd.tasks.sandbox import pool as pools
 from vhd.tasks.sandbox.pool import SandboxPool
@@ -156,11 +156,11 @@ def test_the_switch_selects_the_spawn_path(monkeypatch):
 
 
 def _batch(name):
-    from vhd.tasks.annotate import make_candidates
-    from vhd.tasks.passages import builtin_passages
-    from vhd.tasks.sample import sample_models
-    from vhd.tasks.solve import solve_models
-    from vhd.tasks.synthesize import synthesize
+    from vhd.tasks.stages.annotate import make_candidates
+    from vhd.tasks.setters.passages import builtin_passages
+    from vhd.tasks.stages.sample import sample_models
+    from vhd.tasks.stages.solve import solve_models
+    from vhd.tasks.stages.synthesize import synthesize
 
     family = registry.get(name)
     models = sample_models(family, 1, seed=3, batch="pool")

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import run_vhd
 from vhd.mechanisms import registry
-from vhd.tasks.check import check_batch
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.mutants import mutants
-from vhd.tasks.selftest import selftest
+from vhd.tasks.stages.check import check_batch
+from vhd.tasks.stages.in_process import check_models
+from vhd.tasks.stages.check.mutants import mutants
+from vhd.tasks.stages.check.selftest import selftest
 
 FAMILY = registry.get("inventory_dp")
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.check import reference_module
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.check import reference_module
+from vhd.tasks.stages.sample import draw
 
 from test_boundary_gates import _admitted, _rejected_by_reference_agreement
 

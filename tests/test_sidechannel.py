@@ -13,14 +13,14 @@ from vhd.agents.prober import probe_then_play
 from vhd.agents.sidechannel import Worlds, infer_then_play
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import decision_grade
-from vhd.tasks.budget import reserved_turns
-from vhd.tasks.check import to_calls
-from vhd.tasks.check.sequences import twin_theta
-from vhd.tasks.oracle import reference_module
-from vhd.tasks.presets import preset
-from vhd.tasks.sample import draw
-from vhd.tasks.solve import pack_policy
+from vhd.tasks.grading.step_advantages import decision_grade
+from vhd.tasks.stages.check.budget import reserved_turns
+from vhd.tasks.stages.check import to_calls
+from vhd.tasks.stages.check.sequences import twin_theta
+from vhd.tasks.grading.oracle import reference_module
+from vhd.tasks.corpus.presets import preset
+from vhd.tasks.stages.sample import draw
+from vhd.tasks.stages.solve import pack_policy
 
 PAPER = sorted({slot.family for slot in preset("paper", registry.all()).slots})
 

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from vhd.mechanisms import registry
-from vhd.tasks.annotate import CODE_VERSION
+from vhd.tasks.stages.annotate import CODE_VERSION
 from vhd.warehouse import Warehouse
 from vhd.warehouse.lineage import load_chain
 

@@ -44,18 +44,18 @@ from vhd.adapters.play import play
 from vhd.adapters.trl import environment_class
 import vhd.adapters.skyrl  # noqa: F401  (registers "vhd" with skyrl_gym)
 from vhd.mechanisms import registry
-from vhd.tasks.check import CALL_PROFILES, random_calls, to_calls
-from vhd.tasks.oracle import reference_module
-from vhd.tasks.sample import draw
-from vhd.tasks.score import score
+from vhd.tasks.stages.check import CALL_PROFILES, random_calls, to_calls
+from vhd.tasks.grading.oracle import reference_module
+from vhd.tasks.stages.sample import draw
+from vhd.tasks.grading.score import score
 from vhd.mechanisms._runtime import call_limit
-from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import check_batch
-from vhd.tasks.export import export_row, with_canonical_tool_names
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.annotate import annotate, make_candidates
+from vhd.tasks.stages.check import check_batch
+from vhd.tasks.corpus.export import export_row, with_canonical_tool_names
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.lexicon import PATTERNS
 from vhd.tasks.setters.template import render_module
-from vhd.tasks.solve import solve_models
+from vhd.tasks.stages.solve import solve_models
 
 FAMILIES = registry.names()
 REFUSED = {"tool": "no_such_tool", "arguments": {}}
@@ -368,7 +368,7 @@ def test_canonical_tool_names_give_one_tool_set_and_the_same_rewards(name):
     """`vhd export --tool-names canonical`: the family's canonical names in place of the passage's,
     the same tool set for every environment of the family, and the same rewards for the same
     decisions (π* 1, nothing 0) through the grader and the Gym wrapper."""
-    from vhd.tasks.export import with_canonical_tool_names
+    from vhd.tasks.corpus.export import with_canonical_tool_names
 
     family = registry.get(name)
     canonical = [tool.name for tool in family.tools]
@@ -387,9 +387,9 @@ def test_canonical_tool_names_give_one_tool_set_and_the_same_rewards(name):
 def admitted_f_environment(family, seeds=(14, 15, 16, 17)):
     """(env, export row, θ, solution, setter output) of the first admitted F environment of the
     pipeline's own stages (sample, solve, render, the F gates, annotate, export)."""
-    from vhd.tasks.annotate import annotate
-    from vhd.tasks.export import export_row
-    from vhd.tasks.pipeline import check_models
+    from vhd.tasks.stages.annotate import annotate
+    from vhd.tasks.corpus.export import export_row
+    from vhd.tasks.stages.in_process import check_models
 
     for seed in seeds:
         run = check_models(family, count=1, seed=seed, presentations=("F",))

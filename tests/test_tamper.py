@@ -242,7 +242,7 @@ def test_rows_the_current_code_no_longer_derives_say_to_bump_the_version(built, 
     from vhd.cli import _report
     from vhd.flows.refresh import publish
     from vhd.mechanisms import registry
-    from vhd.tasks.gate import brief
+    from vhd.tasks.corpus.publish_audit import brief
 
     db, env, _ = built
     copy = tmp_path / "unbumped.duckdb"
@@ -376,7 +376,7 @@ def _forge(db, edits, drop=None):
     row touched: every digest holds afterwards."""
     from vhd.schemas.hashing import canonical_json
     from vhd.schemas.records import CorpusVersionRecord
-    from vhd.tasks.publish import _counts, corpus_digest, grading_digest_of_row
+    from vhd.tasks.corpus.publish import _counts, corpus_digest, grading_digest_of_row
 
     con = duckdb.connect(str(db))
     for env_id, values in edits.items():
@@ -406,7 +406,7 @@ def test_a_forged_superseded_mark_is_reported_and_blocks_publishing(built, prefe
     Now a mark is legitimate only when the current code derives it from the row's own sealed
     version columns: `vhd verify` names it, and the refresh stops with one line naming it."""
     from vhd.flows.refresh import publish
-    from vhd.tasks.annotate import CODE_VERSION
+    from vhd.tasks.stages.annotate import CODE_VERSION
 
     db, env, _ = built
     copy = tmp_path / "mark.duckdb"
@@ -445,7 +445,7 @@ def test_a_forged_model_mark_is_reported_and_a_missing_mark_noted(built, tmp_pat
     (this test could not even import `mark_findings`); a row the current code supersedes that
     carries no mark (a deleted mark, or a code upgrade not yet refreshed) is a note: the next
     refresh marks it before it publishes."""
-    from vhd.tasks.marks import mark_findings
+    from vhd.tasks.corpus.marks import mark_findings
 
     db, env, _ = built
     copy = tmp_path / "marks.duckdb"

@@ -2,7 +2,7 @@
 every family × every built-in passage.
 
 A tool's name is a verb of its role and a noun, both the passage's world's (`vhd/tasks/setters/
-lexicon.py`, `vhd/tasks/data/lexicon.json`): checked here against the lexicon file itself — the
+lexicon.py`, `vhd/tasks/setters/data/lexicon.json`): checked here against the lexicon file itself — the
 leading verb is one the passage's domain gives for a class of the tool's role, the nouns are the
 domain's or the passage's own words in the number the slot asks for, no RL word is a word of a
 name, no passage synonym stands in for a word of the name — plus no unfilled `{…}` in any name,
@@ -28,7 +28,7 @@ import pytest
 from family_kit import PASSAGES, env_of, generated, play
 
 from vhd.mechanisms import registry
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 from vhd.tasks.setters import lexicon as lex
 from vhd.tasks.setters.template import render_module, singular
 
@@ -70,7 +70,7 @@ def _instructions(family, k: int) -> list[str]:
 
 
 # -- the names -------------------------------------------------------------------------------
-LEXICON = json.loads(resources.files("vhd.tasks").joinpath("data/lexicon.json").read_text(encoding="utf-8"))
+LEXICON = json.loads(resources.files("vhd.tasks.setters").joinpath("data/lexicon.json").read_text(encoding="utf-8"))
 NAME_RL_WORDS = {"reward", "rewards", "episode", "episodes", "policy", "theta", "optimal", "optimum", "score",
                  "scores", "advantage", "baseline"}  # ("return" is a verb and a financial word: allowed in names)
 

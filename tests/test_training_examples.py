@@ -12,7 +12,7 @@ import pytest
 from family_kit import admitted_environments
 from vhd.adapters import reward
 from vhd.mechanisms import registry
-from vhd.tasks.score import Grading
+from vhd.tasks.grading.score import Grading
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Training loops: GRPO-style and per-step (PPO-style)"

@@ -29,12 +29,12 @@ from vhd.adapters.trl import NEUTRAL_WORDS, dataset_rows, environment_class, env
 from vhd.mechanisms import registry
 from vhd.mechanisms._runtime import call_limit
 from vhd.schemas.errors import SetterError, TrajectoryFormatError
-from vhd.tasks.annotate import annotate, make_candidates
-from vhd.tasks.check import check_batch, in_band
-from vhd.tasks.export import export_row, with_canonical_tool_names
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.annotate import annotate, make_candidates
+from vhd.tasks.stages.check import check_batch, in_band
+from vhd.tasks.corpus.export import export_row, with_canonical_tool_names
+from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.template import fill, render_module, singular
-from vhd.tasks.solve import solve_models
+from vhd.tasks.stages.solve import solve_models
 
 FAMILIES = ("knapsack", "qp", "stopping")  # integer, number and string arguments between them
 JSON_TYPES = {"integer": "integer", "number": "number", "string": "string"}
@@ -222,7 +222,7 @@ def test_records_of_the_parquet_export_play_alike(rows, tmp_path):
     straight into the factory and reset(**record): π* 1.0."""
     import pyarrow.parquet as pq
 
-    from vhd.tasks.export import write
+    from vhd.tasks.corpus.export import write
 
     record = pq.read_table(write([rows[0]], tmp_path / "export", "parquet")).to_pylist()[0]
     assert isinstance(record["player"], dict) and isinstance(record["player"]["config"]["params"], str)

@@ -43,7 +43,7 @@ from trl.chat_template_utils import qwen3_chat_template
 from vhd.adapters import reward
 from vhd.adapters.trl import environment_factory
 from vhd.mechanisms import registry
-from vhd.tasks.export import with_canonical_tool_names
+from vhd.tasks.corpus.export import with_canonical_tool_names
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("knapsack", "stopping")  # one with an optional argument (view_log's limit), one without

@@ -29,7 +29,7 @@ from family_kit import admitted_environments
 from vhd.adapters import reward
 from vhd.adapters.verifiers import load_environment, openai_tools
 from vhd.mechanisms import registry
-from vhd.tasks.export import write
+from vhd.tasks.corpus.export import write
 
 FAMILIES = ("knapsack", "stopping")
 

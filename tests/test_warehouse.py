@@ -7,7 +7,7 @@ import pytest
 from vhd.mechanisms import registry
 from vhd.schemas.errors import WarehouseBusy, WarehouseError, WarehouseMissing
 from vhd.schemas.records import LineageEdge, ModelRecord
-from vhd.tasks.sample import sample_models
+from vhd.tasks.stages.sample import sample_models
 from vhd.warehouse import Warehouse
 from vhd.warehouse.migrate import available, migrate
 

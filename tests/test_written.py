@@ -11,9 +11,9 @@ import vhd.mechanisms._plan as plan_module
 from vhd.mechanisms import registry
 from vhd.mechanisms._plan import PlanSpec
 from vhd.schemas.errors import TrajectoryFormatError
-from vhd.tasks import written
-from vhd.tasks.pipeline import check_models
-from vhd.tasks.sample import draw
+from vhd.tasks.grading import written
+from vhd.tasks.stages.in_process import check_models
+from vhd.tasks.stages.sample import draw
 
 FAMILY = registry.get("knapsack")
 # what every family's malformed plans must include (issue 14, item 6)

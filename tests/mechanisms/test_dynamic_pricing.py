@@ -27,7 +27,7 @@ from family_kit import env_of, failed, gated, generated, mutant_verdicts, refuse
 from vhd.mechanisms import dynamic_pricing as dp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import step_advantages
+from vhd.tasks.grading.step_advantages import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("dynamic_pricing")
@@ -560,7 +560,7 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
 
 def test_one_unit_bought_back_is_singular():
     import family_kit as kit
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = dict(draw(FAM, 0)[1], capacity=1)
     vocab = generated(FAM, 0)[1].SKIN["vocab"]
     env = env_of(FAM, 0, theta)

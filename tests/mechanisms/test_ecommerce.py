@@ -24,7 +24,7 @@ from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import ecommerce as ec
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import step_advantages
+from vhd.tasks.grading.step_advantages import step_advantages
 
 FAM = registry.get("ecommerce")
 TOL = 1e-9
@@ -799,7 +799,7 @@ def test_a_replayed_episode_scores_the_close_and_the_run_out(theta):
 
 def test_one_unit_in_the_instruction_is_singular_and_end_day_shows_what_arrives_tomorrow():
     import family_kit as kit
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = dict(draw(FAM, 0)[1], initial_stock=1, lead_time=1)
     vocab = generated(FAM, 0)[1].SKIN["vocab"]
     env = env_of(FAM, 0, theta)

@@ -26,7 +26,7 @@ from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import energy_storage as es
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import step_advantages
+from vhd.tasks.grading.step_advantages import step_advantages
 
 FAM = registry.get("energy_storage")
 TOL = 1e-9
@@ -708,7 +708,7 @@ def test_a_replayed_episode_scores_the_close_and_the_run_out(theta):
 
 def test_one_unit_is_singular_in_the_instruction_and_the_refusals():
     import family_kit as kit
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = dict(draw(FAM, 0)[1], power=1, initial_soc=1)
     env = env_of(FAM, 0, theta)
     assert "at most 1 unit per hour" in env.instruction and "It starts with 1 unit stored" in env.instruction

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("facility")
 ROOMY = 60  # a turn budget for the tests that look at everything (the family's own affords π* and a few probes)
@@ -465,7 +465,7 @@ def test_a_world_whose_cost_serves_from_closed_depots_is_rejected():
 
 @pytest.mark.parametrize("theta", TINY[2:] + [random_tiny(s) for s in (1, 2, 3)] + [sampled(0)])
 def test_only_finalizing_has_an_advantage_and_it_is_the_regret(theta):
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     rng = np.random.default_rng(19)
     u_star = brute_force(theta)[0]

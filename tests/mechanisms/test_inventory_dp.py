@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from vhd.mechanisms import registry
 from vhd.mechanisms import inventory_dp as inv
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import step_advantages
+from vhd.tasks.grading.step_advantages import step_advantages
 from theta_cases import smallest_theta
 
 FAM = registry.get("inventory_dp")
@@ -562,7 +562,7 @@ def test_a_replayed_episode_scores_each_close_and_the_run_out(theta):
 
 def test_one_unit_on_hand_is_singular():
     from family_kit import env_of, generated
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = dict(draw(FAM, 0)[1], initial_stock=1)
     vocab = generated(FAM, 0)[1].SKIN["vocab"]
     assert f"starting on day 0 with 1 {vocab['unit_one']} on hand" in env_of(FAM, 0, theta).instruction
@@ -576,7 +576,7 @@ def test_arguments_are_bounded_by_the_instance():
     """Orders stop at the storage, demand entries at the largest demand, history lengths at the
     horizon, in both presentations (the instruction tells all three); past them the schema refuses."""
     from family_kit import env_of, generated
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = draw(FAM, 5)[1]
     out, _ = generated(FAM, 2)
     for presentation in ("I", "A"):
@@ -598,7 +598,7 @@ def test_in_a_a_probe_call_shows_one_entry_and_the_sticker_is_told():
     """A cost-sheet call shows one line, a forecast call one probability; the instruction shows the
     sticker and its stated error, and the ranges the stated guesses come from."""
     from family_kit import env_of, generated
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = draw(FAM, 5)[1]
     out, _ = generated(FAM, 2)
     env = env_of(FAM, 2, theta, "A")
@@ -617,7 +617,7 @@ def test_in_a_a_probe_call_shows_one_entry_and_the_sticker_is_told():
 
 def test_belief_is_what_was_read_and_the_stated_guess_elsewhere():
     """The lead time 1, the ranges' middles and Poisson counts around the sticker's means, until read."""
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = draw(FAM, 5)[1]
     calls = FAM.probe_calls(theta)
     assert calls[0] == {"tool": "get_supplier_terms", "arguments": {}}

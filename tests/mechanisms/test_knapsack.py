@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("knapsack")
 ROOMY = 60  # a turn budget for the tests that look at everything (the family's own affords π* and a few probes)
@@ -594,7 +594,7 @@ def _config(theta, budget=None):
 
 
 def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = ADVANTAGE_THETA
     u_star = brute_force(theta)[0]
@@ -615,7 +615,7 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
 
 
 def test_running_out_of_turns_adds_the_submission_advantage_to_the_last_call():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = ADVANTAGE_THETA
     calls = [{"tool": "add_item", "arguments": {"item": 0}}, {"tool": "view_selection", "arguments": {}},

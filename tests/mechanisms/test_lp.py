@@ -22,7 +22,7 @@ from family_kit import PASSAGES, env_of, failed, fit, gated, generated, mutant_v
 from vhd.mechanisms import lp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("lp")
 TOL = 1e-9
@@ -551,7 +551,7 @@ def _random_lp_calls(theta, rng, length):
 
 
 def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = HAND[0]  # max 3x + 5y, x + 2y ≤ 8, 3x + y ≤ 9, x, y ≤ 5: u* = 21 at (2, 3)
     best = float(vertex_optimum(theta)[0])
@@ -586,7 +586,7 @@ def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
 
 
 def test_running_out_of_turns_adds_the_close_advantage_to_the_last_call():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = HAND[0]
     calls = [{"tool": "set_production", "arguments": {"product": 1, "quantity": 2}},

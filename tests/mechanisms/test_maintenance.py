@@ -27,7 +27,7 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import maintenance as mt
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import step_advantages
+from vhd.tasks.grading.step_advantages import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("maintenance")
@@ -618,7 +618,7 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
 
 
 def test_one_repair_step_is_singular():
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = draw(FAM, 0)[1]
     for steps, words in ((1, "restores 1 state;"), (2, "restores 2 states;")):
         assert words in env_of(FAM, 0, dict(theta, repair_steps=steps)).instruction

@@ -23,7 +23,7 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import registry
 from vhd.mechanisms import negotiation as neg
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.advantage import step_advantages
+from vhd.tasks.grading.step_advantages import step_advantages
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("negotiation")
@@ -637,7 +637,7 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
 
 def test_the_last_turns_answer_says_the_deal_expired():
     from family_kit import play
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = draw(FAM, 0)[1]
     env = env_of(FAM, 0, theta, budget=2)
     passed, rejected = play(FAM, 0, env, [{"tool": "pass_round", "arguments": {}},

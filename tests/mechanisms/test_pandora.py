@@ -21,7 +21,7 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import registry
 from vhd.mechanisms import pandora as pan
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("pandora")
@@ -599,7 +599,7 @@ def expected_advantages(theta, prizes, calls, budget):
 
 @pytest.mark.parametrize("theta", HAND[2:4] + [HAND[5], SIM[2]], ids=_id)
 def test_every_call_has_the_advantage_of_the_expectimax(theta):
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     rng = np.random.default_rng(19)
     star = FAM.solve(theta).policy

@@ -587,7 +587,7 @@ def _random_qp_calls(theta, rng, length):
 
 
 def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = HAND[0]  # 10x + 5y − 0.1((x + y)² + x² + y²), x, y ≤ 4, x + y ≤ 5
     best, best_x = enumerate_optimum(theta)
@@ -623,7 +623,7 @@ def test_every_call_has_the_model_advantage_and_they_sum_to_u_less_u_star():
 
 
 def test_running_out_of_turns_adds_the_commit_advantage_to_the_last_call():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = HAND[5]
     best = float(enumerate_optimum(theta)[0])

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("rostering")
@@ -752,7 +752,7 @@ def _advantage_config(theta, budget=None, seed=0):
 
 
 def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta, empty = LIMIT, _freeze([[-1] * 3, [-1] * 3])
     u_star = brute_force(theta)[0]
@@ -789,7 +789,7 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
 
 
 def test_running_out_of_turns_adds_the_publication_advantage_to_the_last_call():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = LIMIT
     u_star = brute_force(theta)[0]

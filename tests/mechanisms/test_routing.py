@@ -557,7 +557,7 @@ def best_completion(theta, route):
 
 @pytest.mark.parametrize("theta", [t for t in TINY if 3 <= t["n_stops"] <= 6][::4], ids=_id)
 def test_each_drive_is_worth_the_change_in_the_best_completion(theta):
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     rng = np.random.default_rng(19)
     u_star = best_completion(theta, [])

@@ -531,7 +531,7 @@ def _config(theta, budget=None):
 
 
 def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = ADVANTAGE_THETA
     u_star = brute_force(theta)[0]
@@ -555,7 +555,7 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
 
 
 def test_running_out_of_turns_adds_the_dispatch_advantage_to_the_last_call():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = ADVANTAGE_THETA
     calls = [{"tool": "assign_job", "arguments": {"job": 0, "machine": 0}},

@@ -172,7 +172,7 @@ def test_sampled_spans_are_a_sizeable_share_of_the_stakes():
     median is at least 20 % of u* − u_idle (the value of waiting rather than taking the first offer)
     and 10 % of u*. A fee that makes waiting dear would break it: the default's mean threshold is
     then near π*'s (issue 26)."""
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
 
     of_play, of_u_star = [], []
     for seed in range(30):
@@ -247,7 +247,7 @@ def test_solve_refuses_theta_not_of_the_declared_form(key, change):
 
 
 def test_an_open_offer_shows_the_days_of_storage_fee_as_a_number():
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
     theta = draw(FAM, 0)[1]
     env = kit.env_of(FAM, 0, theta)
     first, _, second, earlier = kit.play(FAM, 0, env, [{"tool": "view_offer", "arguments": {"day": 0}},

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from family_kit import PASSAGES, config, env_of, failed, fit, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("tardiness")
 HIDDEN = ("processing", "due", "weights")
@@ -577,7 +577,7 @@ def _config(theta, budget=None):
 
 
 def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_star():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = ADVANTAGE_THETA
     u_star = brute_force(theta)[0]
@@ -598,7 +598,7 @@ def test_every_decision_has_the_brute_force_advantage_and_they_sum_to_u_less_u_s
 
 
 def test_running_out_of_turns_adds_the_release_advantage_to_the_last_call():
-    from vhd.tasks.advantage import step_advantages
+    from vhd.tasks.grading.step_advantages import step_advantages
 
     theta = ADVANTAGE_THETA
     u_star = brute_force(theta)[0]

@@ -8,7 +8,7 @@ Every surface gives one reward for one trajectory (docs/TRAINING.md, "One episod
 reward"): a refusal by the world uses its turn, a malformed call none, an episode ends after
 the module's call limit, an
 unfinished episode is finished by the module's `Env.finish()`, and the rewards are those of
-`vhd score` (`vhd.tasks.score.Grading`): the decision reward from the exact advantages, the step
+`vhd score` (`vhd.tasks.grading.score.Grading`): the decision reward from the exact advantages, the step
 rewards, and the outcome reward with the grader's u*, u_default and u_idle.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from vhd.schemas.errors import TrajectoryFormatError
 from vhd.tasks.sandbox import Limits
-from vhd.tasks.score import Grading, replay
+from vhd.tasks.grading.score import Grading, replay
 
 MAX_ACTION_CHARS = 65_536  # an action's JSON text; longer is refused before parsing
 INVALID_TOOL = ""  # what a malformed action is recorded as: a call the module refuses (and counts)
@@ -59,7 +59,7 @@ def grade(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str,
           limits: Limits = Limits()) -> dict[str, Any]:
     """The rewards of a trajectory (a list of {"tool", "arguments"}; extra keys ignored), as
     `vhd score` gives them: `reward` (the decision reward), `outcome_reward`, `step_rewards` (one
-    per call) and `utility`. Replays it in the sandbox (`vhd.tasks.score.replay`), finishing it by
+    per call) and `utility`. Replays it in the sandbox (`vhd.tasks.grading.score.replay`), finishing it by
     the module's `Env.finish()`."""
     grading = Grading.of_grader(grader)
     calls = _calls(trajectory)
@@ -78,8 +78,8 @@ def load_row(env_id: str, db: Any = None) -> dict[str, Any]:
     field digests; the latest version that holds it, if any)."""
     from vhd.schemas.errors import UnknownEnvironment
     from vhd.schemas.records import EnvironmentRecord
-    from vhd.tasks.export import rows_of
-    from vhd.tasks.publish import holding_version, pinned
+    from vhd.tasks.corpus.export import rows_of
+    from vhd.tasks.corpus.publish import holding_version, pinned
     from vhd.warehouse import Warehouse
 
     with Warehouse.open(db, read_only=True) as wh:

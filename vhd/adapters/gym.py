@@ -47,9 +47,9 @@ from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
 
 from vhd.adapters import INVALID_TOOL, MAX_ACTION_CHARS, parse_action
 from vhd.schemas.errors import TrajectoryFormatError
-from vhd.tasks.advantage import Advantages
-from vhd.tasks.reward import decision_reward, reward, step_reward
-from vhd.tasks.score import Grading
+from vhd.tasks.grading.step_advantages import Advantages
+from vhd.tasks.grading.reward import decision_reward, reward, step_reward
+from vhd.tasks.grading.score import Grading
 
 CHARSET = string.printable
 MAX_TEXT = 1_000_000

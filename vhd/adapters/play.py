@@ -95,7 +95,7 @@ class WrittenEpisode:
     def __init__(self, row: dict[str, Any]):
         from vhd.mechanisms import registry
         from vhd.schemas.errors import TrajectoryFormatError
-        from vhd.tasks import written
+        from vhd.tasks.grading import written
 
         grader = row["grader"]
         if grader["config"].get("presentation") != "F":

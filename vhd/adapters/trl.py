@@ -55,7 +55,7 @@ import types
 from typing import Any, ClassVar
 
 from vhd.schemas.errors import TrajectoryFormatError
-from vhd.tasks.export import row_of_record
+from vhd.tasks.corpus.export import row_of_record
 
 RESERVED = frozenset({"reset", "get_reward"})  # the methods that are not tools
 PYTHON_TYPES = {"integer": int, "number": float, "string": str, "boolean": bool, "array": list, "object": dict}

@@ -40,7 +40,7 @@ from pydantic import Field, field_validator
 
 from vhd.adapters import grade
 from vhd.schemas.errors import TrajectoryFormatError, VhdError
-from vhd.tasks.export import export_files, read_export, row_of_record
+from vhd.tasks.corpus.export import export_files, read_export, row_of_record
 
 ID = "vhd"  # the taskset id: the top-level module verifiers imports (vhd/__init__.py exports the classes)
 

@@ -20,7 +20,7 @@ calls by the family's reference simulator on the environment's episode seed: the
 rule makes when it observes the states the world goes through. The `dynamics_agreement` gate
 proved that the generated module goes through the same states for the same calls, so this
 equals playing the rule turn by turn against the module. The calls are then *scored by
-replaying them in the sandbox* (`tasks/score.py`), never by the simulator.
+replaying them in the sandbox* (`tasks/grading/score.py`), never by the simulator.
 
 In presentation F the trajectory is the one `submit_plan` call with the policy as its plan.
 """
@@ -64,7 +64,7 @@ def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
     if agent == "random":
         return t.family.random_policy(theta, np.random.default_rng([t.env.episode_seed, episode, 0xA6E7]))
     if agent in ("prober", "sidechannel"):  # θ is told (F, I), or the family declares no probe beliefs: π*, as stored
-        from vhd.tasks.solve import unpack_policy
+        from vhd.tasks.stages.solve import unpack_policy
 
         return unpack_policy(t.solution.policy)
     from vhd.agents.greedy import greedy_policy
@@ -87,23 +87,23 @@ def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
         return list(t.env.default_trajectory)
     if agent in ("prober", "greedy") and t.env.presentation == "A" and reads_probes(t.family):
         from vhd.agents.greedy import greedy_policy
-        from vhd.tasks.check import to_calls
+        from vhd.tasks.stages.check import to_calls
 
         plan_of = (lambda known: greedy_policy(t.family, known)) if agent == "greedy" else None
         read, play = probe_then_play(t.family, t.model.theta, "A", t.env.turn_budget, t.env.episode_seed, plan_of)
         return to_calls(t.setter_output, read + play)
     if agent == "sidechannel" and t.env.presentation == "A" and reads_probes(t.family):
         from vhd.agents.sidechannel import infer_then_play
-        from vhd.tasks.check import to_calls
+        from vhd.tasks.stages.check import to_calls
 
         run = infer_then_play(t.family, t.model.theta, t.model.knobs, t.env.turn_budget, t.env.episode_seed)
         return to_calls(t.setter_output, run.calls)
     policy = _policy(agent, t, episode)
     if t.env.presentation == "F":
-        from vhd.tasks import written
+        from vhd.tasks.grading import written
 
         return written.calls_for(policy)
-    from vhd.tasks.check import to_calls
+    from vhd.tasks.stages.check import to_calls
 
     calls = to_calls(t.setter_output, t.family.simulate(t.model.theta, policy, t.env.episode_seed).calls)
     if agent == "greedy" and t.env.presentation == "A":

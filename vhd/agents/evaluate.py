@@ -23,8 +23,8 @@ from vhd.agents import Table, check_agent, trajectory
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EnvironmentRecord, EpisodeRecord
-from vhd.tasks.publish import open_version
-from vhd.tasks.score import score
+from vhd.tasks.corpus.publish import open_version
+from vhd.tasks.grading.score import score
 
 PRESENTATIONS = ("F", "I", "A")
 Z95 = 1.959963984540054
@@ -35,7 +35,7 @@ def check_request(agent: str, preset_name: str, presentations: list[str] | None,
     """Validate an eval request before anything is opened: (the preset's families, the chosen
     presentations). Raises InvalidParams (one line) for an unknown agent, preset or presentation,
     `episodes` < 1 or `per_cell` < 0."""
-    from vhd.tasks.presets import preset
+    from vhd.tasks.corpus.presets import preset
 
     if ":" in agent:
         from vhd.agents.live import parse_agent

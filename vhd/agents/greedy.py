@@ -1,7 +1,7 @@
 """Myopic heuristics, one per diagnostic family: each looks one step (or one item) ahead.
 
     >>> from vhd.mechanisms import registry
-    >>> from vhd.tasks.sample import draw
+    >>> from vhd.tasks.stages.sample import draw
     >>> knapsack = registry.get("knapsack")
     >>> _, theta = draw(knapsack, 3)
     >>> plan = greedy_policy(knapsack, theta)   # a plan in the family's format: the lots taken

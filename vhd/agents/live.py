@@ -13,7 +13,7 @@ without a tool call, when the episode is done, at the turn budget, or at the tok
 The module runs in a child process (`tasks/sandbox/session.py`) launched with the sandbox's
 isolation and limits; the agent process never executes generated code. The session's
 observations only feed the model: the episode is scored by replaying the calls it made in
-the sandbox (`tasks/score.py`), like every scripted agent.
+the sandbox (`tasks/grading/score.py`), like every scripted agent.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from vhd.agents import Table
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import EpisodeRecord
 from vhd.tasks.sandbox import launch as sandbox
-from vhd.tasks.export import player_config
-from vhd.tasks.score import score
+from vhd.tasks.corpus.export import player_config
+from vhd.tasks.grading.score import score
 
 SESSION = Path(sandbox.__file__).with_name("session.py")
 TOKEN_BUDGET = 200_000
@@ -82,10 +82,10 @@ class Session:
 
 class WrittenSession:
     """Presentation F in process: no generated module, one `submit_plan` call that ends the episode
-    (graded afterwards by the family's evaluator through tasks/score.py)."""
+    (graded afterwards by the family's evaluator through tasks/grading/score.py)."""
 
     def __init__(self, t: Table):
-        from vhd.tasks import written
+        from vhd.tasks.grading import written
 
         self.instruction, self.tools, self.done, self.submit = t.env.instruction, written.tools(t.family), False, written.SUBMIT
 
@@ -175,7 +175,7 @@ def _openai_loop(t: Table, base_url: str, model: str, session: Any, prompt: str,
 
 def play_llm(t: Table, agent: str, episode: int = 0, corpus_version: str = "",
              token_budget: int = TOKEN_BUDGET) -> EpisodeRecord:
-    """One LLM episode, scored by tasks/score.py: sandbox replay of the calls it made (I, A), the
+    """One LLM episode, scored by tasks/grading/score.py: sandbox replay of the calls it made (I, A), the
     family's evaluator on its one submit_plan call (F)."""
     provider, base_url, model = parse_agent(agent)
     messages: list[dict[str, Any]] = []

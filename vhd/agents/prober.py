@@ -1,7 +1,7 @@
 """The `prober`: reads every probe it can afford, then plays the exact optimum of what it read.
 
     >>> from vhd.mechanisms import registry
-    >>> from vhd.tasks.sample import draw
+    >>> from vhd.tasks.stages.sample import draw
     >>> knapsack = registry.get("knapsack")
     >>> _, theta = draw(knapsack, 3)
     >>> read, play = probe_then_play(knapsack, theta, "A", knapsack.turn_budget(theta), episode_seed=0)
@@ -32,7 +32,7 @@ import numpy as np
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.difficulty import affordable, read_then_play, reads_probes
+from vhd.tasks.stages.difficulty import affordable, read_then_play, reads_probes
 
 __all__ = ["affordable", "probe_then_play", "reads_probes"]
 

@@ -1,7 +1,7 @@
 """The `sidechannel` agent: an adversary that learns hidden θ from whatever the world answers.
 
     >>> from vhd.mechanisms import registry
-    >>> from vhd.tasks.sample import draw
+    >>> from vhd.tasks.stages.sample import draw
     >>> facility = registry.get("facility")
     >>> knobs, theta = draw(facility, 3)
     >>> run = infer_then_play(facility, theta, knobs, facility.turn_budget(theta), episode_seed=0)
@@ -54,9 +54,9 @@ import numpy as np
 from vhd.agents.prober import affordable, reads_probes
 from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams, VhdError
-from vhd.tasks.budget import reserved_turns, turns_of
-from vhd.tasks.check.sequences import edge_sequences, looks
-from vhd.tasks.oracle import reference_module
+from vhd.tasks.stages.check.budget import reserved_turns, turns_of
+from vhd.tasks.stages.check.sequences import edge_sequences, looks
+from vhd.tasks.grading.oracle import reference_module
 
 EXPLORE_SHARE = 0.5  # of the turns left after π*'s reserve, at most this share goes to exploration
 CANDIDATES = 12  # prior draws kept as candidate worlds (the belief is one more)

@@ -33,20 +33,20 @@ from vhd.schemas.records import (
     CorpusVersionRecord, EnvironmentRecord, ModelRecord, PassageRecord, RunRecord, SetterOutputRecord,
     SolutionRecord,
 )
-from vhd.tasks import annotate as annotate_stage
-from vhd.tasks import check as check_stage
-from vhd.tasks import difficulty as difficulty_stage
-from vhd.tasks import follow as follow_stage
-from vhd.tasks import gate as gate_stage
-from vhd.tasks.marks import refuse_forged
-from vhd.tasks import presets
-from vhd.tasks import publish as publish_stage
-from vhd.tasks import quality as quality_stage
-from vhd.tasks import resume as resume_stage
-from vhd.tasks import sample as sample_stage
-from vhd.tasks import solve as solve_stage
-from vhd.tasks import synthesize as synthesize_stage
-from vhd.tasks.passages import builtin_passages
+from vhd.tasks.stages import annotate as annotate_stage
+from vhd.tasks.stages import check as check_stage
+from vhd.tasks.stages import difficulty as difficulty_stage
+from vhd.tasks.corpus import follow as follow_stage
+from vhd.tasks.corpus import publish_audit as gate_stage
+from vhd.tasks.corpus.marks import refuse_forged
+from vhd.tasks.corpus import presets
+from vhd.tasks.corpus import publish as publish_stage
+from vhd.tasks.corpus import quality as quality_stage
+from vhd.tasks.stages import resume as resume_stage
+from vhd.tasks.stages import sample as sample_stage
+from vhd.tasks.stages import solve as solve_stage
+from vhd.tasks.stages import synthesize as synthesize_stage
+from vhd.tasks.setters.passages import builtin_passages
 from vhd.tasks.setters.template import SETTER as TEMPLATE_SETTER
 from vhd.tasks.setters.template import SETTER_VERSION as TEMPLATE_SETTER_VERSION
 from vhd.warehouse import Warehouse
@@ -79,8 +79,8 @@ def llm_synthesize_task(family: str, models: list[ModelRecord], solutions: dict,
     # settings are read here, not passed: the API key stays out of Prefect's task parameters
     from vhd.tasks.setters.anthropic import AnthropicSetter
     from vhd.tasks.setters.settings import LLMSettings
-    return AnthropicSetter(LLMSettings.from_env()).synthesize(registry.get(family), models, solutions, passages, exemplars,
-                                                presentations, run_id)
+    return synthesize_stage.synthesize_with_llm(AnthropicSetter(LLMSettings.from_env()), registry.get(family), models,
+                                                solutions, passages, exemplars, presentations, run_id)
 
 
 def check_run_name(parameters: dict[str, Any]) -> str:
@@ -452,10 +452,10 @@ def refresh(
     `families`: None for every family registered when the run starts (so the nightly deployment
     takes a new family by its file alone).
 
-    With `preset` (see `vhd.tasks.presets`), its slots replace `families` and `per_family`:
+    With `preset` (see `vhd.tasks.corpus.presets`), its slots replace `families` and `per_family`:
     each slot is filled to its target of admitted environments in the preset's presentations.
     With `difficulty` (LO, HI) every slot is filled from candidates whose difficulty score lies in
-    it; with `follow` (a learner's results file, `vhd.tasks.follow`) each family the learner played
+    it; with `follow` (a learner's results file, `vhd.tasks.corpus.follow`) each family the learner played
     is filled from candidates whose predicted reward lies in `follow_band` (default 0.3–0.7), in the
     presentations it played (`presentations` ignored).
     """

@@ -216,7 +216,7 @@ class Family:
     # near-boundary decisions for the reference_agreement gate: θ, rng → canonical call sequences
     # that land exactly on a domain check (a capacity filled to the unit, a forbidden pair)
     boundary_calls: Callable[[dict[str, Any], np.random.Generator], list[list[dict[str, Any]]]] | None = None
-    # decision rewards (vhd/tasks/advantage.py): `decision_values(θ)` is what the solver knows of θ
+    # decision rewards (vhd/tasks/grading/step_advantages.py): `decision_values(θ)` is what the solver knows of θ
     # (Bellman tables, the restricted problem's data; with the optimum as "u_star", a key or an
     # attribute: the scale of rounding errors), computed once per θ; `decision_state(θ, world)`
     # is the World's state as the solver sees it (plain data: it must not alias the World); and
@@ -234,7 +234,7 @@ class Family:
     probe_calls: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
     belief: Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]] | None = None
     # `BUDGET_BINDS = True`: the family's turn budget is made to bind in presentation A
-    # (vhd/tasks/budget.py: π*'s play with every probe does not fit, with the probes π* depends on
+    # (vhd/tasks/stages/check/budget.py: π*'s play with every probe does not fit, with the probes π* depends on
     # it does), and the default_band gate admits an A environment only where it does (needs
     # probe_calls and belief)
     budget_binds: bool = False

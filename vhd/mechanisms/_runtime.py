@@ -1,6 +1,6 @@
 """The standard-library half of every family: the rules of play (`Env`) and what every `World` shares.
 
-    >>> from vhd.tasks.oracle import reference_module   # this file + inventory_dp's World + a SKIN
+    >>> from vhd.tasks.grading.oracle import reference_module   # this file + inventory_dp's World + a SKIN
     >>> module, _ = reference_module(registry.get("inventory_dp"))
     >>> env = module.create({"params": theta, "presentation": "I", "episode_seed": 3, "turn_budget": 40})
     >>> env.call("view_stock", {})       # the skin's names (a bakery): the family's words, its unit in order_loaves

@@ -267,14 +267,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """Open every depot and finalize, and three turns more (n + 4): room for any network (π*'s and
     the default's) and for the depots and towns π*'s choice depends on, but in presentation A not
     for reading every depot and town as well (n + m probes): what to look at is a choice
-    (`vhd/tasks/budget.py` measures both)."""
+    (`vhd/tasks/stages/check/budget.py` measures both)."""
     return theta["n_sites"] + 4
 
 

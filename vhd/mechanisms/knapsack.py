@@ -284,14 +284,14 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """One and a half turns per lot (n + n // 2, and n + 1 at least: any selection and the submit
     fit): room for π*'s selection with the lots its choice depends on read, but in presentation A
     not for reading every lot and the capacities (n + 1 probes) as well: what to inspect is a
-    choice (`vhd/tasks/budget.py` measures both)."""
+    choice (`vhd/tasks/stages/check/budget.py` measures both)."""
     n = theta["n_items"]
     return n + max(1, n // 2)
 

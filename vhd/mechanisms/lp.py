@@ -391,13 +391,13 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """n + m + 3 turns: π*'s plan (a call per product it makes and the close) with the profits,
     usage rows and capacities it depends on read, but in presentation A not every one of the
-    n + m + 1 probes as well: what to find out is a choice (`vhd/tasks/budget.py` measures both)."""
+    n + m + 1 probes as well: what to find out is a choice (`vhd/tasks/stages/check/budget.py` measures both)."""
     return theta["products"] + theta["resources"] + 3
 
 

@@ -353,13 +353,13 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
     return float(Fraction(int(chosen) - int(row.max()), int(mass[b + 1])))
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """max(H, K) + 1 turns (K value points, H rounds; a sampled θ has H ≤ K): an offer in every
     round (π*'s and the default's longest play) with the survey points π*'s offers depend on read,
-    but in presentation A not all K + 2 probes as well (`vhd/tasks/budget.py` measures both)."""
+    but in presentation A not all K + 2 probes as well (`vhd/tasks/stages/check/budget.py` measures both)."""
     return max(theta["horizon"], len(theta["value_points"])) + 1
 
 

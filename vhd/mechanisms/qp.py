@@ -397,13 +397,13 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """3n + 1 turns: π*'s plan (an allocation per project it funds and a commit) with what it
     depends on read, but in presentation A not the forecast and all 3n per-project probes as well,
-    so what to find out is a choice (`vhd/tasks/budget.py` measures both)."""
+    so what to find out is a choice (`vhd/tasks/stages/check/budget.py` measures both)."""
     return 3 * theta["assets"] + 1
 
 

@@ -404,7 +404,7 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
     return float(_potential(theta, values, after) - _potential(theta, values, before))
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
@@ -412,7 +412,7 @@ def turn_budget(theta: dict) -> int:
     return). A longer day lets π*'s round take more stops, so the budget grows with it; in
     presentation A the turns π*'s round leaves read only part of the n + 3 probes that show
     everything (rate card, manifest, every stop's position), so what to find out is a choice
-    (`vhd/tasks/budget.py` measures both)."""
+    (`vhd/tasks/stages/check/budget.py` measures both)."""
     n = theta["n_stops"]
     return max(n + 1, (6 * n + theta["horizon"]) // 4)
 

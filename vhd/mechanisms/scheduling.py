@@ -253,13 +253,13 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """n + n // 2 + m − 2 turns: π*'s plan (a job on machine 0 needs no call: dispatch puts it
     there) with the jobs it depends on inspected, but in presentation A not every job as well, so
-    which jobs to inspect is a choice (`vhd/tasks/budget.py` measures both)."""
+    which jobs to inspect is a choice (`vhd/tasks/stages/check/budget.py` measures both)."""
     n = theta["n_jobs"]
     return n + max(1, n // 2 + theta["n_machines"] - 2)
 

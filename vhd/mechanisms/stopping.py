@@ -262,7 +262,7 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
     return float(chosen - max(accept, wait))
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:

@@ -251,12 +251,12 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 decision_values, decision_state, advantage = until_committed(solve)
 
 
-BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/budget.py)
+BUDGET_BINDS = True  # A admits θ only where the budget binds (vhd/tasks/stages/check/budget.py)
 
 
 def turn_budget(theta: dict) -> int:
     """2n − 1 turns: π*'s sequence with the jobs it depends on inspected, but in presentation A not
-    every job as well, so which jobs to inspect is a choice (`vhd/tasks/budget.py` measures
+    every job as well, so which jobs to inspect is a choice (`vhd/tasks/stages/check/budget.py` measures
     both)."""
     return theta["n_jobs"] + max(1, theta["n_jobs"] - 1)
 

@@ -242,7 +242,7 @@ class EnvironmentRecord(Record):
     annotator_version: str
     run_id: str = ""
     difficulty: dict[str, Any] = Field(default_factory=dict, description=(
-        "what the environment asks of a player, read off the solved model (vhd/tasks/difficulty.py): knobs, "
+        "what the environment asks of a player, read off the solved model (vhd/tasks/stages/difficulty.py): knobs, "
         "state space, span, scripted agents' rewards in I and A, and `score` in [0, 1]; {} when not measured "
         "(a rejected candidate, or a row annotated before migration 007)"))
 

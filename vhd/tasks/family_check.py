@@ -16,7 +16,7 @@ What a family author runs first. On one registered family it runs
   family's reference World (`reference_module`): each episode ends within `call_limit` of its turn
   budget, and nothing but a structured refusal comes back (no exception);
 - budget tightness: with BUDGET_BINDS the share of in-band θ whose A budget binds
-  (`vhd/tasks/budget.py`; tests/test_budget.py wants 40 %), without it whether the turn budget fits
+  (`vhd/tasks/stages/check/budget.py`; tests/test_budget.py wants 40 %), without it whether the turn budget fits
   π*'s play (its longest over the fixed reserve seeds) on every draw;
 - the module-level names `Family.of` reads (`CONVENTION`): which the module declares, which optional
   ones it leaves to their defaults; a missing required one is an error. A module that does not even
@@ -44,7 +44,7 @@ from vhd.mechanisms import BaseWorld, Family, registry, tools_of
 from vhd.mechanisms._contract import CONVENTION, REQUIRED
 from vhd.mechanisms._runtime import call_limit
 from vhd.schemas.records import SetterOutputRecord
-from vhd.tasks.passages import builtin_passages
+from vhd.tasks.setters.passages import builtin_passages
 
 DRAWS = 24
 SECTIONS = ("Model", "State", "Tools", "Plan", "Reward", "Episode end")
@@ -112,7 +112,7 @@ def _episode(module: types.ModuleType, theta: dict[str, Any], presentation: str,
 
 def check_draw(family: Family) -> list[str]:
     """The same seed draws the same θ, another seed another; θ is plain JSON; knobs within their ranges."""
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
 
     problems = []
     if draw(family, 11) != draw(family, 11):
@@ -136,7 +136,7 @@ def check_draw(family: Family) -> list[str]:
 def check_dominance(family: Family, seeds: int = 4) -> list[str]:
     """On `seeds` draws the certificate is optimal and u* is at least the default's, idle's and a
     random plan's value."""
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
 
     problems = []
     for seed in range(seeds):
@@ -159,7 +159,7 @@ def check_dominance(family: Family, seeds: int = 4) -> list[str]:
 def check_tool_table(family: Family) -> list[str]:
     """Probe, decision and clock roles, at least 10 tools, valid names, every hidden field reachable
     through a probe, the docstring's sections."""
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
 
     problems = []
     _, theta = draw(family, 0)
@@ -220,7 +220,7 @@ def gradable(family: Family, wanted: int = 3, tries: int = 30) -> tuple[list[tup
     the episode's own draw; others are rejected by the default_band gate and never become
     environments; for stochastic families ties are common), and a problem when fewer than `wanted`
     of `tries` seeds have one."""
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.sample import draw
 
     found = []
     for seed in range(tries):
@@ -238,8 +238,8 @@ def gradable(family: Family, wanted: int = 3, tries: int = 30) -> tuple[list[tup
 
 def check_scores(family: Family) -> list[str]:
     """On three gradable seeds the module played with π*'s calls scores 1, with the default's 0."""
-    from vhd.tasks.check import to_calls
-    from vhd.tasks.score import reward
+    from vhd.tasks.stages.check import to_calls
+    from vhd.tasks.grading.score import reward
 
     found, problem = gradable(family)
     if problem:
@@ -266,8 +266,8 @@ def check_scores(family: Family) -> list[str]:
 
 def check_written(family: Family, seeds: int = 6) -> list[str]:
     """Presentation F: π* as JSON scores 1, the default 0, and every F gate but default_band passes."""
-    from vhd.tasks import written
-    from vhd.tasks.sample import draw
+    from vhd.tasks.grading import written
+    from vhd.tasks.stages.sample import draw
 
     if not family.plan_format.strip():
         return ["the docstring's Plan section is empty: a family must say what its plans look like (presentation F)"]
@@ -310,8 +310,8 @@ def replayed_passages() -> range:
 def check_replay(family: Family, k: int) -> list[str]:
     """In passage k's words the module plays π*, the default, the idle and a random plan on two
     episode seeds, in I and A, to the utility of the family's own simulator, ending the episode."""
-    from vhd.tasks.check import to_calls
-    from vhd.tasks.sample import draw
+    from vhd.tasks.stages.check import to_calls
+    from vhd.tasks.stages.sample import draw
 
     out, module = rendered(family, k)
     _, theta = draw(family, k)
@@ -357,7 +357,7 @@ def check_gates(family: Family, run: Any = None, models: int = 6) -> list[str]:
     """`models` sampled models through the real gates (`check_models`, or a run given): every
     rejection is the model's own default band, and at least half of the candidates are admitted in
     each presentation."""
-    from vhd.tasks.pipeline import check_models
+    from vhd.tasks.stages.in_process import check_models
 
     run = run if run is not None else check_models(family, models, seed=0, passages=builtin_passages())
     problems = []
@@ -494,8 +494,8 @@ def fuzz(family: Family, knobs: dict[str, Any], theta: dict[str, Any], seed: int
     and each episode is then played on by the clock. Every episode ends within its call limit and
     every answer is a result or a structured refusal. The calls made and the problems (at most one
     per sequence)."""
-    from vhd.tasks.check.sequences import CALL_PROFILES, random_calls
-    from vhd.tasks.oracle import reference_module
+    from vhd.tasks.stages.check.sequences import CALL_PROFILES, random_calls
+    from vhd.tasks.grading.oracle import reference_module
 
     module, output = reference_module(family)
     budget = family.turn_budget(theta)
@@ -549,7 +549,7 @@ def _call(env: Any, output: Any, call: dict[str, Any], k: int) -> str | None:
 def budget_of(family: Family, theta: dict[str, Any], solution: Any, in_band: bool) -> dict[str, Any]:
     """With BUDGET_BINDS and θ in the band: θ's binding measure; otherwise whether π*'s play fits
     its turn budget."""
-    from vhd.tasks.budget import measure, reserved_turns
+    from vhd.tasks.stages.check.budget import measure, reserved_turns
 
     if family.budget_binds:
         if not in_band:
@@ -607,7 +607,7 @@ def check_family(family: Family, draws: int = DRAWS, seed: int = 0,
                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every check of `family` (the module docstring): the report dict, `passed` when no check found
     a problem. `progress(step)` is called after each of the `steps(draws)` steps."""
-    from vhd.tasks.sample import sample_models
+    from vhd.tasks.stages.sample import sample_models
 
     tick = progress or (lambda step: None)
     checks: list[Check] = [names_check(family)]

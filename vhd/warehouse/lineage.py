@@ -5,8 +5,8 @@
     (True, 'bakery', 13)
     >>> list(load_chains(wh, [env.env_id, "0" * 64]))   # many at once (one query per table): the stored ones
     ['...']
-    >>> from vhd.tasks.gate import whole
-    >>> whole(**audit_inputs(wh))["verified"]       # `vhd verify`: everything, by name (tasks/gate.py)
+    >>> from vhd.tasks.corpus.publish_audit import whole
+    >>> whole(**audit_inputs(wh))["verified"]       # `vhd verify`: everything, by name (tasks/corpus/publish_audit.py)
     True
 
 Rows are loaded as stored (`Chain.stored`: JSON as text, field digests included) and parsed

@@ -477,7 +477,7 @@ class Warehouse:
 
     def slot_state(self, family: str, family_version: str, batch: str, passage_ids: list[str]) -> dict[str, Any]:
         """What one batch of a family holds: enough to tell, without a task, that rerunning it
-        would compute nothing (see `vhd.tasks.resume`).
+        would compute nothing (see `vhd.tasks.stages.resume`).
 
         `models`: the batch's current models of `family_version`; `env_models`, `solutions`,
         `modules`: distinct ones among their environments; `envs`: {(split, presentation, annotator

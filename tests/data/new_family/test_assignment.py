@@ -15,7 +15,7 @@ import pytest
 from family_kit import env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.sample import draw
+from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("assignment")
 ROOMY = 60  # a turn budget for the tests that look at everything

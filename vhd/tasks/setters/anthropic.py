@@ -3,7 +3,9 @@
 For example (it calls the Anthropic API, so not a doctest):
 
     setter = AnthropicSetter(LLMSettings.from_env())
-    outputs, assignment, attempts = setter.synthesize(family, models, solutions, passages, exemplars)
+    outputs, assignment, attempts = synthesize_with_llm(setter, family, models, solutions, passages, exemplars, "IA")
+
+(`vhd.tasks.stages.synthesize.synthesize_with_llm`: stage 3 with this setter, each module checked by the gates.)
 
 Per (family, passage) in use: one prompt (θ's structure, the family's decision process and
 tool roles, the passage, two or three admitted exemplar modules), a reply parsed into a module
@@ -17,7 +19,6 @@ Transport faults (429, 5xx, timeouts) are retried by the SDK with backoff; when 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -26,9 +27,7 @@ import anthropic
 
 from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError, SetterUnavailable
-from vhd.schemas.records import (
-    ModelRecord, PassageRecord, SetterAttemptRecord, SetterOutputRecord, SolutionRecord, ToolBinding,
-)
+from vhd.schemas.records import ModelRecord, PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks.setters.lexicon import tool_names, world_words
 from vhd.tasks.setters.settings import LLMSettings
 from vhd.tasks.setters.template import render_module
@@ -200,47 +199,3 @@ class AnthropicSetter:
                          {"role": "user", "content": f"The module was rejected: {reason}\nFix it and reply with the "
                                                      "whole module and interface again."}]
         return result
-
-    def synthesize(self, family: Family, models: list[ModelRecord], solutions: dict[str, SolutionRecord],
-                   passages: list[PassageRecord], exemplars: list[SetterOutputRecord], presentations, run_id: str = ""):
-        """(outputs, assignment, attempt records); models whose passage got no module are left unassigned."""
-        from vhd.tasks.annotate import make_candidates
-        from vhd.tasks.check import check_batch
-        from vhd.tasks.synthesize import passage_for
-
-        outputs: dict[str, SetterOutputRecord | None] = {}
-        assignment: dict[str, str] = {}
-        records: list[SetterAttemptRecord] = []
-        played = tuple(p for p in presentations if p != "F") or ("A",)
-        for model in models:
-            passage = passage_for(model, passages)
-            if passage.passage_id not in outputs:
-                shots = exemplars or [render_module(family, passage)]
-
-                def probe(output, model=model, passage=passage):
-                    cands = make_candidates(family, [model], {model.model_id: solutions[model.model_id]},
-                                            {output.setter_output_id: output}, {model.model_id: output.setter_output_id},
-                                            played, {passage.passage_id: passage})
-                    verdicts = check_batch(family, output, cands, every_candidate=True)
-                    # default_band judges θ (is u₀ in the family's band), not the module: no repair for it
-                    bad = [(v.candidate.presentation, g) for v in verdicts for g in v.gates
-                           if not g.passed and g.name not in THETA_GATES]
-                    tools = next((v.tools for v in verdicts if v.tools), [])
-                    return (not bad, f"{bad[0][0]}: {bad[0][1].name}: {bad[0][1].message}" if bad else "", tools)
-
-                res = self.write(family, passage, probe,
-                                 build_prompt(family, model, passage, shots[: self.settings.exemplars or 0]))
-                outputs[passage.passage_id] = res.output
-                oid = res.output.setter_output_id if res.output else ""
-                records.append(SetterAttemptRecord(
-                    attempt_id=hashlib.sha256(f"{family.name}|{passage.passage_id}|{self.settings.model}|{oid}|"
-                                              f"{run_id}".encode()).hexdigest(),
-                    setter_output_id=oid, family=family.name, passage_id=passage.passage_id, setter=SETTER,
-                    llm_model=self.settings.model, attempts=res.attempts, first_try=res.first_try, passed=res.passed,
-                    rewritten=bool(res.output) and rewritten(family, passage, res.output, res.tools),
-                    input_tokens=res.input_tokens, output_tokens=res.output_tokens, cost_usd=res.cost,
-                    reasons=res.reasons, run_id=run_id))
-            out = outputs[passage.passage_id]
-            if out is not None:
-                assignment[model.model_id] = out.setter_output_id
-        return [o for o in outputs.values() if o is not None], assignment, records

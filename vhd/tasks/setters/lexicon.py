@@ -1,7 +1,7 @@
 """The passage's lexicon: the verbs and nouns of a world, from which the template setter names tools.
 
     >>> from vhd.mechanisms import registry
-    >>> from vhd.tasks.passages import builtin_passages
+    >>> from vhd.tasks.setters.passages import builtin_passages
     >>> yard = next(p for p in builtin_passages() if p.vocabulary["site"] == "forwarding yard")
     >>> names = tool_names(registry.get("knapsack"), yard)
     >>> [names[c] for c in ("inspect_item", "add_item", "remove_item", "read_capacities", "submit_selection")]
@@ -14,7 +14,7 @@ A tool's name is a verb and a noun. `PATTERNS` gives each family's tools as slot
 plural) or one of the passage's own words (`{units}`, what is ordered; `{staff}`, who is rostered;
 `{supplier}`). Each verb class has one role (`VERBS`: probe, observe, decision, clock or
 annotation), so a name says what kind of thing its tool does; the words come from the passage's
-domain in `vhd/tasks/data/lexicon.json` (a freight hub `load`s and `weigh`s `parcel`s, a bank
+domain in `vhd/tasks/setters/data/lexicon.json` (a freight hub `load`s and `weigh`s `parcel`s, a bank
 `approve`s `loan application`s), with `family:class` and `family:noun` keys for a word that
 fits one family's tools only. A class or noun the domain does not name takes the family's own
 word (`DEFAULTS`): the bakery, the reference world of every example, has no words of its own.
@@ -220,8 +220,8 @@ def entry_problem(entry: Any) -> str | None:
 @functools.lru_cache(maxsize=1)
 def domain_lexicons() -> dict[str, dict[str, dict[str, str]]]:
     """{domain: {"verbs": {class or family:class: words}, "nouns": {noun or family:noun: words}}}:
-    vhd/tasks/data/lexicon.json, checked (a class or noun it does not know is a one-line error)."""
-    text = resources.files("vhd.tasks").joinpath("data/lexicon.json").read_text(encoding="utf-8")
+    vhd/tasks/setters/data/lexicon.json, checked (a class or noun it does not know is a one-line error)."""
+    text = resources.files("vhd.tasks.setters").joinpath("data/lexicon.json").read_text(encoding="utf-8")
     lexicons = json.loads(text)
     for domain, entry in lexicons.items():
         problem = entry_problem(entry)

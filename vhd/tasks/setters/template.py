@@ -1,6 +1,6 @@
 """The template setter: offline, deterministic, zero cost.
 
-    >>> from vhd.tasks.passages import builtin_passages
+    >>> from vhd.tasks.setters.passages import builtin_passages
     >>> out = render_module(registry.get("inventory_dp"), builtin_passages()[0])    # the bakery
     >>> out.tool_name("place_order"), out.tool_name("view_stock"), out.tool_name("end_day")
     ('order_loaves', 'view_stock', 'end_day')
@@ -12,7 +12,7 @@ It renders the contract module of DESIGN §5 from three parts: the generic runti
 `@tool` declarations, and a skin made from a passage's vocabulary (tool names, table names, descriptions, narrative).
 
 A tool's name is a verb of its role and a noun of the passage's world (`lexicon.py`: each family's
-tools as slots, `PATTERNS`; `vhd/tasks/data/lexicon.json`: each domain's verbs and nouns), with the
+tools as slots, `PATTERNS`; `vhd/tasks/setters/data/lexicon.json`: each domain's verbs and nouns), with the
 passage's own unit, staff and supplier in their slots (`order_loaves`, `list_bakers`). A passage's
 `synonyms` name only the SQLite tables, which the player does not see. A family without patterns
 keeps its canonical names (`view_stock`, `cancel_order`, `end_day`).

@@ -1,0 +1,1 @@
+"""Corpus operations over stored environments: publish and its audit, export, instances, presets, statistics."""

@@ -1,0 +1,1 @@
+"""Grading: what a trajectory is worth (rewards, exact step advantages, written answers, scoring)."""

@@ -1,0 +1,80 @@
+"""The family's own World, rendered by the template setter and executed in this process: trusted
+code, the oracle that the gates compare candidate modules with and that decision rewards replay
+trajectories on.
+
+    >>> from vhd.mechanisms import registry
+    >>> module, output = reference_module(registry.get("stopping"))
+    >>> callable(module.create) and output.family
+    'stopping'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from vhd.mechanisms import Family
+from vhd.schemas.records import SetterOutputRecord
+from vhd.tasks import AST_LOCK
+
+_REFERENCE: dict[str, tuple[Any, SetterOutputRecord]] = {}
+_REFERENCE_LOCK = AST_LOCK  # check tasks run in threads; CPython 3.11's ast.parse is not thread-safe
+
+
+def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
+    """The family's own World rendered by the template setter and executed here: trusted code,
+    the oracle the reference_agreement gate compares a candidate module with."""
+    with _REFERENCE_LOCK:
+        return _reference_module(family)
+
+
+def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
+    if family.code_version not in _REFERENCE:
+        import types
+
+        from vhd.schemas.errors import SetterError
+        from vhd.tasks.setters.passages import builtin_passages
+        from vhd.tasks.setters.template import render_module
+
+        output = None
+        for passage in builtin_passages():  # the first passage that has the family's vocabulary
+            try:
+                output = render_module(family, passage)
+                break
+            except SetterError:
+                continue
+        if output is None:
+            raise SetterError(f"no built-in passage can skin {family.name}'s reference World")
+        module = types.ModuleType(f"vhd_reference_{family.name}")
+        exec(compile(output.module, f"<reference {family.code_version}>", "exec"), module.__dict__)
+        _REFERENCE[family.code_version] = (module, output)
+    return _REFERENCE[family.code_version]
+
+
+def fitted_schemas(family: Family, theta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The input schemas of θ's tools as the family's own World fits them to the instance
+    (`World.limits`), in presentation I and then A (one per tool and presentation); the family's
+    own schemas for a θ its World refuses to start on."""
+    module, _ = reference_module(family)
+    schemas = []
+    for presentation in ("I", "A"):
+        try:
+            env = module.create({"params": theta, "presentation": presentation, "episode_seed": 0,
+                                 "turn_budget": family.turn_budget(theta)})
+        except (ValueError, KeyError, IndexError, TypeError):
+            return [spec.input_schema for spec in family.tools]
+        schemas += [tool["input_schema"] for tool in env.tools]
+    return schemas
+
+
+def fitted_bounds(family: Family, theta: dict[str, Any]) -> dict[str, dict[str, tuple[float, float]]]:
+    """{canonical tool: {argument: (low, high)}}: the widest bounds of θ's fitted schemas over
+    presentations I and A (the family's own for a θ its World refuses to start on)."""
+    bounds: dict[str, dict[str, tuple[float, float]]] = {}
+    names = [spec.name for spec in family.tools]  # a module lists its tools in the family's order
+    for name, schema in zip(names * 2, fitted_schemas(family, theta)):
+        for argument, prop in schema.get("properties", {}).items():
+            low, high = prop.get("minimum", -math.inf), prop.get("maximum", math.inf)
+            known = bounds.setdefault(name, {}).get(argument, (low, high))
+            bounds[name][argument] = (min(known[0], low), max(known[1], high))
+    return bounds
