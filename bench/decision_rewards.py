@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from vhd.agents.greedy import HEURISTICS
+from vhd.tasks.stages.greedy import HEURISTICS
 from vhd.mechanisms import registry
 from vhd.tasks.grading.step_advantages import Advantages, decision_grade, decision_values
 from vhd.tasks.grading.reward import reward

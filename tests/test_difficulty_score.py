@@ -15,7 +15,7 @@ from vhd.cli import app
 from vhd.mechanisms import registry
 from vhd.schemas.hashing import canonical_json, digest_problems, field_digests
 from vhd.schemas.records import EnvironmentRecord, ModelRecord
-from vhd.tasks.stages.difficulty import knob_position, measure, summary_score
+from vhd.tasks.stages.difficulty import VERSION, knob_position, measure, summary_score
 from vhd.tasks.stages.sample import draw
 from vhd.tasks.stages.solve import solve_models
 from vhd.warehouse import Warehouse
@@ -95,7 +95,7 @@ def test_every_admitted_environment_carries_its_difficulty(refreshed):
             assert difficulty == {}
             continue
         assert difficulty["presentation"] == presentation and 0.0 <= difficulty["score"] <= 1.0
-        assert difficulty["version"] == "difficulty@1" and difficulty["state_space"] > 0 and difficulty["span"] > 0
+        assert difficulty["version"] == VERSION and difficulty["state_space"] > 0 and difficulty["span"] > 0
         by_model.setdefault(model_id, {})[presentation] = difficulty["score"]
     assert any(rows) and sum(admitted for *_, admitted, _ in rows) == summary["admitted"]
     for scores in by_model.values():
@@ -169,3 +169,38 @@ def test_the_cheap_episode_path_is_the_decision_reward_vhd_eval_gives(name):
         assert cheap == pytest.approx(decision_grade(family, config, read + play, expected)["reward"], abs=1e-9)
         compared += 1
     assert compared >= 6
+
+
+@pytest.mark.parametrize("name", ["knapsack", "routing", "lp"])
+def test_the_greedy_figures_are_what_the_greedy_agent_scores(name):
+    """`agents.greedy` is the greedy agent as `vhd eval` plays it (in I its heuristic's plan of θ, in A
+    the probes it affords and the heuristic's plan of what it read), graded on the family's own World
+    (deterministic families: one episode is the expectation); a family without a heuristic has none."""
+    from vhd.agents.prober import probe_then_play
+    from vhd.tasks.grading.step_advantages import decision_grade
+    from vhd.tasks.stages.greedy import greedy_policy
+    from vhd.tasks.stages.sample import episode_seed
+
+    family, compared = registry.get(name), 0
+    for seed in range(8_100, 8_108):
+        knobs, theta = draw(family, seed)
+        model = ModelRecord.build(family=name, family_version=family.version, knobs=knobs, seed=seed, theta=theta,
+                                  batch="difficulty-test")
+        [solution] = solve_models(family, [model])
+        measured = {p: measure(family, model, solution, p) for p in "IA"}
+        if measured["A"]["score"] is None:
+            continue
+        episode, budget = episode_seed(seed), family.turn_budget(theta)
+        expected = {"u_star": solution.u_star, "u_default": solution.u_default, "u_idle": solution.u_idle}
+        for presentation in "IA":
+            plan_of = lambda known: greedy_policy(family, known)  # noqa: E731
+            read, play = probe_then_play(family, theta, presentation, budget, episode, plan_of)
+            config = {"params": theta, "presentation": presentation, "episode_seed": episode, "turn_budget": budget}
+            played = decision_grade(family, config, read + play, expected)["reward"]
+            stored = measured[presentation]["agents"]["greedy"][presentation]
+            assert stored == pytest.approx(played, abs=1e-9), (seed, presentation, stored, played)
+            assert 0.0 <= stored <= 1.0
+        compared += 1
+    assert compared >= 5
+    stopping = registry.get("stopping")
+    assert _measured(stopping, {}, 8_200)["A"]["agents"]["greedy"] is None

@@ -10,7 +10,7 @@
 | `default` | the stored default trajectory (the family's naive default policy) |
 | `idle` | the family's idle policy (do nothing: order nothing, take nothing, stay home) |
 | `random` | a valid random policy of the family (`Family.random_policy`, seeded by (episode seed, episode index)), cut at the turn budget |
-| `greedy` | a myopic heuristic per family (`vhd/agents/greedy.py`); in A, like the prober, it reads the probes it can afford and applies the heuristic to what it read (a family without `probe_calls`/`belief`: it pays for every no-argument probe and reads θ) |
+| `greedy` | a myopic heuristic per family (`vhd/tasks/stages/greedy.py`); in A, like the prober, it reads the probes it can afford and applies the heuristic to what it read (a family without `probe_calls`/`belief`: it pays for every no-argument probe and reads θ) |
 | `prober` | in A, reads every probe it can afford after keeping back π*'s turns, then plays the exact optimum of what it read (`vhd/agents/prober.py`); in F and I, where θ is told, π* |
 | `sidechannel` | an adversary: in A, like the prober, but it also spends up to half its spare turns on refusals, decision answers and observations that could tell candidate θ apart, keeps the candidates whose answers match, and plays the best plan over them (`vhd/agents/sidechannel.py`); in F and I, π* |
 
@@ -67,7 +67,7 @@ def _policy(agent: str, t: Table, episode: int) -> np.ndarray:
         from vhd.tasks.stages.solve import unpack_policy
 
         return unpack_policy(t.solution.policy)
-    from vhd.agents.greedy import greedy_policy
+    from vhd.tasks.stages.greedy import greedy_policy
 
     return greedy_policy(t.family, theta)
 
@@ -86,7 +86,7 @@ def trajectory(agent: str, t: Table, episode: int = 0) -> list[dict[str, Any]]:
     if agent == "default":
         return list(t.env.default_trajectory)
     if agent in ("prober", "greedy") and t.env.presentation == "A" and reads_probes(t.family):
-        from vhd.agents.greedy import greedy_policy
+        from vhd.tasks.stages.greedy import greedy_policy
         from vhd.tasks.stages.check import to_calls
 
         plan_of = (lambda known: greedy_policy(t.family, known)) if agent == "greedy" else None

@@ -38,7 +38,8 @@ COLUMNS = ("env_id", "family", "presentation", "split", "module", "player", "gra
            "corpus_digest", "difficulty")
 # the `difficulty` column (vhd/tasks/stages/difficulty.py, docs/EVAL.md "Difficulty"): the stored measure, flat
 DIFFICULTY_FIELDS = (("score", "f"), ("knob_position", "f"), ("size", "i"), ("horizon", "i"), ("state_space", "i"),
-                     ("span", "f"), ("prober_I", "f"), ("prober_A", "f"), ("random", "f"), ("hidden_price", "f"))
+                     ("span", "f"), ("prober_I", "f"), ("prober_A", "f"), ("greedy_I", "f"), ("greedy_A", "f"),
+                     ("random", "f"), ("hidden_price", "f"))
 
 
 def difficulty_row(measured: dict[str, Any]) -> dict[str, Any] | None:
@@ -46,14 +47,16 @@ def difficulty_row(measured: dict[str, Any]) -> dict[str, Any] | None:
 
     >>> difficulty_row({})
     >>> difficulty_row({"score": 0.25, "knob_position": 0.5, "size": 3, "horizon": None, "state_space": 40,
-    ...                 "span": 2.0, "agents": {"prober": {"I": 1.0, "A": 0.5}, "random": 0.1}, "hidden_price": 0.5})
-    {'score': 0.25, 'knob_position': 0.5, 'size': 3, 'horizon': None, 'state_space': 40, 'span': 2.0, 'prober_I': 1.0, 'prober_A': 0.5, 'random': 0.1, 'hidden_price': 0.5}
+    ...                 "span": 2.0, "agents": {"prober": {"I": 1.0, "A": 0.5}, "greedy": {"I": 0.75, "A": 0.25},
+    ...                 "random": 0.1}, "hidden_price": 0.5})
+    {'score': 0.25, 'knob_position': 0.5, 'size': 3, 'horizon': None, 'state_space': 40, 'span': 2.0, 'prober_I': 1.0, 'prober_A': 0.5, 'greedy_I': 0.75, 'greedy_A': 0.25, 'random': 0.1, 'hidden_price': 0.5}
     """
     if not measured:
         return None
     agents = measured.get("agents") or {}
-    prober = agents.get("prober") or {}
-    flat = {**measured, "prober_I": prober.get("I"), "prober_A": prober.get("A"), "random": agents.get("random")}
+    prober, greedy = agents.get("prober") or {}, agents.get("greedy") or {}
+    flat = {**measured, "prober_I": prober.get("I"), "prober_A": prober.get("A"), "greedy_I": greedy.get("I"),
+            "greedy_A": greedy.get("A"), "random": agents.get("random")}
     return {name: flat.get(name) for name, _ in DIFFICULTY_FIELDS}
 
 
@@ -423,7 +426,8 @@ pyarrow or a JSONL line) into the row (`json.loads` of those fields), and
   (`{{params, presentation, episode_seed, turn_budget}}`: all of θ)
 - `difficulty` (struct, null for an environment annotated before it was measured): `score`,
   `knob_position` (float in [0, 1]), `size`, `horizon`, `state_space` (int: the states the exact
-  solver searched), `span` (E[u*] − E[u0]), `prober_I`, `prober_A`, `random` (the scripted agents'
+  solver searched), `span` (E[u*] − E[u0]), `prober_I`, `prober_A`, `greedy_I`, `greedy_A` (null
+  but for the five families with a heuristic), `random` (the scripted agents'
   expected decision rewards), `hidden_price` (`prober_I` − `prober_A`)
 
 ## Passages and licence

@@ -24,6 +24,7 @@ Every figure is exact for the environment's θ (no sampled pass rate, no learner
 | `state_space` | the states (or nodes, or branches) the exact solver searched (`Solution.certificate.state_space`) |
 | `span` | E[u*] − E[u0], u0 = max(default, idle): the expected utility a player can win over doing the default |
 | `agents.prober` | the `prober`'s expected reward (vhd/agents/prober.py) in I and in A: 1 in I (θ is told, it plays π*); in A it reads the probes the budget affords beside π*'s play and plays the optimum of what it read. `A_basis`: `expected` (its plan is a plan of θ and fits the budget: E[u] by the family's exact `evaluate`) or `episode` (else: its calls replayed on the family's own World on the episode seed, the decision reward `vhd eval` gives) |
+| `agents.greedy` | the `greedy` agent's expected reward in I and in A (`A_basis` as the prober's), for the five families with a heuristic (`greedy.py`); null for the others |
 | `agents.random` | the `random` agent's expected reward (its episode-0 policy: `Family.random_policy` seeded by (episode seed, 0)); it plays from θ in every presentation |
 | `hidden_price` | prober in I − prober in A: what hiding θ behind probes costs a perfect planner, per environment |
 | `score` | the summary in [0, 1] below |
@@ -40,8 +41,9 @@ the prober's reward in the environment's presentation (1 in F and I). So:
   in A through what the budget leaves unread, which does not always grow with the knobs (in qp more
   projects come with turns to read them: the prober loses less at the top of the size range, 0.03
   against 0.65 at the bottom), hence the knobs' ⅔ share; tests/test_difficulty_score.py checks it;
-- the greedy heuristics (vhd/agents/greedy.py) are not in it: they live in vhd/agents, which tasks may
-  not import, and exist for five families only. `vhd eval --agent greedy` measures them.
+- the greedy heuristics (`greedy.py`, five families) are measured beside it (`agents.greedy`, in I
+  and in A, as the `greedy` agent plays them) but not in it: a score of every family cannot lean on
+  an agent that exists for five.
 
 The prober's reading is the family's own declaration (`probe_calls`, `belief`, `solve`), so it is
 measured here; `vhd/agents/prober.py` plays the same `read_then_play`. One measure per θ and
@@ -61,7 +63,7 @@ from vhd.mechanisms import Family
 from vhd.schemas.errors import InvalidParams
 from vhd.schemas.records import ModelRecord, SolutionRecord
 
-VERSION = "difficulty@1"
+VERSION = "difficulty@2"  # @2: agents.greedy
 KNOB_WEIGHT = 2 / 3  # the score's share of knob_position; the rest (⅓) is what the prober loses
 _CACHE: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
 _CACHE_KEPT = 4096  # small dicts: a round measures its candidates, annotate reads them back
@@ -146,14 +148,25 @@ def _expected_reward(utility: float, solution: SolutionRecord) -> float:
 
 
 def _prober_a(family: Family, theta: dict[str, Any], budget: int, seed: int, policy: np.ndarray,
-              solution: SolutionRecord) -> tuple[float, str]:
-    """The prober's reward in A and how it was obtained: `expected` (its belief's optimal plan is a
+              solution: SolutionRecord, plan_of: Callable[[dict[str, Any]], np.ndarray] | None = None,
+              ) -> tuple[float, str]:
+    """The prober's reward in A (or, with `plan_of`, the reward of a reader that plays `plan_of` of
+    what it read: the greedy agent) and how it was obtained: `expected` (its belief's plan is a
     valid plan of θ and its reads and play fit the budget: E[u] by the family's exact `evaluate`) or
     `episode` (else: its calls replayed on the family's own World on the episode seed, as `vhd eval`
     grades them: the budget cuts the play, the world refuses what does not fit)."""
+    read, plan, play, whole = _reading(family, theta, budget, seed, policy, plan_of)
+    return _reward_of(family, theta, plan, read, play, whole, budget, seed, "A", solution)
+
+
+def _reward_of(family: Family, theta: dict[str, Any], plan: np.ndarray, read: list[dict[str, Any]],
+               play: list[dict[str, Any]], whole: bool, budget: int, seed: int, presentation: str,
+               solution: SolutionRecord) -> tuple[float, str]:
+    """The expected decision reward of playing `plan` after the probe calls `read` (`expected`), or,
+    when θ refuses the plan as a whole (`whole` False) or the calls do not fit the budget, the reward
+    of the calls `read + play` on the episode (`episode`)."""
     from vhd.tasks.stages.check.budget import turns_of
 
-    read, plan, play, whole = _reading(family, theta, budget, seed, policy)
     utility, fits = math.nan, whole and turns_of(family, read) + turns_of(family, play) <= budget
     if fits:
         try:
@@ -162,7 +175,7 @@ def _prober_a(family: Family, theta: dict[str, Any], budget: int, seed: int, pol
             fits = False
     if fits and math.isfinite(utility):
         return _expected_reward(utility, solution), "expected"
-    config = {"params": theta, "presentation": "A", "episode_seed": seed, "turn_budget": budget}
+    config = {"params": theta, "presentation": presentation, "episode_seed": seed, "turn_budget": budget}
     if not family.stochastic:  # Σ A* = u − u* exactly (the decision_reward gate checks it): no tables needed
         return _expected_reward(_played(family, config, read + play), solution), "episode"
     from vhd.tasks.grading.step_advantages import decision_grade
@@ -187,6 +200,29 @@ def _played(family: Family, config: dict[str, Any], calls: list[dict[str, Any]])
     return float(env.outcome()["utility"])
 
 
+def _greedy(family: Family, theta: dict[str, Any], budget: int, seed: int, policy: np.ndarray,
+            solution: SolutionRecord) -> dict[str, Any] | None:
+    """The `greedy` agent's rewards, as it plays (vhd/agents): in I its heuristic's plan of θ; in A,
+    like the prober, the probes it can afford, then its heuristic's plan of what it read (a family
+    without probe beliefs: every no-argument probe, then the plan of θ). None for a family with no
+    heuristic (`greedy.HEURISTICS`)."""
+    from vhd.tasks.stages.greedy import HEURISTICS
+
+    heuristic = HEURISTICS.get(family.name)
+    if heuristic is None:
+        return None
+    plan = heuristic(theta)
+    calls = family.simulate(theta, plan, seed).calls
+    informed, _ = _reward_of(family, theta, plan, [], calls, True, budget, seed, "I", solution)
+    if reads_probes(family):
+        agentic, basis = _prober_a(family, theta, budget, seed, policy, solution, plan_of=heuristic)
+    else:
+        probes = [{"tool": spec.name, "arguments": {}} for spec in family.tools_with_role("probe")
+                  if not spec.input_schema.get("required")]
+        agentic, basis = _reward_of(family, theta, plan, probes, calls, True, budget, seed, "A", solution)
+    return {"I": informed, "A": agentic, "A_basis": basis}
+
+
 def _per_theta(family: Family, model: ModelRecord, solution: SolutionRecord) -> dict[str, Any]:
     """What the presentations of one θ share (its A budget and episode seed are the same for all)."""
     from vhd.tasks.grading.step_advantages import declares_advantages
@@ -207,7 +243,7 @@ def _per_theta(family: Family, model: ModelRecord, solution: SolutionRecord) -> 
         "state_space": int(solution.certificate.get("state_space", 0)) if isinstance(solution.certificate, dict) else 0,
         "span": solution.u_star - zero,
     }
-    prober_a = random = basis = None
+    prober_a = random = basis = greedy = None
     if declares_advantages(family) and out["span"] > 0:
         if reads_probes(family):
             prober_a, basis = _prober_a(family, theta, budget, seed, unpack_policy(solution.policy), solution)
@@ -215,8 +251,9 @@ def _per_theta(family: Family, model: ModelRecord, solution: SolutionRecord) -> 
             prober_a, basis = 1.0, "expected"
         rng = np.random.default_rng([seed, 0, 0xA6E7])  # the `random` agent's episode 0 (vhd/agents)
         random = _expected_reward(float(family.evaluate(theta, family.random_policy(theta, rng))), solution)
+        greedy = _greedy(family, theta, budget, seed, unpack_policy(solution.policy), solution)
     out["agents"] = {"prober": {"I": 1.0 if prober_a is not None else None, "A": prober_a, "A_basis": basis},
-                     "random": random}
+                     "greedy": greedy, "random": random}
     out["hidden_price"] = None if prober_a is None else 1.0 - prober_a
     with _LOCK:
         _CACHE[key] = out
@@ -231,7 +268,9 @@ def measure(family: Family, model: ModelRecord, solution: SolutionRecord, presen
     candidate fails the default_band or decision_reward gate)."""
     shared = _per_theta(family, model, solution)
     prober = shared["agents"]["prober"]["A" if presentation == "A" else "I"]
-    return {**shared, "agents": {"prober": dict(shared["agents"]["prober"]), "random": shared["agents"]["random"]},
+    greedy = shared["agents"]["greedy"]
+    return {**shared, "agents": {"prober": dict(shared["agents"]["prober"]), "greedy": greedy and dict(greedy),
+                                 "random": shared["agents"]["random"]},
             "presentation": presentation,
             "score": None if prober is None else summary_score(shared["knob_position"], prober)}
 

@@ -1,4 +1,6 @@
-"""Myopic heuristics, one per diagnostic family: each looks one step (or one item) ahead.
+"""Myopic heuristics, one per diagnostic family: each looks one step (or one item) ahead. The `greedy`
+agent plays them (vhd/agents), and the difficulty measure (`difficulty.py`) grades them on every
+environment of these families.
 
     >>> from vhd.mechanisms import registry
     >>> from vhd.tasks.stages.sample import draw
