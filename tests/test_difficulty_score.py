@@ -24,11 +24,17 @@ DRAWS = 6
 runner = CliRunner()
 
 
-def _measured(family, knobs, seed):
+def _solved(family, seed, knobs=None):
+    """(the model of draw `seed`, with `knobs` pinned, and its solution)."""
     pinned, theta = draw(family, seed, knobs)
     model = ModelRecord.build(family=family.name, family_version=family.version, knobs=pinned, seed=seed,
                               theta=theta, batch="difficulty-test")
     [solution] = solve_models(family, [model])
+    return model, solution
+
+
+def _measured(family, knobs, seed):
+    model, solution = _solved(family, seed, knobs)
     return {p: measure(family, model, solution, p) for p in ("F", "I", "A")}
 
 
@@ -155,10 +161,8 @@ def test_the_cheap_episode_path_is_the_decision_reward_vhd_eval_gives(name):
 
     family, compared = registry.get(name), 0
     for seed in range(8_000, 8_012):
-        knobs, theta = draw(family, seed)
-        model = ModelRecord.build(family=name, family_version=family.version, knobs=knobs, seed=seed, theta=theta,
-                                  batch="difficulty-test")
-        [solution] = solve_models(family, [model])
+        model, solution = _solved(family, seed)
+        theta = model.theta
         if solution.u_star - max(solution.u_default, solution.u_idle) <= 0:
             continue
         episode, budget = episode_seed(seed), family.turn_budget(theta)
@@ -183,10 +187,8 @@ def test_the_greedy_figures_are_what_the_greedy_agent_scores(name):
 
     family, compared = registry.get(name), 0
     for seed in range(8_100, 8_108):
-        knobs, theta = draw(family, seed)
-        model = ModelRecord.build(family=name, family_version=family.version, knobs=knobs, seed=seed, theta=theta,
-                                  batch="difficulty-test")
-        [solution] = solve_models(family, [model])
+        model, solution = _solved(family, seed)
+        theta = model.theta
         measured = {p: measure(family, model, solution, p) for p in "IA"}
         if measured["A"]["score"] is None:
             continue
