@@ -17,7 +17,8 @@ from pathlib import Path
 
 from vhd.mechanisms import registry
 from vhd.tasks.setters.passages import builtin_passages
-from vhd.tasks.setters.lexicon import PATTERNS, world_words
+from vhd.mechanisms._runtime import show_id
+from vhd.tasks.setters.lexicon import PATTERNS, id_skin, world_words
 from vhd.tasks.setters.template import SETTER_VERSION, render_module
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "TOOL_NAMES.md"
@@ -55,9 +56,38 @@ def variety() -> tuple[int, dict[str, int]]:
     return len(names), {name: len(found) for name, found in sets.items()}
 
 
+def id_variety() -> tuple[int, dict[str, int]]:
+    """(distinct argument names, {family: distinct id styles}) over every named family × every
+    built-in passage (the styles: of the families that declare ids)."""
+    arguments, styles = set(), {}
+    for family in named_families():
+        ids = getattr(family.world, "IDS", {})
+        keys = {key for spec in family.tools for key in spec.input_schema.get("properties", {})}
+        for passage in builtin_passages():
+            written, renamed = id_skin(family, passage)
+            arguments.update(renamed.get(key, key) for key in keys)
+            if ids:
+                styles.setdefault(family.name, set()).update(style.split(":")[0] for style in written.values())
+    return len(arguments), {name: len(found) for name, found in sorted(styles.items())}
+
+
+def _ids_line(family, passages) -> list[str]:
+    """How each sampled world writes the first entity of every kind of id, under which argument name."""
+    ids = getattr(family.world, "IDS", {})
+    if not ids:
+        return []
+    said = []
+    for passage in passages:
+        written, renamed = id_skin(family, passage)
+        said.append(f"{passage.vocabulary['site']} " + ", ".join(
+            f"`{renamed.get(kind, kind)}` {show_id(style, 0)!r}" for kind, style in sorted(written.items())))
+    return ["Ids, the first of each kind as each world writes it, and its argument: " + "; ".join(said) + ".", ""]
+
+
 def render() -> str:
     passages = sample_passages()
     count, sets = variety()
+    argument_count, styles = id_variety()
     lines = [
         "# Tool names",
         "",
@@ -77,6 +107,11 @@ def render() -> str:
         "A family the lexicon does not name (a new one, added by its one file) keeps its canonical tool names",
         "in every world until its tools get patterns in `PATTERNS`.",
         "",
+        "A world also writes ids its own way (`vhd/mechanisms/_runtime.py`: 0-based numbers, 1-based numbers",
+        "or codes such as `P-07`) and calls an id argument by its own noun (`ID_NOUNS`): over every named family ×",
+        f"every built-in passage, **{argument_count} distinct argument names**; id styles per family whose",
+        "tools take ids: " + ", ".join(f"{name} {n}" for name, n in styles.items()) + ".",
+        "",
         "Every family the lexicon names is shown in four built-in passages: "
         + ", ".join(f"{p.vocabulary['site']} ({p.domain}, unit: {p.vocabulary['unit']})" for p in passages) + ".",
         "A name that differs between them is shown in each; the description is the first sentence of the",
@@ -95,6 +130,7 @@ def render() -> str:
                       + "; ".join(f"{role} {', '.join(words)}" for role, words in world["verbs"].items())
                       + (" — " + ", ".join(f"{k} {v}" for k, v in world["nouns"].items()) if world["nouns"] else "")
                       + ".", ""]
+        lines += _ids_line(family, passages)
         lines += ["| canonical | role | name | description |", "|---|---|---|---|"]
         for spec in family.tools:
             names = list(dict.fromkeys(out.tool_name(spec.name) for out in outputs))

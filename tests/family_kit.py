@@ -10,6 +10,7 @@ tests/test_contract.py; a family's own test file keeps only what is particular t
 
 from __future__ import annotations
 
+import copy
 import types
 from typing import Any
 
@@ -21,6 +22,7 @@ from vhd.tasks.stages.check import Verdict, check_batch, in_band
 from vhd.tasks.corpus.export import export_row
 from vhd.tasks.family_check import failed, fit, unbound  # noqa: F401  (the tests import them from here)
 from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.setters.skin import interface_of
 from vhd.tasks.stages.in_process import CheckedBatch, check_models
 from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.template import render_module
@@ -34,10 +36,12 @@ _RUNS: dict[tuple[str, int, int], CheckedBatch] = {}
 
 
 def generated(family: Family, k: int) -> tuple[SetterOutputRecord, types.ModuleType]:
-    """The template setter's module of `family` in the world of built-in passage k, executed."""
+    """The template setter's module of `family` in the world of built-in passage k, executed, its
+    ids and arguments the family's own (`plain`: a family's tests speak of lot 0 and `item`; how a
+    world writes ids and names arguments is tested registry-wide in test_skins and test_surfaces)."""
     key = (family.code_version, k)
     if key not in _MODULES:
-        out = render_module(family, PASSAGES[k])
+        out = render_module(family, PASSAGES[k], plain=True)
         module = types.ModuleType(f"generated_{family.name}_{k}")
         exec(compile(out.module, f"<generated {family.name} {k}>", "exec"), module.__dict__)
         _MODULES[key] = (out, module)
@@ -53,10 +57,17 @@ def env_of(family: Family, k: int, theta: dict[str, Any], presentation: str = "I
     })
 
 
+def shown(out: SetterOutputRecord, call: dict[str, Any]) -> tuple[str, Any]:
+    """(tool, arguments) of a canonical call as the module's player makes it: its tool names,
+    argument names and ids (`vhd.tasks.setters.skin`)."""
+    made = interface_of(out).shown(call)
+    return made["tool"], made["arguments"]
+
+
 def play(family: Family, k: int, env: Any, canonical_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Make canonical calls under the module's names; the answers."""
+    """Make canonical calls as the module's player makes them; the answers."""
     out = generated(family, k)[0]
-    return [env.call(out.tool_name(call["tool"]), call["arguments"]) for call in canonical_calls]
+    return [env.call(*shown(out, call)) for call in canonical_calls]
 
 
 def named(family: Family, out: SetterOutputRecord, tool: str) -> str:
@@ -122,7 +133,23 @@ def first_module(family: Family) -> SetterOutputRecord:
 
 def admitted_environments(family: Family, models_wanted: int = 8, batch: str = "surfaces") -> list[tuple]:
     """(env, export row, setter output, θ, solution) in I and A of the first sampled model admitted
-    in both, made by the pipeline's own stages (sample, solve, render, check, annotate, export)."""
+    in both, made by the pipeline's own stages (sample, solve, render, check, annotate, export).
+    Made once per process (several registry-wide files ask for them); each caller gets its own copy."""
+    return copy.deepcopy(_admitted(family, models_wanted, batch)[0])
+
+
+def admitted_verdicts(family: Family, models_wanted: int = 8, batch: str = "surfaces") -> list[Verdict]:
+    """The gates' verdicts on the pair `admitted_environments` returns (a copy)."""
+    return copy.deepcopy(_admitted(family, models_wanted, batch)[1])
+
+
+_ADMITTED: dict[tuple[str, int, str], tuple[list[tuple], list[Verdict]]] = {}
+
+
+def _admitted(family: Family, models_wanted: int, batch: str) -> tuple[list[tuple], list[Verdict]]:
+    key = (family.code_version, models_wanted, batch)
+    if key in _ADMITTED:
+        return _ADMITTED[key]
     output = first_module(family)
     models = sample_models(family, models_wanted, seed=5, batch=batch)
     solutions = {s.model_id: s for s in solve_models(family, models)}
@@ -135,6 +162,8 @@ def admitted_environments(family: Family, models_wanted: int = 8, batch: str = "
         verdicts = check_batch(family, output, pair)
         if all(v.admitted for v in verdicts):
             envs = [annotate(family, v)[0] for v in verdicts]
-            return [(env, export_row(env, c.model, output, family, solutions[c.model.model_id]), output, c.model.theta,
+            made = [(env, export_row(env, c.model, output, family, solutions[c.model.model_id]), output, c.model.theta,
                      solutions[c.model.model_id]) for env, c in zip(envs, pair)]
+            _ADMITTED[key] = (made, verdicts)
+            return _ADMITTED[key]
     raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A")

@@ -225,11 +225,6 @@ def test_memorised_draws_score_no_more_than_their_decisions(name):
     assert beaten, f"{name}: no memorised play beat π* on its seed; the test would show nothing"
 
 
-def _module_names(row):
-    """Canonical tool name → the module's name, from the grader view."""
-    return {canonical: name for name, canonical in row["grader"]["interface"].items()}
-
-
 @pytest.fixture(scope="module", params=DETERMINISTIC)
 def deterministic_row(request):
     family = registry.get(request.param)
@@ -249,15 +244,15 @@ def _deterministic_trajectories(family, theta, s, seed=0):
 def test_deterministic_decision_reward_equals_outcome_reward_on_every_surface(deterministic_row):
     """An admitted environment: `Grading.row` (vhd score, adapters.grade) and the Gym wrapper."""
     family, row = deterministic_row
-    grading = Grading.of_grader(row["grader"])
+    grading = Grading.of_grader(row["grader"], row["module"])
     theta, s = grading.config["params"], family.solve(grading.config["params"])
     assert grading.references == pytest.approx((s.u_star, s.u_default, s.u_idle), abs=1e-9 * max(1.0, abs(s.u_star)))
     assert (s.u_star, s.u_default, s.u_idle) == pytest.approx(tuple(grading.expected[k] for k in (
         "u_star", "u_default", "u_idle")), abs=1e-9 * max(1.0, abs(s.u_star)))
-    names, env = _module_names(row), TextToolEnv(row)
+    env = TextToolEnv(row)
     seen = set()
     for canonical in _deterministic_trajectories(family, theta, s, grading.config["episode_seed"]):
-        calls = [{"tool": names[c["tool"]], "arguments": c["arguments"]} for c in canonical]
+        calls = [grading.interface.shown(c) for c in canonical]
         env.reset()
         total, info = 0.0, None
         for call in calls:

@@ -36,7 +36,7 @@ import types
 import numpy as np
 import pytest
 
-from family_kit import PASSAGES, admitted_environments
+from family_kit import PASSAGES, admitted_environments, admitted_verdicts
 from vhd.adapters import grade as adapter_grade
 from vhd.adapters.gym import TextToolEnv
 from vhd.adapters.http import HttpEnvClient, make_server
@@ -54,6 +54,7 @@ from vhd.tasks.stages.check import check_batch
 from vhd.tasks.corpus.export import export_row, with_canonical_tool_names
 from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.lexicon import PATTERNS
+from vhd.tasks.setters.skin import Interface
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.solve import solve_models
 
@@ -250,10 +251,11 @@ def other_skins(family, count=2):
 
 
 def _renamed(calls, source, target):
-    """Calls of one skin under another's names (a made-up tool stays as it is)."""
-    canonical = {b.name: b.canonical for b in source.interface}
-    names = {b.canonical: b.name for b in target.interface}
-    return [dict(call, tool=names[canonical[call["tool"]]]) if call["tool"] in canonical else call for call in calls]
+    """Calls of one skin as another's player makes them: its tool names, argument names and ids
+    (a made-up tool stays as it is)."""
+    family = registry.get(source.family)
+    mine, theirs = Interface.of(family, source), Interface.of(family, target)
+    return [theirs.shown(mine.canonical(call)) if call["tool"] in mine.names else call for call in calls]
 
 
 def _api(tool):
@@ -275,13 +277,10 @@ def test_every_skin_gives_the_same_verdicts_and_rewards(name):
     trajectories (mapped) from the scorer, the adapters' grader, the Gym wrapper and TRL; its
     canonical export is the bakery's API (one TRL class per family), where π* scores 1 and nothing 0."""
     family = registry.get(name)
-    base = admitted_environments(family)
+    base, baseline = admitted_environments(family), admitted_verdicts(family)
     env0, _, output0, _, _ = base[0]
     models = [m for m in sample_models(family, 8, seed=5, batch="surfaces") if m.model_id == env0.model_id]
     solutions = {s.model_id: s for s in solve_models(family, models)}
-    baseline = check_batch(family, output0, make_candidates(family, models, solutions, {output0.setter_output_id: output0},
-                                                             {m.model_id: output0.setter_output_id for m in models},
-                                                             ("I", "A")))
     for passage in other_skins(family):
         output = render_module(family, passage)
         named = name in PATTERNS  # a family the lexicon does not name keeps its canonical names in every world

@@ -83,7 +83,7 @@ def test_per_step_example_pays_every_decision_and_returns_the_reward(rows, examp
 def test_per_step_example_on_fresh_seeds(rows, examples):
     """reset(seed=k): a fresh episode of the same θ; its return is that episode's decision reward."""
     row = rows[0]
-    grading = Grading.of_grader(row["grader"])
+    grading = Grading.of_grader(row["grader"], row["module"])
     for seed in (3, 17, 41):
         calls = [{"tool": c["tool"], "arguments": c["arguments"]} for c in row["grader"]["reference_trajectory"][:2]]
         steps, returns, episode = examples["rollout"](row, _scripted(calls), seed=seed, gamma=1.0)

@@ -81,7 +81,9 @@ def _schema_refused(row):
 def test_every_method_renders_to_the_tools_names_types_and_required_arguments(rows):
     """Without a family a method says what the row's tool says; with it, the family's description
     in neutral words and the family's bounds (the passage's words and θ's bounds are the
-    instruction's), and always the row's names, argument names, types and required arguments."""
+    instruction's) where the tool takes the family's arguments (a world that renames them or
+    writes ids as codes keeps its own), and always the row's names, argument names, types and
+    required arguments."""
     words = {**NEUTRAL_WORDS, "unit_one": singular(NEUTRAL_WORDS["unit"])}
     for row in rows:
         family = registry.get(row["family"])
@@ -92,7 +94,10 @@ def test_every_method_renders_to_the_tools_names_types_and_required_arguments(ro
                 schema = tool["input_schema"]
                 spec = family.tool(row["grader"]["interface"][tool["name"]])
                 assert rendered["name"] == tool["name"]
-                said = tool["description"] if own else fill(spec.description, words)
+                theirs = spec.input_schema.get("properties", {})
+                family_arguments = set(schema["properties"]) == set(theirs) and all(
+                    schema["properties"][a].get("type") == theirs[a].get("type") for a in theirs)
+                said = tool["description"] if own or not family_arguments else fill(spec.description, words)
                 assert rendered["description"] == " ".join(said.split())
                 assert "{" not in rendered["description"]
                 parameters = rendered["parameters"]
@@ -102,7 +107,7 @@ def test_every_method_renders_to_the_tools_names_types_and_required_arguments(ro
                     mine = parameters["properties"][name]
                     assert mine["type"] == JSON_TYPES[argument["type"]], (tool["name"], name, mine)
                     assert "nullable" not in mine  # null is not an argument the module takes
-                    source = argument if own else spec.input_schema["properties"][name]
+                    source = argument if own or not family_arguments else spec.input_schema["properties"][name]
                     assert mine["description"].startswith(" ".join(fill(source["description"], words).split()))
                     for bound in ("minimum", "maximum", "maxLength"):  # bounds (and units) in the text
                         if bound in source:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, named, refused
+from family_kit import PASSAGES, config, env_of, failed, gated, generated, mutant_verdicts, named, refused, shown
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
 from vhd.tasks.stages.sample import draw
@@ -283,7 +283,7 @@ def test_the_module_plays_a_plan_in_one_turn_per_lot_and_one_to_submit(k):
             env = env_of(FAM, k, theta, presentation)
             for call in FAM.simulate(theta, plan, k).calls:
                 assert not env.done
-                result = env.call(out.tool_name(call["tool"]), call["arguments"])
+                result = env.call(*shown(out, call))
                 assert result["ok"], result
             outcome = env.outcome()
             assert outcome["terminal"] and env.done

@@ -61,7 +61,7 @@ def grade(grader: dict[str, Any], trajectory: list[dict[str, Any]], module: str,
     `vhd score` gives them: `reward` (the decision reward), `outcome_reward`, `step_rewards` (one
     per call) and `utility`. Replays it in the sandbox (`vhd.tasks.grading.score.replay`), finishing it by
     the module's `Env.finish()`."""
-    grading = Grading.of_grader(grader)
+    grading = Grading.of_grader(grader, module)
     calls = _calls(trajectory)
     played = replay(module, grading.config, [calls], limits)[0]
     return {**grading.row(calls, played["utility"]), **played}

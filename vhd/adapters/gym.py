@@ -151,7 +151,7 @@ class TextToolEnv(gymnasium.Env):
                                         "expected an I or A environment")
         self.row = row
         self.grader = row["grader"]
-        self._stored = self.grading = Grading.of_grader(self.grader)  # the environment's own episode
+        self._stored = self.grading = Grading.of_grader(self.grader, row["module"])  # the environment's own episode
         self._decisions: Advantages | None = None
         self._paid = 0.0  # the step rewards given so far this episode
         self.turn_budget = int(self.grader["config"]["turn_budget"])
@@ -211,7 +211,7 @@ class TextToolEnv(gymnasium.Env):
             self.grading = self._stored if chosen is None else self._stored.for_seed(chosen)
             self._env = self._module.create(self.grading.config)
             g = self.grading
-            self._decisions = Advantages(g.family, g.config, g.names)
+            self._decisions = Advantages(g.family, g.config, g.interface)
             self.steps, self.trajectory, self.result, self._paid = 0, [], None, 0.0
             observation = _text({"instruction": self.row["player"]["instruction"], "tools": self.tools})
             return observation, {"env_id": self.row["env_id"], "turn_budget": self.turn_budget,

@@ -374,8 +374,8 @@ def yield_(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
 @handles_errors
 def stats(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
     """How varied the corpus's interfaces are: over the admitted, current I and A environments, the
-    distinct tool names, the distinct tool sets of each family and the distinct argument names (a
-    family with one tool set exposes one API in every passage)."""
+    distinct tool names, the distinct tool sets of each family, the distinct argument names and the
+    styles each family writes ids in (a family with one tool set exposes one API in every passage)."""
     from vhd.tasks.corpus.stats import interface_stats
 
     with _reader(db) as wh:
@@ -385,7 +385,7 @@ def stats(db: Optional[Path] = DbOption, as_json: bool = JsonOption) -> None:
     console.print(f"{found['environments']} environments of {found['families']} families: "
                   f"{found['tool_names']} distinct tool names, {found['argument_names']} distinct argument names; "
                   f"{len(found['one_tool_set'])} of {found['families']} families with one tool set", highlight=False)
-    table = Table("family", "tool sets")
+    table = Table("family", "tool sets", "id styles")
     for family, n in found["tool_sets"].items():
-        table.add_row(family, str(n))
+        table.add_row(family, str(n), ", ".join(found["id_styles"].get(family, [])) or "(no ids)")
     console.print(table)

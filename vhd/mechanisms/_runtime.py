@@ -47,6 +47,116 @@ class AgentError(Exception):
     """A mistake by the player: reported, never raised out of `Env.call`."""
 
 
+# -- how a world writes ids and names arguments (issue 29: worlds that differ) ------------------
+# A World counts its entities 0, 1, 2...; a world's skin may show them as those numbers
+# ("number"), from 1 ("ordinal") or as codes such as P-07 ("code:P", the 7th), and may call an
+# argument by its world's noun (`parcel` for knapsack's `item`). The translation is exact and
+# strict both ways, so a call the module refuses as malformed is malformed for the World too.
+ID_STYLES = ("number", "ordinal", "code")
+
+
+def show_id(style, k):
+    """The id `k` (0-based) as a world of `style` writes it.
+
+        >>> [show_id(style, 6) for style in ("number", "ordinal", "code:P")]
+        [6, 7, 'P-07']
+    """
+    if style == "ordinal":
+        return k + 1
+    if style.startswith("code:"):
+        return "%s-%02d" % (style[5:], k + 1)
+    return k
+
+
+def read_id(style, value):
+    """The 0-based id a world of `style` means by `value`; `value` itself when it is no id of
+    that style (a malformed argument stays malformed).
+
+        >>> read_id("code:P", "P-07"), read_id("code:P", "P-7"), read_id("ordinal", 7), read_id("ordinal", True)
+        (6, 'P-7', 6, True)
+    """
+    if not isinstance(value, (int, str)) or isinstance(value, bool):
+        return value
+    if style == "ordinal":
+        return value - 1 if isinstance(value, int) else value
+    if style.startswith("code:"):
+        digits = value.rpartition("-")[2] if isinstance(value, str) else ""
+        if digits.isdigit() and digits.isascii() and show_id(style, int(digits) - 1) == value:
+            return int(digits) - 1
+        return value
+    return value
+
+
+def argument_maps(properties, ids, skin):
+    """({canonical argument: its name in the world}, {canonical argument: its id style}) of one tool
+    whose schema has `properties`, for a World with `IDS` = `ids` ({key: kind}) in `skin`."""
+    renamed, styles = skin.get("renamed", {}), skin.get("ids", {})
+    names = {key: renamed[key] for key in properties if key in renamed}
+    shown = {key: styles.get(ids[key], "number") for key in properties if key in ids}
+    return names, shown
+
+
+def shown_arguments(maps, arguments):
+    """A call's canonical arguments as the world's tool takes them (`maps`: `argument_maps`)."""
+    names, styles = maps
+    if not isinstance(arguments, dict):
+        return arguments
+    return {names.get(key, key): (show_id(styles[key], value) if key in styles and isinstance(value, int)
+                                  and not isinstance(value, bool) else value)
+            for key, value in arguments.items()}
+
+
+def canonical_arguments(maps, arguments):
+    """A call's arguments in the world's names and ids as the World takes them (the inverse of
+    `shown_arguments`; an argument the world does not name keeps its name, and is then unknown)."""
+    names, styles = maps
+    if not isinstance(arguments, dict):
+        return arguments
+    back = {shown: key for key, shown in names.items()}
+    out = {}
+    for key, value in arguments.items():
+        canonical = back.get(key, key if key not in names else "\x00" + key)  # a canonical name the world renamed: unknown
+        out[canonical] = read_id(styles[canonical], value) if canonical in styles else value
+    return out
+
+
+def style_of(spec):
+    """The id style ("number", "ordinal" or "code") an argument's shown schema says it takes, or
+    None for an argument that is no id (the note `shown_schema` ends its description with)."""
+    description = spec.get("description", "") if isinstance(spec, dict) else ""
+    for style, note in (("code", "(a code, "), ("ordinal", "(a number, 1 for the first)"),
+                        ("number", "(a number, 0 for the first)")):
+        if note in description and (style != "code" or description.endswith("for the first)")):
+            return style
+    return None
+
+
+def shown_schema(schema, maps):
+    """A tool's (fitted) canonical input schema as the world shows it: its arguments renamed, and
+    an id's bounds in the world's style (from 1; or the codes, listed)."""
+    names, styles = maps
+    if not names and not styles:
+        return schema
+    properties = {}
+    for key, spec in schema.get("properties", {}).items():
+        spec = dict(spec)
+        style = styles.get(key)
+        if style is not None:
+            told = "%s (%s %s for the first)" % (spec.get("description", ""), "a code," if style.startswith("code:")
+                                                else "a number,", show_id(style, 0))
+            if style.startswith("code:"):
+                codes = [show_id(style, k) for k in range(int(spec["minimum"]), int(spec["maximum"]) + 1)]
+                spec = {"type": "string", "enum": codes}
+            elif style == "ordinal":
+                spec["minimum"], spec["maximum"] = spec["minimum"] + 1, spec["maximum"] + 1
+            spec["description"] = told.strip()
+        properties[names.get(key, key)] = spec
+    out = dict(schema, properties=properties)
+    if "required" in schema:
+        out["required"] = [names.get(key, key) for key in schema["required"]]
+    return out
+
+
 class BaseWorld:
     """What every family's `World` shares: θ, the skin's names, a key-value state table, a log.
 
@@ -74,6 +184,7 @@ class BaseWorld:
 
     PARAMS = ()
     STATE = ()
+    IDS = {}  # {argument or answer key: kind}: the keys whose values are 0-based ids of one kind of entity
     presentation = "I"  # set by `Env`: in "A" an answer shows no hidden number the player has not read
 
     def __init__(self, db, params, episode_seed, skin):
@@ -85,6 +196,22 @@ class BaseWorld:
         self.name = {tool["canonical"]: tool["name"] for tool in skin["tools"]}
         db.execute("CREATE TABLE %s (key TEXT PRIMARY KEY, value INTEGER)" % self.t["state"])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % self.t["state"], list(self.STATE))
+
+    def ref(self, kind, k):
+        """Entity `k` (0-based) of `kind` as this world writes ids (`show_id`): 6, 7 or "P-07"."""
+        return show_id(self.skin.get("ids", {}).get(kind, "number"), k)
+
+    def shown(self, answer, key=None):
+        """An answer as this world writes it: every value under a key of `IDS` in the world's id
+        style, keys renamed as its arguments are."""
+        if isinstance(answer, dict):
+            renamed = self.skin.get("renamed", {})
+            return {renamed.get(k, k): self.shown(v, k) for k, v in answer.items()}
+        if isinstance(answer, (list, tuple)):
+            return [self.shown(v, key) for v in answer]
+        if key in self.IDS and isinstance(answer, int) and not isinstance(answer, bool):
+            return self.ref(self.IDS[key], answer)
+        return answer
 
     def _get(self, key):
         """A value of the state table."""
@@ -272,8 +399,11 @@ class Env:
         self._world = World(self._db, config["params"], config["episode_seed"], SKIN)  # noqa: F821  (both follow)
         self._world.presentation = self._presentation
         limits = self._world.limits(self._presentation)
-        self._specs = {tool["name"]: dict(tool, input_schema=fitted(tool["input_schema"], limits.get(tool["canonical"])))
-                       for tool in SKIN["tools"]}  # noqa: F821
+        self._specs = {}
+        for tool in SKIN["tools"]:  # noqa: F821
+            maps = argument_maps(tool["input_schema"].get("properties", {}), World.IDS, SKIN)  # noqa: F821
+            schema = shown_schema(fitted(tool["input_schema"], limits.get(tool["canonical"])), maps)
+            self._specs[tool["name"]] = dict(tool, input_schema=schema, maps=maps)
         self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
                       for t in self._specs.values()]
         self.instruction = "%s\n\n%s" % (self._world.instruction(self._presentation, self._budget), self.rules())
@@ -315,7 +445,8 @@ class Env:
             return {"ok": False, "error": "%s needs %d turns, %d left" % (name, cost, self._budget - self._turns)}
         self._db.execute("SAVEPOINT tool_call")
         try:
-            result, ok = dict(getattr(self._world, "tool_" + spec["canonical"])(**arguments)), True
+            method = getattr(self._world, "tool_" + spec["canonical"])
+            result, ok = self._world.shown(dict(method(**canonical_arguments(spec["maps"], arguments)))), True
         except AgentError as exc:
             self._db.execute("ROLLBACK TO tool_call")
             result, ok = {"ok": False, "error": "%s: %s" % (name, exc)}, False

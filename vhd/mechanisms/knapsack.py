@@ -336,6 +336,7 @@ class World(BaseWorld):
 
     PARAMS = ("n_items", "n_resources", "values", "weights", "capacities")
     STATE = (("capacities_read", 0), ("submitted", 0))
+    IDS = {key: "item" for key in ("item", "added", "removed", "selected", "submitted", "not_counted")}
     RESOURCE_NAMES = ("floor space", "handling hours", "cold room", "budget line", "staff hours",
                       "pallet slots", "loading bays", "insurance cover", "vehicle slots", "shelf metres",
                       "inspection hours", "power")
@@ -372,7 +373,8 @@ class World(BaseWorld):
     # -- state helpers --------------------------------------------------------------------
     def _item(self, item):
         if not 0 <= item < self.p["n_items"]:
-            raise AgentError("the lots are numbered 0 to %d; got %d" % (self.p["n_items"] - 1, item))
+            raise AgentError("the lots run from %s to %s; got %s"
+                             % (self.ref("item", 0), self.ref("item", self.p["n_items"] - 1), self.ref("item", item)))
         return item
 
     def _selected(self):
@@ -428,7 +430,7 @@ class World(BaseWorld):
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Inspect one candidate lot of {item}: its value in {currency} and the units it uses of every "
           "resource.", reveals=("values", "weights"),
-          item=integer(0, MAX_ITEMS - 1, "number of the lot to inspect (0-based)"))
+          item=integer(0, MAX_ITEMS - 1, "the lot to inspect"))
     def tool_inspect_item(self, item):
         item = self._item(item)
         self.db.execute("UPDATE %s SET inspected = 1 WHERE item_id = ?" % self.t["catalog"], (item,))
@@ -488,25 +490,25 @@ class World(BaseWorld):
         return {"log": [{"entry": e, "action": a, "item": i} for e, a, i in rows]}
 
     @tool("decision", "Add one lot of {item} to the selection (refused if it would exceed any capacity).",
-          item=integer(0, MAX_ITEMS - 1, "number of the lot to add (0-based)"))
+          item=integer(0, MAX_ITEMS - 1, "the lot to add"))
     def tool_add_item(self, item):
         item = self._item(item)
         if item in self._selected():
-            raise AgentError("lot %d is already in the selection" % item)
+            raise AgentError("lot %s is already in the selection" % self.ref("item", item))
         loads, used, caps = self._loads_of(item), self._used(), self._capacities()
         if any(u + w > c for u, w, c in zip(used, loads, caps)):
             # the rule only: which resource overflows, and by how much, depends on hidden loads
-            raise AgentError("lot %d does not fit: it would push some resource past its capacity" % item)
+            raise AgentError("lot %s does not fit: it would push some resource past its capacity" % self.ref("item", item))
         self.db.execute("INSERT INTO %s VALUES (?)" % self.t["selection"], (item,))
         self._log("add", item_id=item)
         return {"added": item, "selected": self._selected()}
 
     @tool("decision", "Remove one lot from the selection.",
-          item=integer(0, MAX_ITEMS - 1, "number of the lot to remove (0-based)"))
+          item=integer(0, MAX_ITEMS - 1, "the lot to remove"))
     def tool_remove_item(self, item):
         item = self._item(item)
         if item not in self._selected():
-            raise AgentError("lot %d is not in the selection" % item)
+            raise AgentError("lot %s is not in the selection" % self.ref("item", item))
         self.db.execute("DELETE FROM %s WHERE item_id = ?" % self.t["selection"], (item,))
         self._log("remove", item_id=item)
         return {"removed": item, "selected": self._selected()}
@@ -548,10 +550,10 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "The %s can take on %s of %s (%s) from the %s, numbered 0 to %d. Each lot is taken whole or not at "
+            "The %s can take on %s of %s (%s) from the %s, numbered %s to %s. Each lot is taken whole or not at "
             "all, has a value in %s, and uses some units of %s."
             % (v["site"], World.counted(p["n_items"], "candidate lot"), v["item"], v["sku"], v["supplier"],
-               p["n_items"] - 1, v["currency"], uses),
+               self.ref("item", 0), self.ref("item", p["n_items"] - 1), v["currency"], uses),
             "Build a selection with %s and %s (%s empties it); a lot that would push any resource past its "
             "capacity is refused. %s ends the episode and your score is the total value of the submitted lots."
             % (n["add_item"], n["remove_item"], n["clear_selection"], n["submit_selection"]),
@@ -565,7 +567,8 @@ class World(BaseWorld):
         """Presentation I: the capacities, and every lot's value and loads."""
         p = self.p
         names = [World.resource_name(r) for r in range(p["n_resources"])]
-        lots = ["  lot %d: value %d; loads %s" % (i, p["values"][i], ", ".join(str(row[i]) for row in p["weights"]))
+        lots = ["  lot %s: value %d; loads %s" % (self.ref("item", i), p["values"][i],
+                                                  ", ".join(str(row[i]) for row in p["weights"]))
                 for i in range(p["n_items"])]
         return ["Capacities: %s." % ", ".join("%s %d" % (name, c) for name, c in zip(names, p["capacities"])),
                 "Lots (value in %s; load on %s):" % (self.v["currency"], ", ".join(names))] + lots

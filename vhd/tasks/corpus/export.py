@@ -23,7 +23,6 @@ turns a record back into the row, and `read_export(DIR)` gives every split's row
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections import Counter
@@ -33,6 +32,7 @@ from typing import Any
 from vhd.mechanisms import Family, registry
 from vhd.schemas.errors import VhdError
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
+from vhd.tasks.setters.skin import UNKNOWN, Interface, skin_of, with_skin
 
 COLUMNS = ("env_id", "family", "presentation", "split", "module", "player", "grader", "digest", "corpus_version",
            "corpus_digest", "difficulty")
@@ -91,16 +91,17 @@ def export_row(env: EnvironmentRecord, model: ModelRecord, output: SetterOutputR
 
 
 TOOL_NAMES = ("skinned", "canonical")
-_SKIN_LINE = "\nSKIN = json.loads("
 
 
 def with_canonical_tool_names(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with the family's canonical tool names (`place_order`, `end_day`…) in place of the
-    passage's (`order_loaves`…), so one family has one tool set for training; descriptions and the
-    rest of the instruction keep the passage's words. The module is the admitted one with only the
-    names in its SKIN changed (its World, which the gates judged, is the same code; a name is
-    only what `Env.call` dispatches on), and the instruction is the one it writes with them; the
-    row's `digest` still pins the admitted environment. F rows (no tools to call) come back as they are.
+    """The row with the family's canonical interface in place of the passage's: its tool names
+    (`place_order`, `end_day`… for `order_loaves`…), argument names (`item` for `parcel`) and ids
+    (0, 1, 2… for P-01, P-02…), so one family has one tool set for training; descriptions and the
+    rest of the instruction keep the passage's words. The module is the admitted one with only its
+    SKIN's names and id styles changed (its World, which the gates judged, is the same code; the
+    skin is data `Env` reads), and the instruction is the one it writes with them; the reference
+    trajectory is the same calls as the canonical interface takes them; the row's `digest` still
+    pins the admitted environment. F rows (no tools to call) come back as they are.
 
         >>> canonical = with_canonical_tool_names(row)
         >>> sorted(t["name"] for t in canonical["player"]["tools"]) == sorted(row["grader"]["interface"].values())
@@ -109,19 +110,25 @@ def with_canonical_tool_names(row: dict[str, Any]) -> dict[str, Any]:
     if row["presentation"] == "F":
         return row
     names = row["grader"]["interface"]
-    head, _, tail = row["module"].rpartition(_SKIN_LINE)
-    skin = json.loads(ast.literal_eval(tail.strip()[:-1]))  # SKIN = json.loads('<repr of the JSON>')
-    skin["tools"] = [dict(tool, name=tool["canonical"]) for tool in skin["tools"]]
-    module = head + _SKIN_LINE + repr(json.dumps(skin, sort_keys=True)) + ")\n"
+    skin = skin_of(row["module"])
+    if skin is None:
+        raise ValueError(f"environment {row['env_id'][:12]}'s module has no readable SKIN; expected a template module")
+    interface = Interface.of_row(registry.get(row["family"]), names, row["module"])
+    skin = dict(skin, tools=[dict(tool, name=tool["canonical"]) for tool in skin["tools"]], ids={}, renamed={})
+    module = with_skin(row["module"], skin)
     namespace: dict[str, Any] = {}
     exec(compile(module, "<canonical module>", "exec"), namespace)  # the admitted module's own code
-    instruction = namespace["create"](row["grader"]["config"]).instruction
-    player = {**row["player"], "instruction": instruction,
-              "tools": [dict(tool, name=names[tool["name"]]) for tool in row["player"]["tools"]]}
+    env = namespace["create"](row["grader"]["config"])
+    player = {**row["player"], "instruction": env.instruction, "tools": env.tools}
     grader = {**row["grader"], "interface": {c: c for c in names.values()},
-              "reference_trajectory": [dict(call, tool=names.get(call["tool"], call["tool"]))
-                                       for call in row["grader"]["reference_trajectory"]]}
+              "reference_trajectory": [_canonical_call(interface, call) for call in row["grader"]["reference_trajectory"]]}
     return {**row, "module": module, "player": player, "grader": grader}
+
+
+def _canonical_call(interface: Interface, call: dict[str, Any]) -> dict[str, Any]:
+    """A reference call in canonical names and ids (a tool outside the interface stays as it is)."""
+    canonical = interface.canonical(call)
+    return canonical if canonical["tool"] != UNKNOWN else call
 
 
 def rows_of(wh: Any, envs: list[EnvironmentRecord], extra: Any = None) -> list[dict[str, Any]]:

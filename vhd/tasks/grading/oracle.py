@@ -23,7 +23,9 @@ _REFERENCE_LOCK = AST_LOCK  # check tasks run in threads; CPython 3.11's ast.par
 
 def reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
     """The family's own World rendered by the template setter and executed here: trusted code,
-    the oracle the reference_agreement gate compares a candidate module with."""
+    the oracle the reference_agreement gate compares a candidate module with. Its ids and
+    arguments are the family's own (`render_module(plain=True)`): canonical calls play on it as
+    they are."""
     with _REFERENCE_LOCK:
         return _reference_module(family)
 
@@ -39,7 +41,7 @@ def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
         output = None
         for passage in builtin_passages():  # the first passage that has the family's vocabulary
             try:
-                output = render_module(family, passage)
+                output = render_module(family, passage, plain=True)
                 break
             except SetterError:
                 continue
@@ -49,6 +51,34 @@ def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
         exec(compile(output.module, f"<reference {family.code_version}>", "exec"), module.__dict__)
         _REFERENCE[family.code_version] = (module, output)
     return _REFERENCE[family.code_version]
+
+
+_IN_SKIN: dict[str, Any] = {}
+
+
+def reference_in_skin(family: Family, setter_output: SetterOutputRecord) -> Any:
+    """The family's own World wearing the skin of `setter_output`'s module (its names, tables,
+    ids and argument names are data the trusted code reads), executed here; the plain reference
+    for a module without a readable SKIN. What a candidate's instruction and answers are compared
+    with, word for word and number for number."""
+    import types
+
+    from vhd.tasks.setters.skin import skin_of, with_skin
+
+    skin = skin_of(setter_output.module)
+    if skin is None:
+        return reference_module(family)[0]
+    with _REFERENCE_LOCK:
+        found = _IN_SKIN.get(setter_output.setter_output_id)
+        if found is None:
+            if len(_IN_SKIN) >= 64:
+                _IN_SKIN.pop(next(iter(_IN_SKIN)))
+            _, output = _reference_module(family)
+            found = types.ModuleType(f"vhd_reference_{family.name}_in_skin")
+            exec(compile(with_skin(output.module, skin), f"<reference {family.code_version} in a skin>", "exec"),
+                 found.__dict__)
+            _IN_SKIN[setter_output.setter_output_id] = found
+        return found
 
 
 def fitted_schemas(family: Family, theta: dict[str, Any]) -> list[dict[str, Any]]:

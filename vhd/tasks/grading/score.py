@@ -37,6 +37,7 @@ from vhd.tasks.grading import written
 from vhd.tasks.grading.step_advantages import Advantages, decision_grade
 from vhd.tasks.grading.reward import reward, step_rewards
 from vhd.tasks.sandbox import Limits, run_job
+from vhd.tasks.setters.skin import Interface
 
 REPLAY_ATTEMPTS = 3
 
@@ -47,25 +48,26 @@ __all__ = ["Grading", "parse_trajectories", "replay", "reward", "score"]
 class Grading:
     """What grading any trajectory of one I or A environment takes: the family, the module's
     create() config, the episode's own references (u*, u_default, u_idle on its seed), the model's
-    expected values and the module's tool names → canonical names."""
+    expected values and the module's interface (its calls → the family's canonical calls)."""
 
     family: Family
     config: dict[str, Any]
     references: tuple[float, float, float | None]
     expected: dict[str, float]
-    names: dict[str, str]
+    interface: Interface
 
     @classmethod
     def of(cls, env: EnvironmentRecord, theta: dict[str, Any], output: SetterOutputRecord, solution: SolutionRecord,
            family: Family) -> "Grading":
         return cls(family, env.config(theta), (env.u_star, env.u_default, env.u_idle),
                    {"u_star": solution.u_star, "u_default": solution.u_default, "u_idle": solution.u_idle},
-                   {b.name: b.canonical for b in output.interface})
+                   Interface.of(family, output))
 
     @classmethod
-    def of_grader(cls, grader: dict[str, Any]) -> "Grading":
-        """From an export row's grader view; TrajectoryFormatError if this vhd's family differs
-        from the one the row was made with, or if the row is of presentation F."""
+    def of_grader(cls, grader: dict[str, Any], module: str) -> "Grading":
+        """From an export row's grader view and module (whose SKIN says how its calls name their
+        arguments and write ids); TrajectoryFormatError if this vhd's family differs from the one
+        the row was made with, or if the row is of presentation F."""
         if grader["config"].get("presentation") == "F":
             raise TrajectoryFormatError("presentation F is scored from a written answer (vhd score), not from tool "
                                         "calls")
@@ -75,7 +77,7 @@ class Grading:
             raise TrajectoryFormatError(f"the row was exported from {grader.get('family')} but this vhd has "
                                         f"{family.code_version}; expected a row of this version (re-export it)")
         return cls(family, grader["config"], (grader["u_star"], grader["u_default"], grader.get("u_idle")),
-                   grader["expected"], grader["interface"])
+                   grader["expected"], Interface.of_row(family, grader["interface"], module))
 
     def for_seed(self, episode_seed: int) -> "Grading":
         """The grading of another episode of the same θ: its config, and its own references (π*, the
@@ -90,11 +92,11 @@ class Grading:
         idle.finish()
         references = (family.simulate(theta, optimal, episode_seed).utility,
                       family.simulate(theta, family.default_policy(theta), episode_seed).utility, idle.utility)
-        return Grading(family, config, references, self.expected, self.names)
+        return Grading(family, config, references, self.expected, self.interface)
 
     def row(self, calls: list[dict[str, Any]], utility: float | None) -> dict[str, Any]:
         """The rewards of one trajectory whose module replay realised `utility` (None: it failed)."""
-        decision = decision_grade(self.family, self.config, calls, self.expected, self.names)
+        decision = decision_grade(self.family, self.config, calls, self.expected, self.interface)
         failed = utility is None
         return {"reward": 0.0 if failed else decision["reward"],
                 "outcome_reward": reward(utility, *self.references),

@@ -36,6 +36,7 @@ from typing import Any
 from vhd.mechanisms import Family
 from vhd.tasks.grading.oracle import reference_module
 from vhd.tasks.grading.reward import decision_reward, step_rewards
+from vhd.tasks.setters.skin import UNKNOWN, Interface
 
 TOLERANCE = 1e-9  # |A*| below this, relative to the model's scale, is 0: π* ties are exact
 _VALUES: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -79,14 +80,15 @@ def decision_values(family: Family, theta: dict[str, Any]) -> Any:
 class Advantages:
     """One episode replayed on the family's own World, call by call, with the advantage of each.
 
-    `names` maps a module's tool names to the canonical ones (calls then come in the module's
-    names; a name outside it is a call every World refuses)."""
+    `interface` is a module's (`vhd.tasks.setters.skin.Interface`): calls then come as its player
+    makes them (its tool names, argument names and ids) and are replayed as the canonical calls
+    they mean; a tool outside it is a call every World refuses. Without it, calls are canonical."""
 
-    def __init__(self, family: Family, config: dict[str, Any], names: dict[str, str] | None = None):
+    def __init__(self, family: Family, config: dict[str, Any], interface: Interface | None = None):
         if not declares_advantages(family):
             raise NotImplementedError(f"{family.name} declares no advantages (decision_values, decision_state, "
                                       "advantage)")
-        self.family, self.theta, self.names = family, config["params"], names
+        self.family, self.theta, self.interface = family, config["params"], interface
         module, self._output = reference_module(family)
         self._env = module.create(config)
         self._world = self._env._world
@@ -117,9 +119,9 @@ class Advantages:
 
     def call(self, call: dict[str, Any]) -> float:
         """A* of one call (0 for a refused, probe or observe call, or one after the end)."""
+        if self.interface is not None:
+            call = self.interface.canonical(call)
         tool, arguments = call.get("tool"), call.get("arguments")
-        if self.names is not None:
-            tool = self.names.get(tool, UNKNOWN) if isinstance(tool, str) else UNKNOWN
         role = self._roles.get(tool) if isinstance(tool, str) else None
         if self._env.done:
             return 0.0
@@ -167,17 +169,15 @@ def step_advantages(family: Family, config: dict[str, Any], calls: list[dict[str
     return steps
 
 
-UNKNOWN = "\x00unknown:"  # a module name outside the interface, kept unknown on the reference World
-
 
 def decision_grade(family: Family, config: dict[str, Any], calls: list[dict[str, Any]],
-                   expected: dict[str, float], names: dict[str, str] | None = None) -> dict[str, Any]:
-    """The decision reward of a trajectory (in the module's names when `names` maps them to the
-    canonical ones) with `expected` = the model's E[u*], E[u_default], E[u_idle]: `reward`,
+                   expected: dict[str, float], interface: Interface | None = None) -> dict[str, Any]:
+    """The decision reward of a trajectory (as the module's player makes its calls when
+    `interface` is the module's, else canonical) with `expected` = the model's E[u*], E[u_default], E[u_idle]: `reward`,
     `step_rewards` (one per call, summing to `reward`: `reward.step_rewards`; the advantage of
     finishing an unfinished episode is the last call's), `advantages` (each call's A*_t, finishing's
     in the last) and `advantage` (Σ A*)."""
-    replay = Advantages(family, config, names)
+    replay = Advantages(family, config, interface)
     per_call = [replay.call(call) for call in calls]
     finish = replay.finish()
     if per_call:

@@ -30,6 +30,7 @@ from vhd.schemas.errors import SetterError, SetterUnavailable
 from vhd.schemas.records import ModelRecord, PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks.setters.lexicon import tool_names, world_words
 from vhd.tasks.setters.settings import LLMSettings
+from vhd.tasks.setters.skin import skin_of
 from vhd.tasks.setters.template import render_module
 
 SETTER = "anthropic"
@@ -120,17 +121,19 @@ def parse_reply(family: Family, text: str) -> tuple[str, tuple[ToolBinding, ...]
 
 
 def rewritten(family: Family, passage: PassageRecord, output: SetterOutputRecord, tools: list[dict]) -> bool:
-    """Tool names or argument schemas (properties, required) unlike the template's for this passage."""
+    """Tool names or argument schemas (properties, required) unlike the template's for this passage
+    (its argument names are the world's: `SKIN["renamed"]`)."""
     template = render_module(family, passage)
     if [b.name for b in output.interface] != [b.name for b in template.interface]:
         return True
+    renamed = (skin_of(template.module) or {}).get("renamed", {})
     by_name = {t.get("name"): t.get("input_schema", {}) for t in tools}
     for spec, binding in zip(family.tools, output.interface):
         got = by_name.get(binding.name)
         if got is None:
             continue  # not reported (the module did not run): names decide
-        if sorted(got.get("properties", {})) != sorted(spec.input_schema.get("properties", {})) or \
-                sorted(got.get("required", [])) != sorted(spec.input_schema.get("required", [])):
+        if sorted(got.get("properties", {})) != sorted(renamed.get(k, k) for k in spec.input_schema.get("properties", {})) or \
+                sorted(got.get("required", [])) != sorted(renamed.get(k, k) for k in spec.input_schema.get("required", [])):
             return True
     return False
 

@@ -318,3 +318,65 @@ def world_words(family: Any, passage: Any) -> dict[str, Any]:
             elif key in NOUNS:
                 nouns[key + ("*" if many else "")] = plural(words[key]) if many else words[key]
     return {"verbs": {role: verbs[role] for role in ROLES if role in verbs}, "nouns": dict(sorted(nouns.items()))}
+
+
+# family -> a kind of id its World counts (`World.IDS`'s values) -> the noun that names it: a
+# world calls the argument by its word for that noun (knapsack's `item` is a `parcel` in a freight
+# depot) and writes its codes with the word's initials (`P-07`). A kind not listed keeps its name.
+ID_NOUNS: dict[str, dict[str, str]] = {
+    "facility": {"site": "depot", "town": "town"},
+    "knapsack": {"item": "lot"},
+    "lp": {"product": "product", "resource": "resource"},
+    "pandora": {"box": "box"},
+    "qp": {"project": "project"},
+    "rostering": {"staff": "staff"},
+    "routing": {"stop": "stop"},
+    "scheduling": {"job": "job", "machine": "machine"},
+    "tardiness": {"job": "job"},
+}
+
+
+def id_style(passage_id: str, kind: str, prefix: str) -> str:
+    """How a world writes the ids of one kind (`_runtime.ID_STYLES`): by a hash of the passage and
+    the kind, so the same passage always writes them alike and its kinds need not agree."""
+    index = int(hashlib.sha256(f"{passage_id}:{kind}".encode("utf-8")).hexdigest()[:8], 16)
+    style = ("number", "ordinal", "code")[index % 3]
+    return f"code:{prefix}" if style == "code" else style
+
+
+def _initials(word: str, taken: set[str]) -> str:
+    """A code prefix for a noun: its initials ("loan application" → "LA"), longer if taken."""
+    letters = re.sub(r"[^a-z ]", "", word.lower()).split() or ["x"]
+    for prefix in ("".join(w[0] for w in letters), letters[0][:2], letters[0][:3]):
+        if prefix.upper() not in taken:
+            return prefix.upper()
+    return letters[0][:3].upper() + str(len(taken))
+
+
+def id_skin(family: Any, passage: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """({kind: id style}, {canonical key: its name in the world}) of `family`'s World in the world
+    of `passage`: every kind of id its `IDS` declares gets a style; an argument or answer key of a
+    kind `ID_NOUNS` names is renamed to the world's word (`from_stop` to `from_<word>`), unless
+    the new name is one the family already uses."""
+    ids = dict(getattr(family.world, "IDS", {}))
+    nouns = ID_NOUNS.get(family.name, {})
+    words = lexicon(family.name, passage, set(nouns.values())) if nouns else {}
+    styles: dict[str, str] = {}
+    for kind in sorted(set(ids.values())):
+        word = words.get(nouns[kind], kind) if kind in nouns else kind
+        styles[kind] = id_style(passage.passage_id, kind, _initials(word, {s[5:] for s in styles.values()
+                                                                             if s.startswith("code:")}))
+    used = set(ids) | {key for spec in family.tools for key in spec.input_schema.get("properties", {})}
+    renamed: dict[str, str] = {}
+    for key, kind in sorted(ids.items()):
+        if kind not in nouns:
+            continue
+        word = slug(words[nouns[kind]])
+        if nouns[kind] in PASSAGE_SLOTS:  # the passage's staff are plural ("cashiers"): one of them
+            from vhd.tasks.setters.template import singular
+
+            word = singular(word)
+        new = word if key == kind else key[: -len(kind)] + word if key.endswith("_" + kind) else None
+        if new and new != key and new not in used and new not in renamed.values():
+            renamed[key] = new
+    return styles, renamed

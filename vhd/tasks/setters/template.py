@@ -30,10 +30,10 @@ from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError
 from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
-from vhd.tasks.setters.lexicon import tool_names
+from vhd.tasks.setters.lexicon import id_skin, tool_names
 
 SETTER = "template"
-SETTER_VERSION = "6"
+SETTER_VERSION = "7"
 _RUNTIME = Path(__file__).parents[2] / "mechanisms" / "_runtime.py"
 
 
@@ -112,7 +112,7 @@ def tool_name(family: Family, canonical: str, passage: PassageRecord) -> str:
     return tool_names(family, passage)[canonical]
 
 
-def _skin(family: Family, passage: PassageRecord) -> dict:
+def _skin(family: Family, passage: PassageRecord, plain: bool = False) -> dict:
     vocab = dict(passage.vocabulary)
     words = vocab.pop("synonyms", {})
     vocab.pop("lexicon", None)  # the passage's own verbs and nouns: they made the names
@@ -144,12 +144,15 @@ def _skin(family: Family, passage: PassageRecord) -> dict:
     tables = {part: f"{site}_{_slug(words.get(part, part))}" for part in family.tables}
     if len(set(tables.values())) != len(tables):
         raise SetterError(f"passage {passage.passage_id} maps two tables of {family.name} to one name: {tables}")
-    return {"family": family.name, "tools": tools, "tables": tables, "vocab": vocab, "narrative": narrative(passage)}
+    ids, renamed = ({}, {}) if plain else id_skin(family, passage)
+    return {"family": family.name, "tools": tools, "tables": tables, "vocab": vocab, "narrative": narrative(passage),
+            "ids": ids, "renamed": renamed}
 
 
-def render_module(family: Family, passage: PassageRecord) -> SetterOutputRecord:
-    """One self-contained module for `family` in the world of `passage`."""
-    skin = _skin(family, passage)
+def render_module(family: Family, passage: PassageRecord, plain: bool = False) -> SetterOutputRecord:
+    """One self-contained module for `family` in the world of `passage` (`plain`: its ids written
+    as the World counts them, its arguments named as the family names them)."""
+    skin = _skin(family, passage, plain)
     runtime = _RUNTIME.read_text(encoding="utf-8")
     runtime = runtime.split('"""', 2)[2].lstrip()  # drop the runtime's own docstring
     header = (

@@ -38,11 +38,11 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
     own `twin_theta`: every number the sequence's accepted calls showed (those the reference World
     accepted, `expected`, as the family's `belief` reads them) kept, every other one moved."""
     fuzz = fuzz_calls(setter_output, family)
-    looks = [{"tool": setter_output.tool_name(t.name), "arguments": {}} for t in family.tools_with_role("observe")
-             if not t.input_schema.get("required")]
-    probes = [{"tool": setter_output.tool_name(t.name), "arguments": {key: t.input_schema["properties"][key].get("minimum", 0)
-                                                                      for key in t.input_schema.get("required", [])}}
-              for t in family.tools_with_role("probe")]
+    looks = to_calls(setter_output, [{"tool": t.name, "arguments": {}} for t in family.tools_with_role("observe")
+                                     if not t.input_schema.get("required")])
+    probes = to_calls(setter_output, [{"tool": t.name, "arguments": {key: t.input_schema["properties"][key].get("minimum", 0)
+                                                                    for key in t.input_schema.get("required", [])}}
+                                      for t in family.tools_with_role("probe")])
     episodes = []
     for c, r, random_sequences, runs in zip(candidates, refs, sequences, expected):
         optimal = to_calls(setter_output, r.optimal.calls)
@@ -132,7 +132,7 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
                     refs: list[References], limits: Limits, simulate_seconds: float) -> dict[str, Verdict]:
     started = time.perf_counter()
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
-    expected = reference_runs(family, candidates, sequences, limits)
+    expected = reference_runs(family, candidates, sequences, limits, setter_output)
     reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
     job = _job(family, setter_output, candidates, refs, sequences, expected)
     first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout

@@ -17,6 +17,7 @@ from vhd.mechanisms import Episode, Family
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, PassageRecord, SetterOutputRecord, SolutionRecord
 from vhd.tasks.grading import written
 from vhd.tasks.stages.sample import episode_seed
+from vhd.tasks.setters.skin import shown_calls
 from vhd.tasks.setters.template import narrative
 from vhd.tasks.stages.solve import unpack_policy
 
@@ -121,9 +122,9 @@ def references(family: Family, candidate: Candidate) -> References:
 
 
 def to_calls(setter_output: SetterOutputRecord, canonical: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Canonical tool calls renamed to the module's own tool names."""
-    names = {b.canonical: b.name for b in setter_output.interface}
-    return [{"tool": names[c["tool"]], "arguments": c["arguments"]} for c in canonical]
+    """Canonical tool calls as the module's player makes them (`skin.shown_calls`: its tool names,
+    argument names and ids)."""
+    return shown_calls(setter_output, canonical)
 
 
 @dataclass(frozen=True)

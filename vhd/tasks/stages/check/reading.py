@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from vhd.tasks.stages.check.evidence import LOOKS, PROBES, Evidence, sequence_name
-from vhd.tasks.grading.oracle import reference_module
+from vhd.tasks.grading.oracle import reference_in_skin
 from vhd.tasks.sandbox.runner import MAX_TEXT
 
 
@@ -30,7 +30,7 @@ def gate_instruction_agreement(ev: Evidence) -> tuple[bool, str]:
     (no other gate reads the instruction against θ). An instruction cut at the sandbox's report
     size is compared on the numbers before the cut, in order. Fails naming up to five numbers
     stated and not told, and five told and not stated."""
-    module, _ = reference_module(ev.family)
+    module = reference_in_skin(ev.family, ev.candidate.setter_output)
     told = _stated(module.create(ev.candidate.config()).instruction)
     text = ev.first["describe"]["instruction"]
     stated = _stated(text)

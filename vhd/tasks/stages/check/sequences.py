@@ -253,10 +253,11 @@ def edge_sequences(family: Family, theta: dict[str, Any]) -> list[list[dict[str,
 
 
 def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[str, Any]]:
-    """Invalid calls from the tool schemas: unknown tool, non-object, wrong types, out of range, extra/missing."""
+    """Invalid calls from the tool schemas: unknown tool, non-object, wrong types, out of range,
+    extra/missing; made in the module's names and ids (`to_calls`: an id out of range stays out)."""
     calls: list[dict[str, Any]] = [{"tool": "no_such_tool", "arguments": {}}]
     for spec in family.tools:
-        name = setter_output.tool_name(spec.name)
+        name = spec.name
         calls += [{"tool": name, "arguments": "not an object"}, {"tool": name, "arguments": {"bogus_argument": 1}}]
         properties = spec.input_schema.get("properties", {})
         valid = {key: properties[key].get("minimum", 0) for key in spec.input_schema.get("required", [])}
@@ -271,4 +272,4 @@ def fuzz_calls(setter_output: SetterOutputRecord, family: Family) -> list[dict[s
                 calls.append({"tool": name, "arguments": {**valid, key: prop["maximum"] + 1}})
             if prop.get("type") == "integer":
                 calls.append({"tool": name, "arguments": {**valid, key: 1.5}})
-    return calls
+    return calls[:1] + to_calls(setter_output, calls[1:])
