@@ -134,7 +134,7 @@ def test_knapsack_without_duplicate_lot_check_is_rejected(knapsack):
     twice = [c for c in candidates if (2 * np.array(c.model.theta["weights"]).T
                                        <= np.array(c.model.theta["capacities"])).all(axis=1).any()]
     assert twice
-    _rejected_by_reference_agreement(family, output, twice, 'raise AgentError("lot %d is already in the selection" % item)',
+    _rejected_by_reference_agreement(family, output, twice, 'raise AgentError("lot %s is already in the selection" % self.ref("item", item))',
                                      "pass")
 
 
@@ -209,7 +209,7 @@ def test_same_refusals_proves_a_guard_the_fitted_schema_makes_dead():
 @pytest.mark.parametrize("name, site, message", [
     ("negotiation", "drop_check: tool_make_offer's", "prices run from 0"),
     ("dynamic_pricing", "drop_check: tool_set_price's", "the menu has levels"),
-    ("routing", "drop_check: tool_drive_to's `stop == 0`", "stop 0 is the depot")])
+    ("routing", "drop_check: tool_drive_to's `stop == 0`", "is the depot; use %s to end the round")])
 def test_range_checks_behind_fitted_schemas_are_equivalent_sites(name, site, message):
     """Self-test survivors (negotiation's price bound, dynamic_pricing's level bound, routing's
     "stop 0 is the depot"): dead behind the schemas fitted to every judged θ, so not mutated."""

@@ -119,7 +119,7 @@ def test_renamed_observation_keys_and_reworded_text_are_still_admitted():
     """No false rejection: the module words and names its answers its own way."""
     family, output, candidates = _admitted("lp")
     module = output.module.replace('"changes": self._get("changes")', '"edits_so_far": self._get("changes")')
-    module = module.replace('{"product": j, "quantity": q}', '{"qty": q, "item_no": j}')
+    module = module.replace('{"product": j, "quantity": q}', '{"qty": q, "product": j}')  # ids keep their key (World.IDS)
     assert module != output.module
     verdicts = check_batch(family, output.model_copy(update={"module": module}), candidates)
     assert all(v.admitted for v in verdicts), [v.reason for v in verdicts]
@@ -217,11 +217,12 @@ def test_drop_check_skips_a_raise_the_next_statement_repeats():
     from vhd.tasks.stages.check.mutants import mutants
 
     family, output, candidates = _admitted("knapsack")
-    short = 'raise AgentError("lot %d does not fit: it would push some resource past its capacity" % item)'
+    short = ('raise AgentError("lot %s does not fit: it would push some resource past its capacity" '
+             '% self.ref("item", item))')
     line = next(x for x in output.module.splitlines() if x.strip() == short)
     indent = line[: len(line) - len(line.lstrip())]
-    planted = (f"{indent}if item >= 0:\n{indent}    raise AgentError(\"lot %d does not fit (detailed)\" % item)\n"
-               f"{line}")
+    planted = (f"{indent}if item >= 0:\n{indent}    raise AgentError(\"lot %s does not fit (detailed)\" "
+               f"% self.ref(\"item\", item))\n{line}")
     output = output.model_copy(update={"module": output.module.replace(line, planted, 1)})
     equivalent = []
     made = mutants(family, output, candidates[0].model.theta, 1.0, np.random.default_rng(0),
@@ -252,8 +253,9 @@ def test_a_misstated_i_instruction_is_rejected_in_i_only():
     candidates are rejected on that gate alone (the World plays right); its A candidates, whose
     instruction does not state the values, are admitted. The selftest judges such a mutant where it
     changes the instruction (before this gate, 20 of its 30 survivors were instruction mutants)."""
-    verdicts = _verdicts("knapsack", 'lots = ["  lot %d: value %d; loads %s" % (i, p["values"][i],',
-                         'lots = ["  lot %d: value %d; loads %s" % (i, 2 * p["values"][i],', presentations=("I", "A"))
+    verdicts = _verdicts("knapsack", 'lots = ["  lot %s: value %d; loads %s" % (self.ref("item", i), p["values"][i],',
+                         'lots = ["  lot %s: value %d; loads %s" % (self.ref("item", i), 2 * p["values"][i],',
+                         presentations=("I", "A"))
     by = {p: [v for v in verdicts if v.candidate.presentation == p] for p in ("I", "A")}
     assert by["I"] and by["A"] and all(v.admitted for v in by["A"])
     for v in by["I"]:

@@ -18,6 +18,7 @@ from vhd.tasks.sandbox import report as sandbox_report
 from vhd.tasks.stages.annotate import make_candidates
 from vhd.tasks.stages.check import _twin_difference, check_batch, perturbed
 from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.setters.skin import interface_of
 from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.solve import solve_models
@@ -40,7 +41,11 @@ def env_of(name, theta, presentation="A"):
     out, module = module_of(name)
     env = module.create({"params": theta, "presentation": presentation, "episode_seed": 0,
                          "turn_budget": registry.get(name).turn_budget(theta)})
-    return env, lambda tool, **arguments: env.call(out.tool_name(tool), arguments)
+    def call(tool, **arguments):  # a canonical call as the module's player makes it (its names and ids)
+        made = interface_of(out).shown({"tool": tool, "arguments": arguments})
+        return env.call(made["tool"], made["arguments"])
+
+    return env, call
 
 
 def twin_of(name, theta):
@@ -132,8 +137,8 @@ def mutated(output, old, new):
 def test_a_refusal_that_shows_a_hidden_cap_is_rejected():
     family = registry.get("qp")
     output, candidates = candidates_of("qp", 3)
-    leaky = mutated(output, '"%r %s is over project %d\'s cap (%s lists the caps)"',
-                    '("%r %s is over project %d\'s cap of " + str(self.p["caps"][project]) + " (%s lists the caps)")')
+    leaky = mutated(output, '"%r %s is over project %s\'s cap (%s lists the caps)"',
+                    '("%r %s is over project %s\'s cap of " + str(self.p["caps"][project]) + " (%s lists the caps)")')
     for gate in hiding(check_batch(family, leaky, candidates, every_candidate=True)):
         assert not gate.passed and "refusal of" in gate.message and "it leaks them" in gate.message, gate.message
 

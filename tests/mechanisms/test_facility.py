@@ -10,6 +10,7 @@ The only layout assumption is that of a plan: a 0/1 vector over the depots.
 from __future__ import annotations
 
 import statistics
+import types
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from pydantic import ValidationError
 from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("facility")
@@ -57,6 +60,12 @@ def plain_default(theta):
     totals = [sum(row[s] for row in theta["service_costs"]) for s in range(theta["n_sites"])]
     best = totals.index(min(totals))
     return sorted({best} | {s for s in range(theta["n_sites"]) if f[s] < med})
+
+
+def costs(row):
+    """A service-cost row of an answer ([{"site": s, "cost": c}, ...], depot by depot) as a list."""
+    assert [entry["site"] for entry in row] == list(range(len(row)))
+    return [entry["cost"] for entry in row]
 
 
 def make(opening, service):
@@ -279,13 +288,13 @@ def test_probes_and_observations_report_theta():
     for s in range(theta["n_sites"]):
         assert call("get_site_costs", site=s)["opening_cost"] == theta["opening_costs"][s]
     assert [d["opening_cost"] for d in call("list_sites")["depots"]] == theta["opening_costs"]
-    assert call("survey_town", town=2)["service_costs"] == theta["service_costs"][2]
+    assert costs(call("survey_town", town=2)["service_costs"]) == theta["service_costs"][2]
     assert [t["town"] for t in call("view_surveys")["surveyed"]] == [2]
     before = env.outcome()["turns_used"]
     for t in range(theta["n_towns"]):
-        assert call("survey_town", town=t)["service_costs"] == theta["service_costs"][t]
+        assert costs(call("survey_town", town=t)["service_costs"]) == theta["service_costs"][t]
     assert env.outcome()["turns_used"] == before + theta["n_towns"]
-    assert [t["service_costs"] for t in call("view_surveys")["surveyed"]] == theta["service_costs"]
+    assert [costs(t["service_costs"]) for t in call("view_surveys")["surveyed"]] == theta["service_costs"]
     for s in (1, 3):
         assert call("open_site", site=s)["ok"]
     net = call("view_network")
@@ -293,7 +302,7 @@ def test_probes_and_observations_report_theta():
     towns = call("view_assignment")["towns"]
     for k, row in enumerate(theta["service_costs"]):
         best = min((row[s], s) for s in (1, 3))
-        assert (towns[k]["cost"], towns[k]["depot"]) == best
+        assert (towns[k]["cost"], towns[k]["site"]) == best
     assert call("close_site", site=1)["ok"] and call("view_network")["total_cost"] == cost(theta, [3])
     assert call("view_log", limit=1)["log"][0] == {"entry": 3, "action": "close", "site": 1}
     assert call("finalize_network")["ok"] and env.done and env.outcome()["utility"] == -cost(theta, [3])
@@ -392,17 +401,55 @@ def test_one_probe_in_a_shows_one_entry_or_one_row():
     env = env_of(FAM, 0, theta, "A")
     answer = env.call(out.tool_name("get_site_costs"), {"site": 2})
     assert {k: v for k, v in answer.items() if k not in ("ok", "turns_left")} == {
-        "site": 2, "label": "D2", "opening_cost": theta["opening_costs"][2], "currency": answer["currency"]}
+        "site": 2, "opening_cost": theta["opening_costs"][2], "currency": answer["currency"]}
     assert [d["opening_cost"] is not None for d in env.call(out.tool_name("list_sites"), {})["depots"]] == [
         s == 2 for s in range(theta["n_sites"])]
     row = env.call(out.tool_name("survey_town"), {"town": 4})
-    assert row["town"] == 4 and row["service_costs"] == theta["service_costs"][4]
+    assert row["town"] == 4 and costs(row["service_costs"]) == theta["service_costs"][4]
     assert env.outcome()["turns_used"] == 3  # two probes and a look, a turn each
     assert {FAM.tool(name).turn_cost for name in ("get_site_costs", "survey_town")} == {1}
     assert [spec.name for spec in FAM.tools_with_role("probe")] == ["get_site_costs", "survey_town"]
     optimum = FAM.solve(theta)
     spare = FAM.turn_budget(theta) - len(FAM.simulate(theta, optimum.policy, 0).calls)
     assert 1 <= spare < theta["n_sites"] + theta["n_towns"] == len(FAM.probe_calls(theta))
+
+
+CODED = 27  # a parcel hub: its depots are warehouses W-01, W-02, ... and its towns postcodes P-01, P-02, ...
+
+
+def test_a_coded_world_takes_and_writes_its_codes():
+    """Issue 29: a world that writes depots as codes refuses an unknown code as malformed (no turn
+    used), takes W-01 for depot 0 and writes its codes in its answers and its instruction."""
+    family, passage = FAM, PASSAGES[CODED]
+    assert id_skin(family, passage) == ({"site": "code:W", "town": "code:P"},
+                                        {"site": "warehouse", "town": "postcode"})
+    out = render_module(family, passage)
+    module = types.ModuleType("coded_facility")
+    exec(compile(out.module, "<coded facility>", "exec"), module.__dict__)
+    theta = MODULE_THETAS[0]
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": ROOMY})
+    assert "numbered W-01 to W-05" in env.instruction and "numbered P-01 to P-06" in env.instruction
+    assert "depot W-03 %d" % theta["opening_costs"][2] in env.instruction and "  town P-02: " in env.instruction
+    schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+    assert schemas[out.tool_name("open_site")]["warehouse"]["enum"] == ["W-0%d" % k for k in range(1, 6)]
+    before = env.state_digest()
+    for wrong in ("W-06", "W-1", "w-01", "D-01", 0, 1):
+        refused = env.call(out.tool_name("open_site"), {"warehouse": wrong})
+        assert refused["ok"] is False and env.state_digest() == before, (wrong, refused)
+    assert env.call(out.tool_name("open_site"), {"site": 0})["ok"] is False  # the canonical name is unknown here
+    assert env.outcome()["turns_used"] == 0
+    answer = env.call(out.tool_name("open_site"), {"warehouse": "W-01"})
+    assert answer["ok"] and answer["opened"] == "W-01" and answer["open"] == ["W-01"]
+    assert "W-01 is already open" in env.call(out.tool_name("open_site"), {"warehouse": "W-01"})["error"]
+    row = env.call(out.tool_name("survey_town"), {"postcode": "P-02"})
+    assert row["postcode"] == "P-02"
+    assert row["service_costs"] == [{"warehouse": "W-0%d" % (s + 1), "cost": c}
+                                    for s, c in enumerate(theta["service_costs"][1])]
+    towns = env.call(out.tool_name("view_assignment"), {})["towns"]
+    assert [t["postcode"] for t in towns] == ["P-0%d" % (k + 1) for k in range(theta["n_towns"])]
+    assert {t["warehouse"] for t in towns} == {"W-01"}
+    assert env.call(out.tool_name("view_log"), {})["log"][0] == {"entry": 1, "action": "open", "warehouse": "W-01"}
+    assert env.outcome()["turns_used"] == 5  # the open, the refused open, the survey, the view and the log
 
 
 def test_belief_is_what_was_read_and_the_stated_middle_elsewhere():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 from fractions import Fraction
 
 import cvxpy as cp
@@ -22,6 +23,8 @@ from family_kit import PASSAGES, env_of, failed, fit, gated, generated, mutant_v
 from vhd.mechanisms import lp
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("lp")
@@ -406,15 +409,21 @@ def test_presentation_a_hides_what_i_states(k):
     assert "product 0: 9" in inst_a and "product 0: 9" in inst_i  # demand limits are public
     env = env_of(FAM, k, theta, "A", budget=ROOMY)
     assert [env.call(out.tool_name("get_profit_sheet"), {"product": j})["profit"] for j in range(3)] == [17, 23, 29]
-    table = [{key: answer[key] for key in ("resource", "hours_by_product")}
+    table = [{"resource": answer["resource"], "hours_by_product": hours(answer["hours_by_product"])}
              for answer in (env.call(out.tool_name("get_usage_table"), {"resource": i}) for i in range(2))]
     # the orientation of I's table (issue 16: A answered a row per product): a row per resource
     assert table == [{"resource": 0, "hours_by_product": [4, 1, 6]}, {"resource": 1, "hours_by_product": [2, 5, 3]}]
-    assert "Hours per unit (a row per resource, a column per product):" in inst_i
+    assert "Hours per unit (a row per resource, a column per product, products 0 to 2):" in inst_i
     for row in table:
         assert "resource %d: %s" % (row["resource"], " ".join(map(str, row["hours_by_product"]))) in inst_i
     caps = env.call(out.tool_name("get_capacity_sheet"), {})["capacity_hours"]
     assert [c["capacity"] for c in caps] == [41, 37]
+
+
+def hours(row):
+    """A usage row of an answer ([{"product": j, "hours": h}, ...], product by product) as a list."""
+    assert [entry["product"] for entry in row] == list(range(len(row)))
+    return [entry["hours"] for entry in row]
 
 
 def _twins():
@@ -628,10 +637,9 @@ def test_one_probe_in_a_shows_one_entry_or_one_row():
     theta = make([17, 23, 29], [[4, 1, 6], [2, 5, 3]], [41, 37], [9, 8, 7])
     env = env_of(FAM, 0, theta, "A")
     shown = lambda answer: {k: v for k, v in answer.items() if k not in ("ok", "turns_left", "currency")}
-    assert shown(env.call(out.tool_name("get_profit_sheet"), {"product": 1})) == {"product": 1, "code": env.call(
-        out.tool_name("view_products"), {})["products"][1]["code"], "profit": 23}
-    assert shown(env.call(out.tool_name("get_usage_table"), {"resource": 1})) == {"resource": 1,
-                                                                                  "hours_by_product": [2, 5, 3]}
+    assert shown(env.call(out.tool_name("get_profit_sheet"), {"product": 1})) == {"product": 1, "profit": 23}
+    assert shown(env.call(out.tool_name("get_usage_table"), {"resource": 1})) == {"resource": 1, "hours_by_product": [
+        {"product": 0, "hours": 2}, {"product": 1, "hours": 5}, {"product": 2, "hours": 3}]}
     caps = env.call(out.tool_name("get_capacity_sheet"), {})["capacity_hours"]
     assert [c["capacity"] for c in caps] == [41, 37]
     assert {FAM.tool(name).turn_cost for name in ("get_profit_sheet", "get_usage_table", "get_capacity_sheet")} == {1}
@@ -652,3 +660,42 @@ def test_belief_is_what_was_read_and_the_stated_guess_elsewhere():
     assert guess["usage"] == [[3, 3, 3], [2, 5, 3]] and guess["profit"] == [15, 24, 29]
     assert guess["capacity"] == [22, round(Fraction(3, 10) * (18 + 40 + 21))] == [22, 24]
     assert FAM.belief(theta, FAM.probe_calls(theta)) == theta
+
+
+CODED = 5  # a catering unit: its products are menus M-01, M-02, ... and its resources prep lines PL-01, ...
+
+
+def test_a_coded_world_takes_and_writes_its_codes():
+    """Issue 29: a world that writes products and resources as codes refuses an unknown code as
+    malformed (no turn used), takes M-01 for product 0 and writes its codes in its answers and its
+    instruction."""
+    passage = PASSAGES[CODED]
+    assert id_skin(FAM, passage) == ({"product": "code:M", "resource": "code:PL"},
+                                     {"product": "menu", "resource": "prep_line"})
+    out = render_module(FAM, passage)
+    module = types.ModuleType("coded_lp")
+    exec(compile(out.module, "<coded lp>", "exec"), module.__dict__)
+    theta = make([17, 23, 29], [[4, 1, 6], [2, 5, 3]], [41, 37], [9, 8, 7])
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": ROOMY})
+    for text in ("numbered M-01 to M-03", "numbered PL-01 to PL-02", "product M-01: 17", "resource PL-02: 37",
+                 "products M-01 to M-03):", "  resource PL-01: 4 1 6"):
+        assert text in env.instruction, text
+    schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+    assert schemas[out.tool_name("set_production")]["menu"]["enum"] == ["M-01", "M-02", "M-03"]
+    assert schemas[out.tool_name("get_usage_table")]["prep_line"]["enum"] == ["PL-01", "PL-02"]
+    before = env.state_digest()
+    for wrong in ("M-04", "M-1", "m-01", "PL-01", 0, 1):
+        refused = env.call(out.tool_name("set_production"), {"menu": wrong, "quantity": 1})
+        assert refused["ok"] is False and env.state_digest() == before, (wrong, refused)
+    assert env.call(out.tool_name("set_production"), {"product": 0, "quantity": 1})["ok"] is False  # renamed
+    assert env.outcome()["turns_used"] == 0
+    assert env.call(out.tool_name("get_usage_table"), {"prep_line": "PL-01"}) == {
+        "prep_line": "PL-01", "hours_by_product": [{"menu": "M-01", "hours": 4}, {"menu": "M-02", "hours": 1},
+                                                   {"menu": "M-03", "hours": 6}], "ok": True, "turns_left": ROOMY - 1}
+    answer = env.call(out.tool_name("set_production"), {"menu": "M-01", "quantity": 2})
+    assert answer["ok"] and answer["menu"] == "M-01" and answer["hours_used"] == [{"prep_line": "PL-01", "hours": 8.0}]
+    assert "product M-02 is not in the plan" in env.call(out.tool_name("clear_production"), {"menu": "M-02"})["error"]
+    plan = env.call(out.tool_name("view_plan"), {})["plan"]
+    assert plan == [{"menu": "M-01", "quantity": 2.0}, {"menu": "M-02", "quantity": 0.0},
+                    {"menu": "M-03", "quantity": 0.0}]
+    assert env.outcome()["turns_used"] == 4 and env.outcome()["utility"] == 34.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 from fractions import Fraction
 
 import numpy as np
@@ -21,6 +22,8 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import registry
 from vhd.mechanisms import pandora as pan
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 from theta_cases import bumped, smallest_theta
 
@@ -512,6 +515,47 @@ def test_presentation_a_hides_the_numbers_that_i_states():
         # the stickers with their stated error, and the fees' stated range
         assert ", ".join("box %d: %d" % (i, s) for i, s in enumerate(theta["prize_stickers"])) in a_text
         assert "by at most 12 either way" in a_text and "between 15 % and 50 %" in a_text
+
+
+CODED = 2  # a bike shop: its boxes are cartons C-01, C-02, ...
+
+
+def test_a_coded_world_takes_and_writes_its_codes():
+    """Issue 29: a world that writes boxes as codes refuses an unknown code as malformed (no turn
+    used), takes C-01 for box 0 and writes its codes in its answers and its instruction."""
+    passage = PASSAGES[CODED]
+    assert id_skin(FAM, passage) == ({"box": "code:C"}, {"box": "carton", "best_box": "best_carton"})
+    out = render_module(FAM, passage)
+    module = types.ModuleType("coded_pandora")
+    exec(compile(out.module, "<coded pandora>", "exec"), module.__dict__)
+    theta = SIM[0]
+    n = theta["n_boxes"]
+    codes = ["C-%02d" % (i + 1) for i in range(n)]
+    texts = {}
+    for presentation in ("I", "A"):
+        env = module.create({"params": theta, "presentation": presentation, "episode_seed": 3, "turn_budget": ROOMY})
+        texts[presentation] = env.instruction
+        assert "numbered C-01 to %s" % codes[-1] in env.instruction
+    assert "  box C-01: fee %d;" % theta["costs"][0] in texts["I"]
+    assert ", ".join("box %s: %d" % (c, s) for c, s in zip(codes, theta["prize_stickers"])) in texts["A"]
+    schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+    assert schemas[out.tool_name("open_box")]["carton"]["enum"] == codes
+    before = env.state_digest()
+    for wrong in ("C-%02d" % (n + 1), "C-1", "c-01", "B-01", 0, 1):
+        answer = env.call(out.tool_name("open_box"), {"carton": wrong})
+        assert answer["ok"] is False and env.state_digest() == before, (wrong, answer)
+    assert env.call(out.tool_name("open_box"), {"box": 0})["ok"] is False  # the canonical name is unknown here
+    assert env.outcome()["turns_used"] == 0
+    prizes = pan.World.draw(theta, 3)
+    answer = env.call(out.tool_name("open_box"), {"carton": "C-01"})
+    assert answer["ok"] and answer["carton"] == "C-01" and answer["prize"] == prizes[0]
+    assert "box C-01 is already open" in env.call(out.tool_name("open_box"), {"carton": "C-01"})["error"]
+    assert env.call(out.tool_name("view_best"), {})["best_carton"] == "C-01"
+    assert [b["carton"] for b in env.call(out.tool_name("list_boxes"), {})["boxes"]] == codes
+    assert env.call(out.tool_name("view_log"), {})["openings"][0]["carton"] == "C-01"
+    assert [f["carton"] for f in env.call(out.tool_name("read_fee_schedule"), {})["fees"]] == codes
+    taken = env.call(out.tool_name("stop_and_take"), {})
+    assert taken["best_carton"] == "C-01" and env.done and env.outcome()["turns_used"] == 7
 
 
 # ---------------------------------------------------------------------------------------------

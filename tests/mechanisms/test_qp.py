@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 from fractions import Fraction
 
 import numpy as np
@@ -23,6 +24,8 @@ from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdic
 from vhd.mechanisms import qp as QP
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("qp")
@@ -356,7 +359,8 @@ def test_module_observations_track_the_plan():
     theta = HAND[5]
     env = env_of(FAM, 0, theta, "A", budget=ROOMY)
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
-    assert call("get_return_forecast")["forecast_return_per_unit"] == {"0": 12, "1": 9, "2": 4}  # exact here
+    assert call("get_return_forecast")["forecast_return_per_unit"] == [  # exact here
+        {"project": 0, "forecast": 12}, {"project": 1, "forecast": 9}, {"project": 2, "forecast": 4}]
     assert [call("inspect_project", project=i)["expected_return_per_unit"] for i in range(3)] == [12, 9, 4]
     assert [call("get_position_limits", project=i)["cap"] for i in range(3)] == [5, 6, 7]
     risk = call("get_risk_model", project=2)
@@ -364,7 +368,8 @@ def test_module_observations_track_the_plan():
     assert call("allocate", project=0, amount=4.5)["left"] == 5.5
     assert call("allocate", project=2, amount=2)["allocated"] == 6.5
     assert call("allocate", project=0, amount=3.0)["allocated"] == 5.0  # replaces, does not add
-    assert call("view_allocation")["allocation"] == {"0": 3.0, "1": 0.0, "2": 2.0}
+    assert call("view_allocation")["allocation"] == [{"project": 0, "amount": 3.0}, {"project": 1, "amount": 0.0},
+                                                     {"project": 2, "amount": 2.0}]
     assert call("view_budget")["left"] == 5.0
     # presentation A, no side channel (issue 26): the objective shows once project 0's risk row is read too
     assert call("view_objective")["objective"] is None and call("get_risk_model", project=0)["ok"]
@@ -394,15 +399,55 @@ def test_projects_and_factors_are_numbered_from_0_like_every_family():
     assert "by project: 0: 10, 1: 5." in text_i and "(projects 0 to 1):" in text_i and "  factor 0: 1, 1" in text_i
     env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
-    assert call("list_assets")["projects"] == [{"project": 0, "name": "bakery project 0"},
-                                               {"project": 1, "name": "bakery project 1"}]
+    assert call("list_assets")["projects"] == [{"project": 0}, {"project": 1}]
     assert call("get_risk_model", project=1)["loadings"] == {"factor 0": 1}
     assert call("allocate", project=0, amount=1.0)["project"] == 0
     assert "'project' must be <= 1" in call("allocate", project=2, amount=1.0)["error"]  # the fitted schema
     assert call("view_journal")["entries"][0]["project"] == 0
     assert call("release_asset", project=0) == {"project": 0, "amount": 0.0, "allocated": 0.0, "ok": True,
                                                 "turns_left": FAM.turn_budget(theta) - 5}
-    assert call("commit_allocation")["committed"] == {"0": 0.0, "1": 0.0}
+    assert call("commit_allocation")["committed"] == [{"project": 0, "amount": 0.0}, {"project": 1, "amount": 0.0}]
+
+
+CODED = 2  # a bike shop: its projects are product lines L-01, L-02, ...
+
+
+def test_a_coded_world_takes_and_writes_its_codes():
+    """Issue 29: a world that writes projects as codes refuses an unknown code as malformed (no
+    turn used), takes L-01 for project 0 and writes its codes in its answers and its instruction
+    (risk factors are no argument of any tool: they stay numbered from 0)."""
+    passage = PASSAGES[CODED]
+    assert id_skin(FAM, passage) == ({"project": "code:L"}, {"project": "line"})
+    out = render_module(FAM, passage)
+    module = types.ModuleType("coded_qp")
+    exec(compile(out.module, "<coded qp>", "exec"), module.__dict__)
+    theta = HAND[5]  # three projects, two risk factors
+    texts = {}
+    for presentation in ("I", "A"):
+        env = module.create({"params": theta, "presentation": presentation, "episode_seed": 0, "turn_budget": ROOMY})
+        texts[presentation] = env.instruction
+        assert "across 3 projects (numbered L-01 to L-03) whose returns move with 2 risk factors (numbered 0 to 1)." \
+            in env.instruction
+    assert "by project: L-01: 12, L-02: 9, L-03: 4." in texts["I"] and "(projects L-01 to L-03):" in texts["I"]
+    schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+    assert schemas[out.tool_name("allocate")]["line"]["enum"] == ["L-01", "L-02", "L-03"]
+    before = env.state_digest()
+    for wrong in ("L-04", "L-1", "l-01", "P-01", 0, 1):
+        answer = env.call(out.tool_name("allocate"), {"line": wrong, "amount": 1.0})
+        assert answer["ok"] is False and env.state_digest() == before, (wrong, answer)
+    assert env.call(out.tool_name("allocate"), {"project": 0, "amount": 1.0})["ok"] is False  # renamed here
+    assert env.outcome()["turns_used"] == 0
+    assert env.call(out.tool_name("allocate"), {"line": "L-01", "amount": 2.0})["line"] == "L-01"
+    assert "project L-02 has nothing allocated" in env.call(out.tool_name("release_asset"), {"line": "L-02"})["error"]
+    assert env.call(out.tool_name("get_return_forecast"), {})["forecast_return_per_unit"] == [
+        {"line": "L-01", "forecast": 12}, {"line": "L-02", "forecast": 9}, {"line": "L-03", "forecast": 4}]
+    assert env.call(out.tool_name("view_allocation"), {})["allocation"][0] == {"line": "L-01", "amount": 2.0}
+    assert env.call(out.tool_name("list_assets"), {})["projects"][2]["line"] == "L-03"
+    assert env.call(out.tool_name("view_journal"), {})["entries"][0]["line"] == "L-01"
+    committed = env.call(out.tool_name("commit_allocation"), {})["committed"]
+    assert committed == [{"line": "L-01", "amount": 2.0}, {"line": "L-02", "amount": 0.0},
+                         {"line": "L-03", "amount": 0.0}]
+    assert env.done and env.outcome()["turns_used"] == 7
 
 
 @pytest.mark.parametrize("k", range(len(PASSAGES)))
@@ -674,7 +719,8 @@ def test_a_probe_shows_one_project_or_the_forecast_sticker():
         "project": 1, "cap": 6, "budget": 10}
     assert call("inspect_project", project=0)["expected_return_per_unit"] == 12
     sticker = call("get_return_forecast")
-    assert sticker["forecast_return_per_unit"] == {"0": 6, "1": 15, "2": 4}
+    assert sticker["forecast_return_per_unit"] == [{"project": 0, "forecast": 6}, {"project": 1, "forecast": 15},
+                                                   {"project": 2, "forecast": 4}]
     assert sticker["error"] == "each forecast is within 6 of the true expected return"
     assert "each within 6 of the true expected return" in env.instruction
     assert FAM.tool("get_return_forecast").noisy and not FAM.tool("inspect_project").noisy

@@ -18,6 +18,7 @@ import functools
 import itertools
 import random
 import re
+import types
 
 import numpy as np
 import pytest
@@ -25,7 +26,10 @@ from pydantic import ValidationError
 
 from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, named, refused
 from vhd.mechanisms import registry
+from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 from theta_cases import bumped, smallest_theta
 
@@ -846,3 +850,54 @@ def test_staff_day_and_shift_arguments_are_bounded_by_the_instance():
             assert refused["ok"] is False and f"must be <= {last['day']}" in refused["error"]
             assert env.state_digest() == before
             assert env.call(name("view_date"), {"day": last["day"]})["ok"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A world that writes its staff as codes (issue 29 item 2).
+
+
+def coded_world():
+    """(output, module, style, key) of the first built-in passage whose world writes staff members
+    as codes and names the staff argument by its own word."""
+    for passage in PASSAGES:
+        styles, renamed = id_skin(FAM, passage)
+        if styles["staff"].startswith("code:") and "staff" in renamed:
+            out = render_module(FAM, passage)
+            module = types.ModuleType("coded_rostering")
+            exec(compile(out.module, "<coded rostering>", "exec"), module.__dict__)
+            return out, module, styles["staff"], renamed["staff"]
+    raise AssertionError("no built-in passage writes rostering's staff as codes")
+
+
+def test_a_coded_world_takes_and_writes_staff_codes():
+    """An unknown code (or a bare number) is malformed and uses no turn; the first code is staff
+    member 0, and the answers, the refusals and the instruction write codes."""
+    out, module, style, key = coded_world()
+    theta = MODULE_THETAS[0]
+    first, last = show_id(style, 0), show_id(style, theta["n_staff"] - 1)
+    assert isinstance(first, str) and first.endswith("-01")
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": 40})
+    assert "There are 5 staff members, numbered %s to %s (Ada," % (first, last) in env.instruction
+    assert "\n  staff %s Ada: base wage" % first in env.instruction
+    schema = {t["name"]: t["input_schema"] for t in env.tools}[out.tool_name("read_availability")]
+    assert schema["properties"][key]["enum"] == [show_id(style, s) for s in range(theta["n_staff"])]
+    assert schema["properties"][key]["description"].endswith("(a code, %s for the first)" % first)
+    for wrong in (show_id(style, theta["n_staff"]), first.lower(), 0, first[:-2] + "1"):
+        answer = env.call(out.tool_name("read_availability"), {key: wrong})
+        assert answer["ok"] is False and "turns_left" not in answer, (wrong, answer)
+    assert env.outcome()["turns_used"] == 0
+    read = env.call(out.tool_name("read_availability"), {key: first})
+    assert read["ok"] and read[key] == first and read["label"] == "Ada"
+    days = [d for d, row in enumerate(theta["availability"][0]) if any(row)]
+    day = days[0]
+    shift = theta["availability"][0][day].index(1)
+    assigned = env.call(out.tool_name("assign_shift"), {key: first, "day": day, "shift": shift})
+    assert assigned["ok"] and assigned["assigned"][key] == first, assigned
+    shown_day = env.call(out.tool_name("view_date"), {"day": day})
+    assert shown_day["shifts"][shift][key] == [first]
+    assert [row[key] for row in env.call(out.tool_name("list_staff"), {})[key]] == \
+        [show_id(style, s) for s in range(theta["n_staff"])]
+    off = next(d for d in range(theta["horizon"]) if d != day)
+    refusal = env.call(out.tool_name("unassign_shift"), {key: first, "day": off})
+    assert refusal["ok"] is False and "Ada (staff %s) is off on day %d" % (first, off) in refusal["error"]
+    assert env.call(out.tool_name("view_log"), {"limit": 1})["log"][0][key] == first

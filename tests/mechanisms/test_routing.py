@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import env_of, failed, fit, gated, generated, mutant_verdicts, refused
+from family_kit import PASSAGES, env_of, failed, fit, gated, generated, mutant_verdicts, refused
 from vhd.mechanisms import registry
 from vhd.mechanisms import routing as rt
+from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("routing")
@@ -417,7 +421,9 @@ def test_observations_and_probes_follow_the_drive():
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
     stops = range(theta["n_stops"] + 1)
     assert [s["payment"] for s in call("get_manifest")["stops"]] == theta["rewards"][1:]
-    assert [call("get_travel_matrix", from_stop=i)["minutes"] for i in stops] == theta["travel"]
+    rows = [call("get_travel_matrix", from_stop=i)["row"] for i in stops]
+    assert [[entry["to_stop"] for entry in row] for row in rows] == [list(stops)] * len(stops)
+    assert [[entry["minutes"] for entry in row] for row in rows] == theta["travel"]
     assert call("get_rate_card")["cost_per_minute"] == theta["travel_cost"]
     assert [[call("inspect_stop", stop=k)[axis] for axis in "xy"] for k in stops] == theta["coordinates"]
     assert call("get_travel_time", from_stop=2, to_stop=3)["minutes"] == theta["travel"][2][3]
@@ -448,7 +454,7 @@ def test_a_stops_payment_is_called_payment_in_every_answer():
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
     answers = [call("get_manifest"), call("inspect_stop", stop=1), call("drive_to", stop=route_of(
         FAM.solve(theta).policy)[0]), call("view_legs"), call("view_earnings"), call("return_to_depot")]
-    assert answers[0]["stops"][0] == {"stop": 1, "label": "customer 1", "payment": theta["rewards"][1]}
+    assert answers[0]["stops"][0] == {"stop": 1, "payment": theta["rewards"][1]}
     assert answers[1]["payment"] == theta["rewards"][1] and "payment" in answers[2]
     assert set(answers[3]["legs"][0]) == {"leg", "from_stop", "to_stop", "depart_minute", "arrive_minute", "minutes",
                                           "payment"}
@@ -629,7 +635,8 @@ def test_a_probe_shows_one_stop_or_one_row():
     env = env_of(FAM, 0, theta, "A")
     call = lambda tool, **args: env.call(out.tool_name(tool), args)  # noqa: E731
     row = call("get_travel_matrix", from_stop=2)
-    assert row["minutes"] == theta["travel"][2] and row["from_stop"] == 2
+    assert row["row"] == [{"to_stop": j, "minutes": m} for j, m in enumerate(theta["travel"][2])]
+    assert row["from_stop"] == 2
     stop = call("inspect_stop", stop=3)
     assert [stop["x"], stop["y"]] == theta["coordinates"][3] and stop["payment"] == theta["rewards"][3]
     assert "get_map" not in [spec.name for spec in FAM.tools] and not any(spec.noisy for spec in FAM.tools)
@@ -663,3 +670,66 @@ def test_a_world_that_misreads_the_time_budget_is_rejected_on_every_theta(new):
                 for v in mutant_verdicts(FAM, run, 'if clock + there + back > self.p["budget"]:', new, which)]
     assert len(verdicts) == 12 and not any(v.admitted for v in verdicts)
     assert "reference_agreement" in failed(verdicts)
+
+
+# ---------------------------------------------------------------------------------------------
+# A world that writes its stops as codes (issue 29 item 2).
+
+
+def coded_world():
+    """(output, module, style, renamed) of the first built-in passage whose world writes stops as
+    codes and names the stop arguments by its own word."""
+    for passage in PASSAGES:
+        styles, renamed = id_skin(FAM, passage)
+        if styles["stop"].startswith("code:") and "stop" in renamed:
+            out = render_module(FAM, passage)
+            module = types.ModuleType("coded_routing")
+            exec(compile(out.module, "<coded routing>", "exec"), module.__dict__)
+            return out, module, styles["stop"], renamed
+    raise AssertionError("no built-in passage writes routing's stops as codes")
+
+
+def test_a_coded_world_takes_and_writes_stop_codes():
+    """An unknown code (or a bare number) is malformed and uses no turn; the first code is the
+    depot (stop 0), and the answers (the travel row entry by entry), the refusals and the
+    instruction write codes."""
+    out, module, style, renamed = coded_world()
+    stop, from_stop, to_stop = renamed["stop"], renamed["from_stop"], renamed["to_stop"]
+    code = lambda k: show_id(style, k)  # noqa: E731
+    theta = SIM_THETAS[0]
+    n = theta["n_stops"]
+    assert code(0).endswith("-01")
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": ROOMY})
+    assert "(stop %s, the depot)" % code(0) in env.instruction
+    assert "customers at stops %s to %s each pay" % (code(1), code(n)) in env.instruction
+    assert "stop %s: %d" % (code(1), theta["rewards"][1]) in env.instruction
+    assert "\n  from %s: %s" % (code(2), " ".join(map(str, theta["travel"][2]))) in env.instruction
+    schemas = {t["name"]: t["input_schema"]["properties"] for t in env.tools}
+    assert schemas[out.tool_name("inspect_stop")][stop]["enum"] == [code(k) for k in range(n + 1)]
+    assert schemas[out.tool_name("drive_to")][stop]["enum"] == [code(k) for k in range(1, n + 1)]
+    assert schemas[out.tool_name("inspect_stop")][stop]["description"].endswith("(a code, %s for the first)" % code(0))
+    for wrong in (code(n + 1), code(0).lower(), 0, 1, code(1)[:-2] + "2"):
+        answer = env.call(out.tool_name("inspect_stop"), {stop: wrong})
+        assert answer["ok"] is False and "turns_left" not in answer, (wrong, answer)
+    assert env.call(out.tool_name("drive_to"), {stop: code(0)})["ok"] is False  # the depot: not a drive
+    assert env.call(out.tool_name("inspect_stop"), {"stop": code(1)})["ok"] is False  # the canonical name is unknown
+    assert env.outcome()["turns_used"] == 0
+    depot = env.call(out.tool_name("inspect_stop"), {stop: code(0)})
+    assert depot["ok"] and depot[stop] == code(0) and [depot["x"], depot["y"]] == theta["coordinates"][0]
+    row = env.call(out.tool_name("get_travel_matrix"), {from_stop: code(2)})
+    assert row[from_stop] == code(2)
+    assert row["row"] == [{to_stop: code(j), "minutes": m} for j, m in enumerate(theta["travel"][2])]
+    leg = env.call(out.tool_name("get_travel_time"), {from_stop: code(0), to_stop: code(3)})
+    assert (leg[from_stop], leg[to_stop], leg["minutes"]) == (code(0), code(3), theta["travel"][0][3])
+    manifest = env.call(out.tool_name("get_manifest"), {})["stops"]
+    assert [s[stop] for s in manifest] == [code(k) for k in range(1, n + 1)]
+    first = route_of(FAM.solve(theta).policy)[0]
+    drive = env.call(out.tool_name("drive_to"), {stop: code(first)})
+    assert drive["ok"] and drive["arrived_at"] == code(first), drive
+    again = env.call(out.tool_name("drive_to"), {stop: code(first)})
+    assert again["ok"] is False and "stop %s has already been visited" % code(first) in again["error"]
+    assert {k: v for k, v in env.call(out.tool_name("view_position"), {}).items() if k in (stop, "at_depot")} == {
+        stop: code(first), "at_depot": False}
+    visited = env.call(out.tool_name("view_visited"), {})
+    assert visited["visited"] == [code(first)] and code(first) not in visited["open"] and len(visited["open"]) == n - 1
+    assert env.call(out.tool_name("view_legs"), {})["legs"][0][from_stop] == code(0)

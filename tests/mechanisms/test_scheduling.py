@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+import types
 
 import numpy as np
 import pytest
@@ -19,7 +20,10 @@ from pydantic import ValidationError
 
 from family_kit import PASSAGES, config, env_of, failed, fit, gated, generated, mutant_verdicts, named, play, refused
 from vhd.mechanisms import registry
+from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("scheduling")
@@ -312,7 +316,9 @@ def test_probes_and_observations_report_theta():
     assert call("assign_job", job=8, machine=2)["machine_load"] is None  # job 8 is not inspected
     assert call("inspect_job", job=8)["ok"] and call("view_machine_loads")["machines"][2]["load"] == theta["processing"][8]
     done = call("dispatch")
-    assert done["put_on_machine_0"] == list(range(8)) and env.done
+    assert done["moved_jobs"] == list(range(8)) and done["moved_to_machine"] == 0 and env.done
+    assert done["loads"] == [{"machine": 0, "load": sum(theta["processing"][:8])}, {"machine": 1, "load": 0},
+                             {"machine": 2, "load": theta["processing"][8]}][:theta["n_machines"]]
     assert env.outcome()["utility"] == -max(sum(theta["processing"][:8]), theta["processing"][8])
 
 
@@ -606,8 +612,8 @@ def test_in_a_one_probe_call_shows_one_job_or_the_list_estimates():
     call = lambda tool, **args: env.call(out.tool_name(tool), args)
     assert "off by at most 2" in env.instruction and "from 1 to 20" in env.instruction
     job = call("inspect_job", job=4)
-    assert {k: v for k, v in job.items() if k not in ("ok", "turns_left", "label")} == {"job": 4, "processing_time": 16}
-    assert call("view_inspected")["jobs"] == [{"job": 4, "label": job["label"], "processing_time": 16}]
+    assert {k: v for k, v in job.items() if k not in ("ok", "turns_left")} == {"job": 4, "processing_time": 16}
+    assert call("view_inspected")["jobs"] == [{"job": 4, "processing_time": 16}]
     sheet = call("get_job_list")
     estimates = [j["estimated_processing_time"] for j in sheet["jobs"]]
     assert estimates == [3, 8, 13, 13, 18, 18, 3, 8] and sheet["exact"] is False
@@ -618,3 +624,63 @@ def test_in_a_one_probe_call_shows_one_job_or_the_list_estimates():
     assert FAM.default_policy(theta).tolist() == list_scheduling(dict(theta, processing=estimates))
     assert FAM.solve(theta).u_default == -makespan(theta, list_scheduling(theta))
     assert FAM.belief(theta, [])["processing"] == [10] * 8  # nothing read: the middle of the stated 1 … 20
+
+
+# ---------------------------------------------------------------------------------------------
+# A world that writes its jobs and machines as codes (issue 29 item 2).
+
+
+def coded_world():
+    """(output, module, styles, renamed) of the first built-in passage whose world writes both jobs
+    and machines as codes and names the arguments by its own words."""
+    for passage in PASSAGES:
+        styles, renamed = id_skin(FAM, passage)
+        if all(styles[kind].startswith("code:") for kind in ("job", "machine")) and "machine" in renamed:
+            out = render_module(FAM, passage)
+            module = types.ModuleType("coded_scheduling")
+            exec(compile(out.module, "<coded scheduling>", "exec"), module.__dict__)
+            return out, module, styles, renamed
+    raise AssertionError("no built-in passage writes scheduling's jobs and machines as codes")
+
+
+def test_a_coded_world_takes_and_writes_job_and_machine_codes():
+    """An unknown code (or a bare number) is malformed and uses no turn; the first codes are job 0
+    and machine 0, and the answers, the refusals and the instruction write codes."""
+    out, module, styles, renamed = coded_world()
+    job_key, machine_key = renamed.get("job", "job"), renamed["machine"]
+    job = lambda k: show_id(styles["job"], k)  # noqa: E731
+    machine = lambda k: show_id(styles["machine"], k)  # noqa: E731
+    theta = MODULE_THETAS[1]  # 9 jobs, 3 machines
+    assert job(0).endswith("-01") and machine(0).endswith("-01")
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": ROOMY})
+    assert "3 identical machines, numbered %s to %s" % (machine(0), machine(2)) in env.instruction
+    assert "numbered %s to %s. Each job" % (job(0), job(8)) in env.instruction
+    assert "is put on machine %s" % machine(0) in env.instruction
+    assert "\n  job %s: processing %d" % (job(4), theta["processing"][4]) in env.instruction
+    schema = {t["name"]: t["input_schema"]["properties"] for t in env.tools}[out.tool_name("assign_job")]
+    assert schema[job_key]["enum"] == [job(j) for j in range(9)]
+    assert schema[machine_key]["enum"] == [machine(k) for k in range(3)]
+    for wrong in ({job_key: job(9), machine_key: machine(0)}, {job_key: job(0), machine_key: machine(3)},
+                  {job_key: 0, machine_key: machine(0)}, {job_key: job(0), machine_key: 0},
+                  {job_key: machine(0), machine_key: job(0)}):
+        answer = env.call(out.tool_name("assign_job"), wrong)
+        assert answer["ok"] is False and "turns_left" not in answer, (wrong, answer)
+    assert env.outcome()["turns_used"] == 0
+    inspected = env.call(out.tool_name("inspect_job"), {job_key: job(0)})
+    assert inspected[job_key] == job(0) and inspected["processing_time"] == theta["processing"][0]
+    assigned = env.call(out.tool_name("assign_job"), {job_key: job(0), machine_key: machine(2)})
+    assert assigned["ok"] and (assigned["assigned"], assigned[machine_key]) == (job(0), machine(2)), assigned
+    again = env.call(out.tool_name("assign_job"), {job_key: job(0), machine_key: machine(1)})
+    assert "job %s is already assigned to machine %s" % (job(0), machine(2)) in again["error"]
+    loads = env.call(out.tool_name("view_machine_loads"), {})["machines"]
+    assert [(m[machine_key], m["jobs"], m["load"]) for m in loads] == [
+        (machine(0), 0, 0), (machine(1), 0, 0), (machine(2), 1, theta["processing"][0])]
+    assert env.call(out.tool_name("view_assignments"), {})["assignments"][0][machine_key] == machine(2)
+    assert [j[job_key] for j in env.call(out.tool_name("list_unassigned"), {})["unassigned"]] == [
+        job(j) for j in range(1, 9)]
+    assert env.call(out.tool_name("view_log"), {})["log"][0][machine_key] == machine(2)
+    done = env.call(out.tool_name("dispatch"), {})
+    assert done["moved_jobs"] == [job(j) for j in range(1, 9)] and done[renamed["moved_to_machine"]] == machine(0)
+    assert done["loads"] == [{machine_key: machine(0), "load": sum(theta["processing"][1:])},
+                             {machine_key: machine(1), "load": 0},
+                             {machine_key: machine(2), "load": theta["processing"][0]}]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import sqlite3
+import types
 
 import numpy as np
 import pytest
@@ -20,7 +21,10 @@ from pydantic import ValidationError
 
 from family_kit import PASSAGES, config, env_of, failed, fit, gated, generated, mutant_verdicts, named, refused
 from vhd.mechanisms import registry
+from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("tardiness")
@@ -664,3 +668,56 @@ def test_in_a_one_probe_call_shows_one_job_or_the_sheet_estimates():
     # nothing read: 5 time units and weight 5 a job, due at the middle of 1 … ceil(8 · 20 / 10) = 16
     blind = FAM.belief(theta, [])
     assert (blind["processing"], blind["weights"], blind["due"]) == ([5] * 4, [5] * 4, [8] * 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# A world that writes its jobs as codes (issue 29 item 2).
+
+
+def coded_world():
+    """(output, module, style, key) of the first built-in passage whose world writes jobs as codes
+    and names the job argument by its own word."""
+    for passage in PASSAGES:
+        styles, renamed = id_skin(FAM, passage)
+        if styles["job"].startswith("code:") and "job" in renamed:
+            out = render_module(FAM, passage)
+            module = types.ModuleType("coded_tardiness")
+            exec(compile(out.module, "<coded tardiness>", "exec"), module.__dict__)
+            return out, module, styles["job"], renamed["job"]
+    raise AssertionError("no built-in passage writes tardiness's jobs as codes")
+
+
+def test_a_coded_world_takes_and_writes_job_codes():
+    """An unknown code (or a bare number) is malformed and uses no turn; the first code is job 0,
+    and the answers, the refusals and the instruction write codes."""
+    out, module, style, key = coded_world()
+    job = lambda k: show_id(style, k)  # noqa: E731
+    theta = MODULE_THETAS[0]  # 6 jobs
+    assert job(0).endswith("-01")
+    env = module.create({"params": theta, "presentation": "I", "episode_seed": 0, "turn_budget": ROOMY})
+    assert "numbered %s to %s. The machine" % (job(0), job(5)) in env.instruction
+    assert "\n  job %s: processing %d; due %d" % (job(2), theta["processing"][2], theta["due"][2]) in env.instruction
+    schema = {t["name"]: t["input_schema"]["properties"] for t in env.tools}[out.tool_name("schedule_next")]
+    assert schema[key]["enum"] == [job(j) for j in range(6)]
+    assert schema[key]["description"].endswith("(a code, %s for the first)" % job(0))
+    for wrong in (job(6), job(0).lower(), 0, 1, job(0)[:-2] + "1"):
+        answer = env.call(out.tool_name("schedule_next"), {key: wrong})
+        assert answer["ok"] is False and "turns_left" not in answer, (wrong, answer)
+    assert env.call(out.tool_name("schedule_next"), {"job": job(0)})["ok"] is False  # the canonical name is unknown
+    assert env.outcome()["turns_used"] == 0
+    inspected = env.call(out.tool_name("inspect_job"), {key: job(0)})
+    assert inspected[key] == job(0) and inspected["due"] == theta["due"][0] and "label" not in inspected
+    first = env.call(out.tool_name("schedule_next"), {key: job(3)})
+    assert first["ok"] and (first["scheduled"], first["position"], first["sequence"]) == (job(3), 0, [job(3)])
+    again = env.call(out.tool_name("schedule_next"), {key: job(3)})
+    assert "job %s is already in the sequence, at position 0" % job(3) in again["error"]
+    assert env.call(out.tool_name("schedule_next"), {key: job(0)})["sequence"] == [job(3), job(0)]
+    assert [s[key] for s in env.call(out.tool_name("view_sequence"), {})["sequence"]] == [job(3), job(0)]
+    assert [j[key] for j in env.call(out.tool_name("list_unscheduled"), {})["unscheduled"]] == [
+        job(j) for j in (1, 2, 4, 5)]
+    taken = env.call(out.tool_name("unschedule_last"), {})
+    assert (taken["unscheduled"], taken["sequence"]) == (job(0), [job(3)])
+    assert env.call(out.tool_name("view_log"), {"limit": 1})["log"][0][key] == job(0)
+    done = env.call(out.tool_name("release_schedule"), {})
+    assert done["appended_in_index_order"] == [job(j) for j in (0, 1, 2, 4, 5)]
+    assert done["sequence"] == [job(j) for j in (3, 0, 1, 2, 4, 5)]

@@ -19,8 +19,8 @@ Model
     docs/INSTANCES.md).
 
 State
-    the depot table (label, opening cost, open flag, whether its cost has been read), the town
-    table (label, whether surveyed), the town-by-depot service-cost table, an action log and a
+    the depot table (opening cost, open flag, whether its cost has been read), the town
+    table (whether surveyed), the town-by-depot service-cost table, an action log and a
     state table (whether the network is final).
 
 Tools
@@ -317,11 +317,11 @@ class World(BaseWorld):
 
     PARAMS = ("n_sites", "n_towns", "opening_costs", "service_costs")
     STATE = (("final", 0),)
+    IDS = {"site": "site", "opened": "site", "closed": "site", "open": "site", "town": "town"}
     # the World's tables and their columns, other tables named by their canonical names
     SCHEMA = (
-        ("depots", "site_id INTEGER PRIMARY KEY, label TEXT, opening_cost INTEGER, is_open INTEGER, "
-                   "cost_read INTEGER"),
-        ("towns", "town_id INTEGER PRIMARY KEY, label TEXT, surveyed INTEGER"),
+        ("depots", "site_id INTEGER PRIMARY KEY, opening_cost INTEGER, is_open INTEGER, cost_read INTEGER"),
+        ("towns", "town_id INTEGER PRIMARY KEY, surveyed INTEGER"),
         ("service", "town_id INTEGER REFERENCES %(towns)s(town_id), site_id INTEGER REFERENCES %(depots)s(site_id), "
                     "cost INTEGER, PRIMARY KEY (town_id, site_id)"),
         ("log", "entry_id INTEGER PRIMARY KEY, action TEXT, site_id INTEGER"),
@@ -336,9 +336,9 @@ class World(BaseWorld):
         t = self.t
         for table, columns in World.SCHEMA:
             db.execute("CREATE TABLE %s (%s)" % (t[table], columns % t))
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0, 0)" % t["depots"],
-                       [(s, "D%d" % s, params["opening_costs"][s]) for s in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?, 0)" % t["towns"], [(k, "T%d" % k) for k in range(m)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, 0, 0)" % t["depots"],
+                       [(s, params["opening_costs"][s]) for s in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, 0)" % t["towns"], [(k,) for k in range(m)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["service"],
                        [(k, s, params["service_costs"][k][s]) for k in range(m) for s in range(n)])
 
@@ -346,13 +346,15 @@ class World(BaseWorld):
     def _site(self, site):
         n = self.p["n_sites"]
         if not 0 <= site < n:
-            raise AgentError("there are %d candidate depots, numbered 0 to %d; got %d" % (n, n - 1, site))
+            raise AgentError("there are %d candidate depots, numbered %s to %s; got %s"
+                             % (n, self.ref("site", 0), self.ref("site", n - 1), self.ref("site", site)))
         return site
 
     def _town(self, town):
         m = self.p["n_towns"]
         if not 0 <= town < m:
-            raise AgentError("there are %d towns, numbered 0 to %d; got %d" % (m, m - 1, town))
+            raise AgentError("there are %d towns, numbered %s to %s; got %s"
+                             % (m, self.ref("town", 0), self.ref("town", m - 1), self.ref("town", town)))
         return town
 
     def _open(self):
@@ -412,31 +414,32 @@ class World(BaseWorld):
 
     # -- tools ------------------------------------------------------------------------------
     @tool("probe", "Read the one-off opening cost in {currency} of one candidate depot of the {site}.",
-          reveals=("opening_costs",), site=integer(0, MAX_SITES - 1, "number of the depot (0-based)"))
+          reveals=("opening_costs",), site=integer(0, MAX_SITES - 1, "the depot"))
     def tool_get_site_costs(self, site):
         site = self._site(site)
         self.db.execute("UPDATE %s SET cost_read = 1 WHERE site_id = ?" % self.t["depots"], (site,))
-        label, f = self.db.execute("SELECT label, opening_cost FROM %s WHERE site_id = ?"
-                                   % self.t["depots"], (site,)).fetchone()
-        return {"site": site, "label": label, "opening_cost": f, "currency": self.v["currency"]}
+        f = self.db.execute("SELECT opening_cost FROM %s WHERE site_id = ?" % self.t["depots"], (site,)).fetchone()[0]
+        return {"site": site, "opening_cost": f, "currency": self.v["currency"]}
 
     @tool("probe", "Survey one customer town: the cost in {currency} of serving its demand for {item} from each "
           "candidate depot.", reveals=("service_costs",),
-          town=integer(0, MAX_TOWNS - 1, "number of the town to survey (0-based)"))
+          town=integer(0, MAX_TOWNS - 1, "the town to survey"))
     def tool_survey_town(self, town):
         town = self._town(town)
         self.db.execute("UPDATE %s SET surveyed = 1 WHERE town_id = ?" % self.t["towns"], (town,))
-        costs = [row[0] for row in self.db.execute("SELECT cost FROM %s WHERE town_id = ? ORDER BY site_id"
-                                                   % self.t["service"], (town,))]
-        return {"town": town, "service_costs": costs, "currency": self.v["currency"]}
+        return {"town": town, "service_costs": self._row(town), "currency": self.v["currency"]}
 
-    @tool("observe", "List the candidate depots with their labels, whether each is open and (once read) its "
-          "opening cost.")
+    @tool("observe", "List the candidate depots, whether each is open and (once read) its opening cost.")
     def tool_list_sites(self):
-        rows = self.db.execute("SELECT site_id, label, opening_cost, is_open, cost_read FROM %s ORDER BY site_id"
+        rows = self.db.execute("SELECT site_id, opening_cost, is_open, cost_read FROM %s ORDER BY site_id"
                                % self.t["depots"]).fetchall()
-        return {"depots": [{"site": s, "label": label, "open": bool(o), "opening_cost": f if read else None}
-                           for s, label, f, o, read in rows], "towns": self.p["n_towns"]}
+        return {"depots": [{"site": s, "is_open": bool(o), "opening_cost": f if read else None}
+                           for s, f, o, read in rows], "towns": self.p["n_towns"]}
+
+    def _row(self, town):
+        """One town's service costs, depot by depot: [{"site": s, "cost": c}, ...]."""
+        return [{"site": s, "cost": c} for s, c in self.db.execute(
+            "SELECT site_id, cost FROM %s WHERE town_id = ? ORDER BY site_id" % self.t["service"], (town,))]
 
     def _surveyed(self):
         return {row[0] for row in self.db.execute("SELECT town_id FROM %s WHERE surveyed = 1" % self.t["towns"])}
@@ -463,7 +466,7 @@ class World(BaseWorld):
     def tool_view_assignment(self):
         served = {town: (site, cost) for town, site, cost in self._assignment()}
         shown = self._surveyed() if self.presentation == "A" else set(served)
-        return {"towns": [{"town": k, "depot": served[k][0] if k in served and k in shown else None,
+        return {"towns": [{"town": k, "site": served[k][0] if k in served and k in shown else None,
                            "cost": served[k][1] if k in served and k in shown else None}
                           for k in range(self.p["n_towns"])]}
 
@@ -471,12 +474,7 @@ class World(BaseWorld):
     def tool_view_surveys(self):
         towns = [row[0] for row in self.db.execute("SELECT town_id FROM %s WHERE surveyed = 1 ORDER BY town_id"
                                                    % self.t["towns"])]
-        out = []
-        for k in towns:
-            costs = [row[0] for row in self.db.execute("SELECT cost FROM %s WHERE town_id = ? ORDER BY site_id"
-                                                       % self.t["service"], (k,))]
-            out.append({"town": k, "service_costs": costs})
-        return {"surveyed": out}
+        return {"surveyed": [{"town": k, "service_costs": self._row(k)} for k in towns]}
 
     @tool("observe", "List the most recent openings, closings and the finalization.",
           limit=integer(1, 500, "how many entries to list"))
@@ -486,27 +484,27 @@ class World(BaseWorld):
         return {"log": [{"entry": e, "action": a, "site": s} for e, a, s in rows]}
 
     @tool("decision", "Open one candidate depot (refused if it is already open).",
-          site=integer(0, MAX_SITES - 1, "number of the depot to open (0-based)"))
+          site=integer(0, MAX_SITES - 1, "the depot to open"))
     def tool_open_site(self, site):
         site = self._site(site)
         if site in self._open():
-            raise AgentError("depot %d is already open" % site)
+            raise AgentError("depot %s is already open" % self.ref("site", site))
         self.db.execute("UPDATE %s SET is_open = 1 WHERE site_id = ?" % self.t["depots"], (site,))
         self._log("open", site_id=site)
         return {"opened": site, "open": self._open()}
 
     @tool("decision", "Close one open depot (refused if it is not open).",
-          site=integer(0, MAX_SITES - 1, "number of the depot to close (0-based)"))
+          site=integer(0, MAX_SITES - 1, "the depot to close"))
     def tool_close_site(self, site):
         site = self._site(site)
         if site not in self._open():
-            raise AgentError("depot %d is not open" % site)
+            raise AgentError("depot %s is not open" % self.ref("site", site))
         self.db.execute("UPDATE %s SET is_open = 0 WHERE site_id = ?" % self.t["depots"], (site,))
         self._log("close", site_id=site)
         return {"closed": site, "open": self._open()}
 
     @tool("clock", "Finalize the network: the episode ends and the score is minus its total cost in {currency} "
-          "(depot 0 alone if none is open).")
+          "(the first depot alone if none is open).")
     def tool_finalize_network(self):
         self._finalize("finalized")
         return {"open": self._open(), "total_cost": self._total(), "currency": self.v["currency"]}
@@ -517,23 +515,26 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "The %s is planning its distribution network for %s: %d candidate depot locations, numbered 0 to %d, "
-            "and %d customer towns, numbered 0 to %d, that must all be served. Opening depot s costs a one-off "
+            "The %s is planning its distribution network for %s: %d candidate depot locations, numbered %s to %s, "
+            "and %d customer towns, numbered %s to %s, that must all be served. Opening a depot costs a one-off "
             "opening cost in %s; each town is served by its cheapest open depot at that depot's service cost "
-            "for the town." % (v["site"], v["item"], p["n_sites"], p["n_sites"] - 1, p["n_towns"], p["n_towns"] - 1,
-                               v["currency"]),
+            "for the town." % (v["site"], v["item"], p["n_sites"], self.ref("site", 0),
+                               self.ref("site", p["n_sites"] - 1), p["n_towns"], self.ref("town", 0),
+                               self.ref("town", p["n_towns"] - 1), v["currency"]),
             "Open and close depots with %s and %s; %s ends the episode. Your score is minus the total cost of the "
             "final network: the opening costs of the open depots plus every town's service cost. Finalizing with "
-            "no depot open opens depot 0 alone." % (n["open_site"], n["close_site"], n["finalize_network"]),
+            "no depot open opens depot %s alone." % (n["open_site"], n["close_site"], n["finalize_network"],
+                                            self.ref("site", 0)),
             "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the network "
             "is finalized as it stands." % turn_budget,
         ]
         if presentation == "I":
             lines += ["", "Opening costs (%s): %s." % (v["currency"], ", ".join(
-                "depot %d %d" % (s, f) for s, f in enumerate(p["opening_costs"]))),
-                "Service costs (%s), one line per town, depots 0 to %d:" % (v["currency"], p["n_sites"] - 1)]
+                "depot %s %d" % (self.ref("site", s), f) for s, f in enumerate(p["opening_costs"]))),
+                "Service costs (%s), one line per town, depots %s to %s:" % (v["currency"], self.ref("site", 0),
+                                                                            self.ref("site", p["n_sites"] - 1))]
             for k in range(p["n_towns"]):
-                lines.append("  town %d: %s" % (k, ", ".join(str(c) for c in p["service_costs"][k])))
+                lines.append("  town %s: %s" % (self.ref("town", k), ", ".join(str(c) for c in p["service_costs"][k])))
         else:
             lines += ["", "The opening and service costs are not given: %s reveals one depot's opening cost and "
                       "%s one town's service cost from every depot, each at the cost of a turn from the same budget. "

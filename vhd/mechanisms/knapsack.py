@@ -348,7 +348,7 @@ class World(BaseWorld):
                 or any(len(row) != n for row in params["weights"]):
             raise ValueError("values, weights and capacities do not match n_items=%r, n_resources=%r" % (n, m))
         t = self.t
-        db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY, label TEXT, value INTEGER, inspected INTEGER)"
+        db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY, value INTEGER, inspected INTEGER)"
                    % t["catalog"])
         db.execute("CREATE TABLE %s (resource_id INTEGER PRIMARY KEY, name TEXT, unit TEXT, capacity INTEGER)"
                    % t["resources"])
@@ -358,8 +358,7 @@ class World(BaseWorld):
         db.execute("CREATE TABLE %s (item_id INTEGER PRIMARY KEY REFERENCES %s(item_id))"
                    % (t["selection"], t["catalog"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, item_id INTEGER)" % t["log"])
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["catalog"],
-                       [(i, "%s-L%02d" % (self.v["sku"], i), params["values"][i]) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, 0)" % t["catalog"], [(i, params["values"][i]) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["resources"],
                        [(r, World.resource_name(r), "units", params["capacities"][r]) for r in range(m)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["loads"],
@@ -434,10 +433,9 @@ class World(BaseWorld):
     def tool_inspect_item(self, item):
         item = self._item(item)
         self.db.execute("UPDATE %s SET inspected = 1 WHERE item_id = ?" % self.t["catalog"], (item,))
-        label, value = self.db.execute("SELECT label, value FROM %s WHERE item_id = ?" % self.t["catalog"],
-                                       (item,)).fetchone()
+        value, = self.db.execute("SELECT value FROM %s WHERE item_id = ?" % self.t["catalog"], (item,)).fetchone()
         names = [World.resource_name(r) for r in range(self.p["n_resources"])]
-        return {"item": item, "label": label, "value": value, "currency": self.v["currency"],
+        return {"item": item, "value": value, "currency": self.v["currency"],
                 "loads": dict(zip(names, self._loads_of(item)))}
 
     @tool("probe", "Read the {site}'s capacity of every limited resource.", reveals=("capacities",))
@@ -447,14 +445,12 @@ class World(BaseWorld):
                                % self.t["resources"]).fetchall()
         return {"resources": [{"resource": r, "name": name, "capacity": cap} for r, name, cap in rows]}
 
-    @tool("observe", "List the candidate lots from the {supplier} with their labels and whether each is "
-          "inspected and selected.")
+    @tool("observe", "List the candidate lots from the {supplier} and whether each is inspected and selected.")
     def tool_list_items(self):
-        rows = self.db.execute("SELECT c.item_id, c.label, c.inspected, s.item_id IS NOT NULL FROM %s c LEFT JOIN %s s "
+        rows = self.db.execute("SELECT c.item_id, c.inspected, s.item_id IS NOT NULL FROM %s c LEFT JOIN %s s "
                                "ON s.item_id = c.item_id ORDER BY c.item_id"
                                % (self.t["catalog"], self.t["selection"])).fetchall()
-        return {"lots": [{"item": i, "label": label, "inspected": bool(ins), "selected": bool(sel)}
-                         for i, label, ins, sel in rows],
+        return {"lots": [{"item": i, "inspected": bool(ins), "selected": bool(sel)} for i, ins, sel in rows],
                 "resources": [World.resource_name(r) for r in range(self.p["n_resources"])]}
 
     # A lot's value and loads are shown only once it is inspected (hidden θ in presentation A): the
@@ -477,10 +473,9 @@ class World(BaseWorld):
 
     @tool("observe", "List every lot inspected so far with its value and loads.")
     def tool_view_inspected(self):
-        rows = self.db.execute("SELECT item_id, label, value FROM %s WHERE inspected = 1 ORDER BY item_id"
+        rows = self.db.execute("SELECT item_id, value FROM %s WHERE inspected = 1 ORDER BY item_id"
                                % self.t["catalog"]).fetchall()
-        return {"lots": [{"item": i, "label": label, "value": value, "loads": self._loads_of(i)}
-                         for i, label, value in rows]}
+        return {"lots": [{"item": i, "value": value, "loads": self._loads_of(i)} for i, value in rows]}
 
     @tool("observe", "List the most recent additions, removals and clears.",
           limit=integer(1, 500, "how many entries to list"))

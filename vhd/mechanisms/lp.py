@@ -438,8 +438,8 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # The world the template setter embeds in generated modules: standard library only.
 
 
-_PRODUCT = integer(0, MAX_PRODUCTS - 1, "product number, from 0")
-_RESOURCE = integer(0, MAX_RESOURCES - 1, "resource number, from 0")
+_PRODUCT = integer(0, MAX_PRODUCTS - 1, "the product")
+_RESOURCE = integer(0, MAX_RESOURCES - 1, "the resource")
 
 
 TABLES = ("catalog", "resources", "usage", "plan", "state")
@@ -450,6 +450,7 @@ class World(BaseWorld):
 
     PARAMS = ("products", "resources", "profit", "usage", "capacity", "demand")
     STATE = (("closed", 0), ("changes", 0))
+    IDS = {"product": "product", "resource": "resource"}
     TOLERANCE = 1e-9
 
     def __init__(self, db, params, episode_seed, skin):
@@ -459,21 +460,18 @@ class World(BaseWorld):
                 or len(params["usage"]) != m or any(len(row) != n for row in params["usage"])):
             raise ValueError("params have inconsistent sizes for %d products and %d resources" % (n, m))
         t = self.t
-        db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY, code TEXT UNIQUE, profit INTEGER, "
-                   "demand INTEGER)" % t["catalog"])
-        db.execute("CREATE TABLE %s (resource INTEGER PRIMARY KEY, name TEXT, capacity INTEGER, usage_read INTEGER)"
+        db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY, profit INTEGER, demand INTEGER)" % t["catalog"])
+        db.execute("CREATE TABLE %s (resource INTEGER PRIMARY KEY, capacity INTEGER, usage_read INTEGER)"
                    % t["resources"])
         db.execute("CREATE TABLE %s (product INTEGER REFERENCES %s(product), resource INTEGER REFERENCES %s(resource), "
                    "hours INTEGER, PRIMARY KEY (product, resource))" % (t["usage"], t["catalog"], t["resources"]))
         db.execute("CREATE TABLE %s (product INTEGER PRIMARY KEY REFERENCES %s(product), quantity REAL)"
                    % (t["plan"], t["catalog"]))
         for j in range(n):
-            db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
-                       (j, "%s-%d" % (self.v["sku"], j), params["profit"][j], params["demand"][j]))
+            db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["catalog"], (j, params["profit"][j], params["demand"][j]))
             db.execute("INSERT INTO %s VALUES (?, ?)" % t["plan"], (j, 0.0))
         for i in range(m):
-            db.execute("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["resources"],
-                       (i, "resource %d" % i, params["capacity"][i]))
+            db.execute("INSERT INTO %s VALUES (?, ?, 0)" % t["resources"], (i, params["capacity"][i]))
             for j in range(n):
                 db.execute("INSERT INTO %s VALUES (?, ?, ?)" % t["usage"], (j, i, params["usage"][i][j]))
 
@@ -496,8 +494,9 @@ class World(BaseWorld):
 
     def _product(self, product):
         if product >= self.p["products"]:
-            raise AgentError("there is no product %d; products are numbered 0 to %d"
-                             % (product, self.p["products"] - 1))
+            raise AgentError("there is no product %s; products are numbered %s to %s"
+                             % (self.ref("product", product), self.ref("product", 0),
+                                self.ref("product", self.p["products"] - 1)))
         return product
 
     def _write(self, product, quantity):
@@ -505,8 +504,8 @@ class World(BaseWorld):
         plan[product] = float(quantity)
         demand = self.db.execute("SELECT demand FROM %s WHERE product = ?" % self.t["catalog"], (product,)).fetchone()[0]
         if plan[product] > demand + self.TOLERANCE:
-            raise AgentError("at most %d %s of product %d can be sold; asked for %r"
-                             % (demand, self.v["unit"], product, quantity))
+            raise AgentError("at most %d %s of product %s can be sold; asked for %r"
+                             % (demand, self.v["unit"], self.ref("product", product), quantity))
         used = self._used(plan)
         caps = self.db.execute("SELECT resource, capacity FROM %s ORDER BY resource" % self.t["resources"]).fetchall()
         for (resource, capacity), hours in zip(caps, used):
@@ -549,35 +548,36 @@ class World(BaseWorld):
           product=_PRODUCT)
     def tool_get_profit_sheet(self, product):
         product = self._product(product)
-        code, profit = self.db.execute("SELECT code, profit FROM %s WHERE product = ?" % self.t["catalog"],
-                                       (product,)).fetchone()
-        return {"product": product, "code": code, "profit": profit, "currency": self.v["currency"]}
+        profit = self.db.execute("SELECT profit FROM %s WHERE product = ?" % self.t["catalog"],
+                                 (product,)).fetchone()[0]
+        return {"product": product, "profit": profit, "currency": self.v["currency"]}
 
     @tool("probe", "Read one resource's row of the usage table: how many hours one unit of each product needs on "
           "it.", reveals=("usage",), resource=_RESOURCE)
     def tool_get_usage_table(self, resource):
         if resource >= self.p["resources"]:
-            raise AgentError("there is no resource %d; resources are numbered 0 to %d"
-                             % (resource, self.p["resources"] - 1))
+            raise AgentError("there is no resource %s; resources are numbered %s to %s"
+                             % (self.ref("resource", resource), self.ref("resource", 0),
+                                self.ref("resource", self.p["resources"] - 1)))
         self.db.execute("UPDATE %s SET usage_read = 1 WHERE resource = ?" % self.t["resources"], (resource,))
-        row = [r[0] for r in self.db.execute("SELECT hours FROM %s WHERE resource = ? ORDER BY product"
-                                             % self.t["usage"], (resource,))]
+        row = [{"product": j, "hours": h} for j, h in self.db.execute(
+            "SELECT product, hours FROM %s WHERE resource = ? ORDER BY product" % self.t["usage"], (resource,))]
         return {"resource": resource, "hours_by_product": row}
 
     @tool("probe", "Read how many hours each resource of the {site} offers in this run.", reveals=("capacity",))
     def tool_get_capacity_sheet(self):
-        rows = self.db.execute("SELECT resource, name, capacity FROM %s ORDER BY resource" % self.t["resources"])
-        return {"capacity_hours": [{"resource": i, "name": nm, "capacity": c} for i, nm, c in rows]}
+        rows = self.db.execute("SELECT resource, capacity FROM %s ORDER BY resource" % self.t["resources"])
+        return {"capacity_hours": [{"resource": i, "capacity": c} for i, c in rows]}
 
-    @tool("observe", "List the products ({item}) with their codes and demand limits in {unit}.")
+    @tool("observe", "List the products ({item}) with their demand limits in {unit}.")
     def tool_view_products(self):
-        rows = self.db.execute("SELECT product, code, demand FROM %s ORDER BY product" % self.t["catalog"])
-        return {"products": [{"product": j, "code": c, "max_demand": d} for j, c, d in rows], "unit": self.v["unit"]}
+        rows = self.db.execute("SELECT product, demand FROM %s ORDER BY product" % self.t["catalog"])
+        return {"products": [{"product": j, "max_demand": d} for j, d in rows], "unit": self.v["unit"]}
 
     @tool("observe", "List the shared resources (machines, lines) of the {site}.")
     def tool_view_resources(self):
-        rows = self.db.execute("SELECT resource, name FROM %s ORDER BY resource" % self.t["resources"])
-        return {"resources": [{"resource": i, "name": nm} for i, nm in rows]}
+        rows = self.db.execute("SELECT resource FROM %s ORDER BY resource" % self.t["resources"])
+        return {"resources": [{"resource": i} for i, in rows]}
 
     @tool("observe", "Show the quantity currently planned for each product.")
     def tool_view_plan(self):
@@ -604,7 +604,7 @@ class World(BaseWorld):
     def tool_clear_production(self, product):
         self._product(product)
         if self._plan()[product] == 0:
-            raise AgentError("product %d is not in the plan" % product)
+            raise AgentError("product %s is not in the plan" % self.ref("product", product))
         return self._write(product, 0.0)
 
     @tool("decision", "Set every product's quantity back to 0.")
@@ -627,10 +627,10 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "You plan one production run of %d products (%s codes %s-0 to %s-%d, numbered 0 to %d) at the %s. "
-            "They share %d resources (numbered 0 to %d), each offering a fixed number of hours." % (
-                p["products"], v["item"], v["sku"], v["sku"], p["products"] - 1, p["products"] - 1, v["site"],
-                p["resources"], p["resources"] - 1),
+            "You plan one production run of %d products of %s (%s), numbered %s to %s, at the %s. "
+            "They share %d resources (numbered %s to %s), each offering a fixed number of hours." % (
+                p["products"], v["item"], v["sku"], self.ref("product", 0), self.ref("product", p["products"] - 1),
+                v["site"], p["resources"], self.ref("resource", 0), self.ref("resource", p["resources"] - 1)),
             "Set a quantity for each product with %s (any non-negative number of %s, fractions allowed; "
             "setting a product again replaces its quantity; %s and %s undo). A plan that needs more hours "
             "of some resource than it offers, or more of a product than can be sold, is refused." % (
@@ -638,7 +638,8 @@ class World(BaseWorld):
             "When the plan is ready, %s produces and sells it. Your score is the total profit, the sum of "
             "unit profit times quantity, in %s." % (n["close_plan"], v["currency"]),
             "Demand limits (at most this many %s can be sold): %s." % (
-                v["unit"], ", ".join("product %d: %d" % (j, d) for j, d in enumerate(p["demand"]))),
+                v["unit"], ", ".join("product %s: %d" % (self.ref("product", j), d)
+                                     for j, d in enumerate(p["demand"]))),
             "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the plan "
             "as it stands is produced." % turn_budget,
         ]
@@ -651,10 +652,13 @@ class World(BaseWorld):
         p = self.p
         return [
             "Unit profits (%s): %s." % (self.v["currency"], ", ".join(
-                "product %d: %d" % (j, x) for j, x in enumerate(p["profit"]))),
-            "Capacities (hours): %s." % ", ".join("resource %d: %d" % (i, c) for i, c in enumerate(p["capacity"])),
-            "Hours per unit (a row per resource, a column per product):",
-        ] + ["  resource %d: %s" % (i, " ".join(str(a) for a in row)) for i, row in enumerate(p["usage"])]
+                "product %s: %d" % (self.ref("product", j), x) for j, x in enumerate(p["profit"]))),
+            "Capacities (hours): %s." % ", ".join("resource %s: %d" % (self.ref("resource", i), c)
+                                                  for i, c in enumerate(p["capacity"])),
+            "Hours per unit (a row per resource, a column per product, products %s to %s):"
+            % (self.ref("product", 0), self.ref("product", p["products"] - 1)),
+        ] + ["  resource %s: %s" % (self.ref("resource", i), " ".join(str(a) for a in row))
+             for i, row in enumerate(p["usage"])]
 
     def _probe_lines(self):
         """Presentation A: what is hidden, the probes that reveal it, and how it is drawn."""

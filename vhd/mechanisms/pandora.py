@@ -25,7 +25,7 @@ Model
     refused with InvalidParams before anything is allocated (`check_theta`).
 
 State
-    the boxes (label, fee, opened or not), their prize tables (value, weight), the openings
+    the boxes (fee, opened or not), their prize tables (value, weight), the openings
     (which box, prize found, fee paid, in which step), a ledger of fees paid, and a state table
     (whether the episode has ended, the fallback prize, how many boxes were opened).
 
@@ -479,6 +479,7 @@ class World(BaseWorld):
 
     PARAMS = ("n_boxes", "max_open", "fallback", "costs", "prize_values", "prize_weights", "prize_stickers")
     STATE = (("stopped", 0), ("fallback", 0))  # the fallback is θ's, set in __init__
+    IDS = {"box": "box", "best_box": "box"}
     STICKER_ERROR = 12  # a sticker is within ± this of its box's expected prize (never below 0)
 
     def __init__(self, db, params, episode_seed, skin):
@@ -490,16 +491,14 @@ class World(BaseWorld):
         self._set("fallback", params["fallback"])
         self.prizes = World.draw(params, episode_seed)  # immutable: the hidden contents of the boxes
         t = self.t
-        db.execute("CREATE TABLE %s (box_id INTEGER PRIMARY KEY, label TEXT, fee INTEGER, opened INTEGER)"
-                   % t["boxes"])
+        db.execute("CREATE TABLE %s (box_id INTEGER PRIMARY KEY, fee INTEGER, opened INTEGER)" % t["boxes"])
         db.execute("CREATE TABLE %s (box_id INTEGER REFERENCES %s(box_id), outcome INTEGER, value INTEGER, "
                    "weight INTEGER, PRIMARY KEY (box_id, outcome))" % (t["prizes"], t["boxes"]))
         db.execute("CREATE TABLE %s (step INTEGER PRIMARY KEY, box_id INTEGER UNIQUE REFERENCES %s(box_id), "
                    "prize INTEGER, fee INTEGER)" % (t["openings"], t["boxes"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, step INTEGER, kind TEXT, amount INTEGER)"
                    % t["ledger"])
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, 0)" % t["boxes"],
-                       [(i, "%s-B%d" % (self.v["sku"], i), params["costs"][i]) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, 0)" % t["boxes"], [(i, params["costs"][i]) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["prizes"],
                        [(i, k, v, w) for i in range(n)
                         for k, (v, w) in enumerate(zip(params["prize_values"][i], params["prize_weights"][i]))])
@@ -515,7 +514,8 @@ class World(BaseWorld):
     def _box(self, box):
         n = self.p["n_boxes"]
         if not 0 <= box < n:
-            raise AgentError("there are %d boxes, numbered 0 to %d; got %d" % (n, n - 1, box))
+            raise AgentError("there are %d boxes, numbered %s to %s; got %s"
+                             % (n, self.ref("box", 0), self.ref("box", n - 1), self.ref("box", box)))
         return box
 
     def _opened_count(self):
@@ -564,7 +564,7 @@ class World(BaseWorld):
 
     @tool("probe", "Inspect one sealed lot of {item} from the {supplier}: its opening fee in {currency} and its "
           "prize table (possible prizes and their weights).", reveals=HIDDEN,
-          box=integer(0, MAX_BOXES - 1, "number of the box to inspect (0-based)"))
+          box=integer(0, MAX_BOXES - 1, "the box to inspect"))
     def tool_inspect_box(self, box):
         box = self._box(box)
         fee = self.db.execute("SELECT fee FROM %s WHERE box_id = ?" % self.t["boxes"], (box,)).fetchone()[0]
@@ -578,14 +578,12 @@ class World(BaseWorld):
         rows = self.db.execute("SELECT box_id, fee FROM %s ORDER BY box_id" % self.t["boxes"]).fetchall()
         return {"fees": [{"box": i, "fee": fee} for i, fee in rows], "currency": self.v["currency"]}
 
-    @tool("observe", "List the boxes at the {site} with their labels, whether each is open and the prize found "
-          "in it.")
+    @tool("observe", "List the boxes at the {site}, whether each is open and the prize found in it.")
     def tool_list_boxes(self):
-        rows = self.db.execute("SELECT b.box_id, b.label, b.opened, o.prize FROM %s b LEFT JOIN %s o "
+        rows = self.db.execute("SELECT b.box_id, b.opened, o.prize FROM %s b LEFT JOIN %s o "
                                "ON o.box_id = b.box_id ORDER BY b.box_id"
                                % (self.t["boxes"], self.t["openings"])).fetchall()
-        return {"boxes": [{"box": i, "label": label, "opened": bool(opened), "prize": prize}
-                          for i, label, opened, prize in rows]}
+        return {"boxes": [{"box": i, "opened": bool(opened), "prize": prize} for i, opened, prize in rows]}
 
     @tool("observe", "Show the prize you would keep now (the best prize found or the fallback prize, whichever is "
           "higher) in {currency}, and the opened box with the highest prize.")
@@ -619,13 +617,13 @@ class World(BaseWorld):
 
     @tool("decision", "Open one sealed box: pay its fee in {currency} and see the prize inside (refused if it is "
           "already open or the opening cap is reached).",
-          box=integer(0, MAX_BOXES - 1, "number of the box to open (0-based)"))
+          box=integer(0, MAX_BOXES - 1, "the box to open"))
     def tool_open_box(self, box):
         box = self._box(box)
         opened, fee = self.db.execute("SELECT opened, fee FROM %s WHERE box_id = ?" % self.t["boxes"],
                                       (box,)).fetchone()
         if opened:
-            raise AgentError("box %d is already open" % box)
+            raise AgentError("box %s is already open" % self.ref("box", box))
         used = self._opened_count()
         if used >= self.p["max_open"]:
             raise AgentError("at most %s may be opened and %d already %s; call %s"
@@ -657,10 +655,11 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "The %s is offered %d sealed lots (boxes) of %s (%s) by the %s, numbered 0 to %d. Each box holds "
+            "The %s is offered %d sealed lots (boxes) of %s (%s) by the %s, numbered %s to %s. Each box holds "
             "one prize worth a whole number of %s, drawn at random from that box's own prize table; opening a "
-            "box costs its fee and shows its prize." % (v["site"], p["n_boxes"], v["item"], v["sku"],
-                                                         v["supplier"], p["n_boxes"] - 1, v["currency"]),
+            "box costs its fee and shows its prize." % (v["site"], p["n_boxes"], v["item"], v["sku"], v["supplier"],
+                                                         self.ref("box", 0), self.ref("box", p["n_boxes"] - 1),
+                                                         v["currency"]),
             "Open boxes one at a time with %s (at most %s in all, each once), then call %s to keep the "
             "single best prize found, or the fallback prize of %d %s if nothing opened beats it." % (
                 n["open_box"], self._count(p["max_open"], "boxes", "box"), n["stop_and_take"], p["fallback"],
@@ -675,13 +674,14 @@ class World(BaseWorld):
                 total = sum(p["prize_weights"][i])
                 table = ", ".join("%d %s with chance %d/%d" % (value, v["currency"], w, total)
                                   for value, w in zip(p["prize_values"][i], p["prize_weights"][i]))
-                lines.append("  box %d: fee %d; prize %s" % (i, p["costs"][i], table))
+                lines.append("  box %s: fee %d; prize %s" % (self.ref("box", i), p["costs"][i], table))
         else:
             lines += [
                 "",
                 "Each box carries a sticker estimating its expected prize: %s (%s). A sticker is off from its "
                 "box's expected prize by at most %d either way (any error in between as likely), and never "
-                "below 0." % (", ".join("box %d: %d" % (i, s) for i, s in enumerate(p["prize_stickers"])),
+                "below 0." % (", ".join("box %s: %d" % (self.ref("box", i), s)
+                                        for i, s in enumerate(p["prize_stickers"])),
                               v["currency"], World.STICKER_ERROR),
                 "Each box's fee is between 15 % and 50 % of what the box is expected to add over the fallback "
                 "prize.",

@@ -436,7 +436,7 @@ def belief(theta: dict, read: list[dict]) -> dict:
     return {**theta, "returns": returns, "caps": caps, "exposures": exposures, "forecast": forecast}
 
 
-_PROJECT = integer(0, 7, "number of the project (0-based)")  # the argument of the tools on one project
+_PROJECT = integer(0, 7, "the project")  # the argument of the tools on one project
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,6 +449,7 @@ class World(BaseWorld):
 
     PARAMS = ("assets", "factors", "budget", "returns", "caps", "exposures", "ridge", "risk_aversion", "forecast")
     STATE = (("committed", 0), ("changes", 0))
+    IDS = {"project": "project"}
     TOL = 1e-9
     # the generator's ranges, which the A instruction states (whole returns per unit, caps, loadings), and the
     # error of the return forecast (the sticker): within FORECAST_ERROR of every true return, never below 0
@@ -456,8 +457,7 @@ class World(BaseWorld):
     FORECAST_ERROR = 6
     # the World's tables and their columns, other tables named by their canonical names
     SCHEMA = (
-        ("assets", "project_id INTEGER PRIMARY KEY, name TEXT NOT NULL, expected_return INTEGER, cap INTEGER, "
-                   "forecast INTEGER"),
+        ("assets", "project_id INTEGER PRIMARY KEY, expected_return INTEGER, cap INTEGER, forecast INTEGER"),
         ("factors", "factor_id INTEGER PRIMARY KEY, name TEXT NOT NULL"),
         ("exposures", "factor_id INTEGER REFERENCES %(factors)s(factor_id), project_id INTEGER REFERENCES "
                       "%(assets)s(project_id), loading INTEGER, PRIMARY KEY (factor_id, project_id)"),
@@ -474,9 +474,8 @@ class World(BaseWorld):
         t = self.t
         for table, columns in World.SCHEMA:
             db.execute("CREATE TABLE %s (%s)" % (t[table], columns % t))
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["assets"],
-                       [(i, "%s project %d" % (self.v["site"], i), params["returns"][i], params["caps"][i],
-                         params["forecast"][i]) for i in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["assets"],
+                       [(i, params["returns"][i], params["caps"][i], params["forecast"][i]) for i in range(n)])
         db.executemany("INSERT INTO %s VALUES (?, ?)" % t["factors"],
                        [(f, "risk factor %d" % f) for f in range(k)])
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["exposures"],
@@ -519,7 +518,9 @@ class World(BaseWorld):
 
     def _check_project(self, project):
         if not 0 <= project < self.p["assets"]:
-            raise AgentError("there is no project %d; projects are numbered 0 to %d" % (project, self.p["assets"] - 1))
+            raise AgentError("there is no project %s; projects are numbered %s to %s"
+                             % (self.ref("project", project), self.ref("project", 0),
+                                self.ref("project", self.p["assets"] - 1)))
 
     def _write(self, action, project, amount):
         self.db.execute("UPDATE %s SET amount = ? WHERE project_id = ?" % self.t["positions"], (amount, project))
@@ -554,7 +555,7 @@ class World(BaseWorld):
           reveals=("forecast",), noisy=True)
     def tool_get_return_forecast(self):
         rows = self.db.execute("SELECT project_id, forecast FROM %s ORDER BY project_id" % self.t["assets"]).fetchall()
-        return {"forecast_return_per_unit": {str(i): f for i, f in rows},
+        return {"forecast_return_per_unit": [{"project": i, "forecast": f} for i, f in rows],
                 "error": "each forecast is within %d of the true expected return" % self.FORECAST_ERROR}
 
     @tool("probe", "Inspect one project: its exact expected return per {currency}.", reveals=("returns",),
@@ -582,13 +583,13 @@ class World(BaseWorld):
 
     @tool("observe", "List the {site}'s projects and the number of risk factors.")
     def tool_list_assets(self):
-        rows = self.db.execute("SELECT project_id, name FROM %s ORDER BY project_id" % self.t["assets"]).fetchall()
-        return {"projects": [{"project": j, "name": name} for j, name in rows], "risk_factors": self.p["factors"]}
+        rows = self.db.execute("SELECT project_id FROM %s ORDER BY project_id" % self.t["assets"]).fetchall()
+        return {"projects": [{"project": j} for j, in rows], "risk_factors": self.p["factors"]}
 
     @tool("observe", "Show the amount currently set on every project.")
     def tool_view_allocation(self):
         rows = self.db.execute("SELECT project_id, amount FROM %s ORDER BY project_id" % self.t["positions"]).fetchall()
-        return {"allocation": {str(j): x for j, x in rows}, "allocated": self._allocated(),
+        return {"allocation": [{"project": j, "amount": x} for j, x in rows], "allocated": self._allocated(),
                 "currency": self.v["currency"]}
 
     @tool("observe", "Show the budget, the amount allocated and what is left, in {currency}.")
@@ -629,12 +630,13 @@ class World(BaseWorld):
         total = World.total(amounts)
         # the rule the player can check comes first; the cap's refusal names the rule, never the cap
         if total > self.p["budget"] + self.TOL:
-            raise AgentError("the budget is %d %s; with %r on project %d the plan would use %r"
-                             % (self.p["budget"], self.v["currency"], amount, project, total))
+            raise AgentError("the budget is %d %s; with %r on project %s the plan would use %r"
+                             % (self.p["budget"], self.v["currency"], amount, self.ref("project", project), total))
         cap = self.p["caps"][project]
         if amount > cap + self.TOL:
-            raise AgentError("%r %s is over project %d's cap (%s lists the caps)"
-                             % (amount, self.v["currency"], project, self.name["get_position_limits"]))
+            raise AgentError("%r %s is over project %s's cap (%s lists the caps)"
+                             % (amount, self.v["currency"], self.ref("project", project),
+                                self.name["get_position_limits"]))
         self._write("allocate", project, amount)
         return {"project": project, "amount": amount, "allocated": self._allocated(),
                 "left": self.p["budget"] - self._allocated()}
@@ -643,7 +645,7 @@ class World(BaseWorld):
     def tool_release_asset(self, project):
         self._check_project(project)
         if self._amounts()[project] == 0:
-            raise AgentError("project %d has nothing allocated" % project)
+            raise AgentError("project %s has nothing allocated" % self.ref("project", project))
         self._write("release", project, 0.0)
         return {"project": project, "amount": 0.0, "allocated": self._allocated()}
 
@@ -660,7 +662,8 @@ class World(BaseWorld):
     def tool_commit_allocation(self):
         self._set("committed", 1)
         amounts = self._amounts()
-        return {"committed": {str(i): x for i, x in enumerate(amounts)}, "objective": self.utility()}
+        return {"committed": [{"project": i, "amount": x} for i, x in enumerate(amounts)],
+                "objective": self.utility()}
 
     # -- what the player reads --------------------------------------------------------------
     @staticmethod
@@ -673,10 +676,10 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "The %s has a budget of %d %s to allocate across %d projects (numbered 0 to %d) whose returns "
+            "The %s has a budget of %d %s to allocate across %d projects (numbered %s to %s) whose returns "
             "move with %s (numbered 0 to %d)." % (v["site"], p["budget"], v["currency"], p["assets"],
-                                                 p["assets"] - 1, World.counted(p["factors"], "risk factor"),
-                                                 p["factors"] - 1),
+                                                 self.ref("project", 0), self.ref("project", p["assets"] - 1),
+                                                 World.counted(p["factors"], "risk factor"), p["factors"] - 1),
             "Set a project's amount with %s (any non-negative number up to its cap; it replaces the previous "
             "amount), undo with %s or %s, and end with %s. The amounts together may not exceed the budget; "
             "money left unallocated earns nothing." % (n["allocate"], n["release_asset"], n["reset_allocation"],
@@ -693,12 +696,12 @@ class World(BaseWorld):
     def _theta_lines(self):
         """Presentation I: the returns, the caps and the risk model, by project number."""
         p, cur = self.p, self.v["currency"]
-        by_project = lambda values: ", ".join("%d: %d" % (i, x) for i, x in enumerate(values))
+        by_project = lambda values: ", ".join("%s: %d" % (self.ref("project", i), x) for i, x in enumerate(values))
         return [
             "Expected return per %s, by project: %s." % (cur, by_project(p["returns"])),
             "Cap per project (%s): %s." % (cur, by_project(p["caps"])),
-            "Risk aversion %r; ridge %d. Factor loadings, one row per factor (projects 0 to %d):" % (
-                p["risk_aversion"], p["ridge"], p["assets"] - 1),
+            "Risk aversion %r; ridge %d. Factor loadings, one row per factor (projects %s to %s):" % (
+                p["risk_aversion"], p["ridge"], self.ref("project", 0), self.ref("project", p["assets"] - 1)),
         ] + ["  factor %d: %s" % (f, ", ".join("%d" % a for a in row)) for f, row in enumerate(p["exposures"])]
 
     def _probe_lines(self):

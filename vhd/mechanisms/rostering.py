@@ -427,7 +427,7 @@ def turn_budget(theta: dict) -> int:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-_STAFF = integer(0, MAX_STAFF - 1, "staff member number (0-based)")
+_STAFF = integer(0, MAX_STAFF - 1, "the staff member")
 _DAY = integer(0, MAX_HORIZON - 1, "day number (0-based)")
 _SHIFT = integer(0, MAX_SHIFTS_PER_DAY - 1, "shift number of the day (0 = early, the last one = night)")
 
@@ -441,6 +441,7 @@ class World(BaseWorld):
     PARAMS = ("n_staff", "horizon", "n_shifts", "shift_names", "demand", "base_wages", "shift_premiums",
               "availability", "max_shifts", "shortage_penalty")
     STATE = (("sheet_read", 0), ("wages_read", 0), ("terms_read", 0), ("forecasts", 0), ("published", 0))
+    IDS = {"staff": "staff"}  # days and shifts are not entities: a shift is shown by its name
     STAFF_NAMES = ("Ada", "Bram", "Cleo", "Dev", "Esme", "Farid", "Gwen", "Hugo", "Iris", "Jonas", "Kemi", "Luca",
                    "Mina", "Nils", "Oona", "Pavel")
     FORECAST_SALT = 7919
@@ -504,7 +505,8 @@ class World(BaseWorld):
     def _staff(self, staff):
         n = self.p["n_staff"]
         if not 0 <= staff < n:
-            raise AgentError("the staff are numbered 0 to %d; got %d" % (n - 1, staff))
+            raise AgentError("the staff run from %s to %s; got %s"
+                             % (self.ref("staff", 0), self.ref("staff", n - 1), self.ref("staff", staff)))
         return staff
 
     def _day(self, day):
@@ -730,23 +732,23 @@ class World(BaseWorld):
         label = World.staff_label(staff)
         current = self._shift_of(staff, day)
         if current is not None:
-            raise AgentError("%s (staff %d) already works the %s shift on day %d; unassign first"
-                             % (label, staff, names[current], day))
+            raise AgentError("%s (staff %s) already works the %s shift on day %d; unassign first"
+                             % (label, self.ref("staff", staff), names[current], day))
         k = p["n_shifts"]
         if shift == 0 and day > 0 and self._shift_of(staff, day - 1) == k - 1:
-            raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
-                             % (label, staff, names[k - 1], day - 1, names[0], day))
+            raise AgentError("%s (staff %s) works the %s shift of day %d: no %s shift on day %d (rest rule)"
+                             % (label, self.ref("staff", staff), names[k - 1], day - 1, names[0], day))
         if shift == k - 1 and day + 1 < p["horizon"] and self._shift_of(staff, day + 1) == 0:
-            raise AgentError("%s (staff %d) works the %s shift of day %d: no %s shift on day %d (rest rule)"
-                             % (label, staff, names[0], day + 1, names[k - 1], day))
+            raise AgentError("%s (staff %s) works the %s shift of day %d: no %s shift on day %d (rest rule)"
+                             % (label, self.ref("staff", staff), names[0], day + 1, names[k - 1], day))
         # availability and shift limits are hidden in A: one refusal for both, after the rules the roster shows
         available = self.db.execute("SELECT available FROM %s WHERE staff_id = ? AND day = ? AND shift_id = ?"
                                     % self.t["availability"], (staff, day, shift)).fetchone()[0]
         limit = self.db.execute("SELECT max_shifts FROM %s WHERE staff_id = ?" % self.t["staff"], (staff,)).fetchone()[0]
         if not available or self._worked(staff) >= limit:
-            raise AgentError("%s (staff %d) cannot take the %s shift on day %d: they are not available for it or "
+            raise AgentError("%s (staff %s) cannot take the %s shift on day %d: they are not available for it or "
                              "have no shifts left under their limit (%s and %s tell which)"
-                             % (label, staff, names[shift], day, self.name["read_availability"],
+                             % (label, self.ref("staff", staff), names[shift], day, self.name["read_availability"],
                                 self.name["get_work_rules"]))
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?)" % self.t["roster"], (staff, day, shift))
         self._log("assign", staff_id=staff, day=day, shift_id=shift)
@@ -759,7 +761,8 @@ class World(BaseWorld):
         staff, day = self._staff(staff), self._day(day)
         current = self._shift_of(staff, day)
         if current is None:
-            raise AgentError("%s (staff %d) is off on day %d" % (World.staff_label(staff), staff, day))
+            raise AgentError("%s (staff %s) is off on day %d"
+                             % (World.staff_label(staff), self.ref("staff", staff), day))
         self.db.execute("DELETE FROM %s WHERE staff_id = ? AND day = ?" % self.t["roster"], (staff, day))
         self._log("unassign", staff_id=staff, day=day, shift_id=current)
         return {"unassigned": {"staff": staff, "day": day, "shift": self.p["shift_names"][current]},
@@ -800,10 +803,10 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "You draw up the %s's staff roster for %s, numbered 0 to %d. There %s %s, numbered 0 to %d (%s), "
+            "You draw up the %s's staff roster for %s, numbered 0 to %d. There %s %s, numbered %s to %s (%s), "
             "and %d shifts a day, numbered 0 to %d: %s. Each shift of each day needs a number of heads." % (
                 v["site"], World.counted(p["horizon"], "day", "days"), p["horizon"] - 1,
-                "is" if p["n_staff"] == 1 else "are", staff, p["n_staff"] - 1,
+                "is" if p["n_staff"] == 1 else "are", staff, self.ref("staff", 0), self.ref("staff", p["n_staff"] - 1),
                 ", ".join(World.staff_label(s) for s in range(p["n_staff"])), p["n_shifts"], p["n_shifts"] - 1,
                 ", ".join("%d %s" % (j, name) for j, name in enumerate(names))),
             "Rules: a staff member works at most one shift a day, only shifts they are available for, at most "
@@ -832,8 +835,9 @@ class World(BaseWorld):
         for s in range(p["n_staff"]):
             days = ["%d:%s" % (d, "".join(name[0].upper() for name, free in zip(names, p["availability"][s][d])
                                           if free) or "-") for d in range(p["horizon"])]
-            lines.append("  staff %d %s: base wage %d; at most %s; %s" % (
-                s, World.staff_label(s), p["base_wages"][s], World.counted(p["max_shifts"][s], "shift", "shifts"),
+            lines.append("  staff %s %s: base wage %d; at most %s; %s" % (
+                self.ref("staff", s), World.staff_label(s), p["base_wages"][s],
+                World.counted(p["max_shifts"][s], "shift", "shifts"),
                 " ".join(days)))
         return lines + ["(letters: %s)" % ", ".join("%s = %s" % (name[0].upper(), name) for name in names)]
 

@@ -479,6 +479,7 @@ class World(BaseWorld):
 
     PARAMS = ("n_stops", "horizon", "budget", "travel_cost", "rewards", "coordinates", "travel")
     STATE = (("position", 0), ("clock", 0), ("ended", 0))
+    IDS = {key: "stop" for key in ("stop", "from_stop", "to_stop", "arrived_at", "visited", "open")}  # 0: the depot
     GRID = 30  # the module's GRID, which the A instruction states (the World is pasted into modules without it)
 
     def __init__(self, db, params, episode_seed, skin):
@@ -487,7 +488,7 @@ class World(BaseWorld):
         if len(params["rewards"]) != n + 1 or len(params["coordinates"]) != n + 1 or len(params["travel"]) != n + 1:
             raise ValueError("rewards, coordinates and travel must cover the depot and %d stops" % n)
         t = self.t
-        db.execute("CREATE TABLE %s (stop_id INTEGER PRIMARY KEY, label TEXT, x INTEGER, y INTEGER, "
+        db.execute("CREATE TABLE %s (stop_id INTEGER PRIMARY KEY, x INTEGER, y INTEGER, "
                    "payment INTEGER, status TEXT)" % t["stops"])
         db.execute("CREATE TABLE %s (from_stop INTEGER REFERENCES %s(stop_id), to_stop INTEGER REFERENCES "
                    "%s(stop_id), minutes INTEGER, PRIMARY KEY (from_stop, to_stop))"
@@ -498,9 +499,8 @@ class World(BaseWorld):
         rows = []
         for k in range(n + 1):
             x, y = params["coordinates"][k]
-            label = "%s (depot)" % self.v["site"] if k == 0 else "customer %d" % k
-            rows.append((k, label, x, y, params["rewards"][k], "depot" if k == 0 else "open"))
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?, ?)" % t["stops"], rows)
+            rows.append((k, x, y, params["rewards"][k], "depot" if k == 0 else "open"))
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["stops"], rows)
         db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["travel"],
                        [(i, j, params["travel"][i][j]) for i in range(n + 1) for j in range(n + 1)])
 
@@ -511,8 +511,9 @@ class World(BaseWorld):
 
     def _stop(self, stop):
         if not 0 <= stop <= self.p["n_stops"]:
-            raise AgentError("there are stops 0 (the depot) to %d; got %d" % (self.p["n_stops"], stop))
-        return self.db.execute("SELECT stop_id, label, x, y, payment, status FROM %s WHERE stop_id = ?"
+            raise AgentError("there are stops %s (the depot) to %s; got %s"
+                             % (self.ref("stop", 0), self.ref("stop", self.p["n_stops"]), self.ref("stop", stop)))
+        return self.db.execute("SELECT stop_id, x, y, payment, status FROM %s WHERE stop_id = ?"
                                % self.t["stops"], (stop,)).fetchone()
 
     def _totals(self):
@@ -522,7 +523,7 @@ class World(BaseWorld):
     def _drive(self, stop):
         position, clock = self._get("position"), self._get("clock")
         minutes = self._minutes(position, stop)
-        payment = self._stop(stop)[4] if stop != 0 else 0
+        payment = self._stop(stop)[3] if stop != 0 else 0
         self.db.execute("INSERT INTO %s (from_stop, to_stop, depart_minute, arrive_minute, minutes, payment) "
                         "VALUES (?, ?, ?, ?, ?, ?)" % self.t["legs"],
                         (position, stop, clock, clock + minutes, minutes, payment))
@@ -556,29 +557,32 @@ class World(BaseWorld):
     @tool("probe", "List every customer stop of the round with the payment (in {currency}) due on delivery of "
           "{item}.", reveals=("rewards",))
     def tool_get_manifest(self):
-        rows = self.db.execute("SELECT stop_id, label, payment FROM %s WHERE stop_id > 0 ORDER BY stop_id"
+        rows = self.db.execute("SELECT stop_id, payment FROM %s WHERE stop_id > 0 ORDER BY stop_id"
                                % self.t["stops"]).fetchall()
-        return {"stops": [{"stop": r[0], "label": r[1], "payment": r[2]} for r in rows],
+        return {"stops": [{"stop": r[0], "payment": r[1]} for r in rows],
                 "currency": self.v["currency"]}
 
     @tool("probe", "Show one stop: its payment in {currency}, its position on the map and whether it has been "
-          "visited.", reveals=("rewards", "coordinates"), stop=_stop_arg("stop number (0 is the depot)"))
+          "visited.", reveals=("rewards", "coordinates"),
+          stop=_stop_arg("the stop to show (the first stop is the depot)"))
     def tool_inspect_stop(self, stop):
         row = self._stop(stop)
-        return {"stop": row[0], "label": row[1], "x": row[2], "y": row[3], "payment": row[4] if stop else 0,
-                "status": row[5]}  # the depot pays nothing
+        return {"stop": row[0], "x": row[1], "y": row[2], "payment": row[3] if stop else 0,
+                "status": row[4]}  # the depot pays nothing; its status is "depot"
 
-    @tool("probe", "Show one row of the travel-time matrix: the minutes from one stop to every stop (stop 0 is the "
-          "{site}).", reveals=("travel",), from_stop=_stop_arg("stop to leave from (0 is the depot)"))
+    @tool("probe", "Show one row of the travel-time matrix: the minutes from one stop to every stop (the first "
+          "stop is the {site}).", reveals=("travel",),
+          from_stop=_stop_arg("the stop to leave from (the first stop is the depot)"))
     def tool_get_travel_matrix(self, from_stop):
         self._stop(from_stop)
         self._mark_read("get_travel_matrix", from_stop)
         rows = self.db.execute("SELECT to_stop, minutes FROM %s WHERE from_stop = ? ORDER BY to_stop"
                                % self.t["travel"], (from_stop,)).fetchall()
-        return {"from_stop": from_stop, "minutes": [m for _, m in rows], "note": "one entry per stop, 0 the depot"}
+        return {"from_stop": from_stop, "row": [{"to_stop": j, "minutes": m} for j, m in rows],
+                "note": "one entry per stop, the depot (stop %s) first" % self.ref("stop", 0)}
 
     @tool("probe", "Show the travel time in minutes from one stop to another.", reveals=("travel",),
-          from_stop=_stop_arg("stop to leave from"), to_stop=_stop_arg("stop to drive to"))
+          from_stop=_stop_arg("the stop to leave from"), to_stop=_stop_arg("the stop to drive to"))
     def tool_get_travel_time(self, from_stop, to_stop):
         self._stop(from_stop)
         self._stop(to_stop)
@@ -594,18 +598,19 @@ class World(BaseWorld):
     # -- decisions and the clock ------------------------------------------------------------
     @tool("decision", "Drive the van to a customer stop and deliver the {item}; refused if the stop was visited or "
           "the van could not get back to the {site} in time from there.",
-          stop=_stop_arg("customer stop number, 1 or more"))
+          stop=_stop_arg("the customer stop to drive to (not the depot, the first stop)"))
     def tool_drive_to(self, stop):
         row = self._stop(stop)
         if stop == 0:
-            raise AgentError("stop 0 is the depot; use %s to end the round" % self.name["return_to_depot"])
-        if row[5] == "visited":
-            raise AgentError("stop %d has already been visited" % stop)
+            raise AgentError("stop %s is the depot; use %s to end the round"
+                             % (self.ref("stop", 0), self.name["return_to_depot"]))
+        if row[4] == "visited":
+            raise AgentError("stop %s has already been visited" % self.ref("stop", stop))
         position, clock = self._get("position"), self._get("clock")
         there, back = self._minutes(position, stop), self._minutes(stop, 0)
         if clock + there + back > self.p["budget"]:  # the rule, not the minutes: travel times are hidden in A
-            raise AgentError("driving to stop %d and from there back to the depot would not end within the time "
-                             "budget of %d minutes" % (stop, self.p["budget"]))
+            raise AgentError("driving to stop %s and from there back to the depot would not end within the time "
+                             "budget of %d minutes" % (self.ref("stop", stop), self.p["budget"]))
         minutes, payment = self._drive(stop)
         return {"arrived_at": stop, "minutes": minutes, "payment": payment, "clock": self._get("clock"),
                 "minutes_left": self.p["budget"] - self._get("clock")}
@@ -622,7 +627,7 @@ class World(BaseWorld):
     @tool("observe", "Show where the van is and the minute on the clock.")
     def tool_view_position(self):
         position = self._get("position")
-        return {"stop": position, "label": self._stop(position)[1], "clock": self._get("clock")}
+        return {"stop": position, "at_depot": position == 0, "clock": self._get("clock")}
 
     @tool("observe", "Show minutes used, minutes left and minutes needed to get back to the {site} (in "
           "presentation A once that travel time is read).")
@@ -660,9 +665,10 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "Today you drive the %s's van on a delivery round of %s. It starts at the %s (stop 0, the depot) at "
-            "minute 0; customers at stops 1 to %d each pay once, in %s, when the van first arrives." % (
-                v["site"], v["item"], v["site"], p["n_stops"], v["currency"]),
+            "Today you drive the %s's van on a delivery round of %s. It starts at the %s (stop %s, the depot) at "
+            "minute 0; customers at stops %s to %s each pay once, in %s, when the van first arrives." % (
+                v["site"], v["item"], v["site"], self.ref("stop", 0), self.ref("stop", 1),
+                self.ref("stop", p["n_stops"]), v["currency"]),
             "Drive with %s (one stop per call). A drive is refused unless the van could still get back to the "
             "depot within the time budget of %d minutes from that stop. End the round with %s, which drives "
             "straight back to the depot." % (n["drive_to"], p["budget"], n["return_to_depot"]),
@@ -678,12 +684,14 @@ class World(BaseWorld):
         p = self.p
         return [
             "Driving costs %d %s per minute." % (p["travel_cost"], self.v["currency"]),
-            "Payments by stop: %s." % ", ".join("stop %d: %d" % (k, p["rewards"][k])
+            "Payments by stop: %s." % ", ".join("stop %s: %d" % (self.ref("stop", k), p["rewards"][k])
                                                 for k in range(1, p["n_stops"] + 1)),
-            "Stop positions (x, y): %s." % ", ".join("stop %d: (%d, %d)" % (k, c[0], c[1])
+            "Stop positions (x, y): %s." % ", ".join("stop %s: (%d, %d)" % (self.ref("stop", k), c[0], c[1])
                                                      for k, c in enumerate(p["coordinates"])),
-            "Travel minutes (row = from stop, column = to stop, stops 0..%d):" % p["n_stops"],
-        ] + ["  from %d: %s" % (i, " ".join("%d" % m for m in row)) for i, row in enumerate(p["travel"])]
+            "Travel minutes (row = from stop, column = to stop, stops %s..%s in order):"
+            % (self.ref("stop", 0), self.ref("stop", p["n_stops"])),
+        ] + ["  from %s: %s" % (self.ref("stop", i), " ".join("%d" % m for m in row))
+             for i, row in enumerate(p["travel"])]
 
     def _probe_lines(self):
         """Presentation A: what is hidden, what each probe shows, and what the hidden numbers are like."""

@@ -291,8 +291,8 @@ def belief(theta: dict, read: list[dict]) -> dict:
 # AgentError, sqlite3, random, math and json, and keeps all mutable state in the database.
 
 
-_JOB = integer(0, MAX_JOBS - 1, "number of the job (0-based)")
-_MACHINE = integer(0, MAX_MACHINES - 1, "number of the machine (0-based)")
+_JOB = integer(0, MAX_JOBS - 1, "the job")
+_MACHINE = integer(0, MAX_MACHINES - 1, "the machine")
 
 
 TABLES = ("jobs", "machines", "assignments", "inspections", "log", "state")
@@ -303,6 +303,8 @@ class World(BaseWorld):
 
     PARAMS = ("n_jobs", "n_machines", "processing")
     STATE = (("dispatched", 0),)
+    IDS = {"job": "job", "assigned": "job", "unassigned": "job", "moved_jobs": "job",
+           "machine": "machine", "was_on_machine": "machine", "moved_to_machine": "machine"}
     BLOCK = 5  # the job list shows the middle of the block of BLOCK time units that holds each time
 
     @staticmethod
@@ -317,30 +319,30 @@ class World(BaseWorld):
         if not isinstance(n, int) or not isinstance(m, int) or n < 1 or m < 1 or len(params["processing"]) != n:
             raise ValueError("processing must have n_jobs=%r entries and n_machines=%r must be ≥ 1" % (n, m))
         t = self.t
-        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL)"
-                   % t["jobs"])
-        db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY, label TEXT NOT NULL)" % t["machines"])
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, processing INTEGER NOT NULL)" % t["jobs"])
+        db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY)" % t["machines"])
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id), machine_id INTEGER NOT NULL "
                    "REFERENCES %s(machine_id))" % (t["assignments"], t["jobs"], t["machines"]))
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id))"
                    % (t["inspections"], t["jobs"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER, machine_id INTEGER)"
                    % t["log"])
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?)" % t["jobs"],
-                       [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j]) for j in range(n)])
-        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["machines"], [(k, "M%d" % k) for k in range(m)])
+        db.executemany("INSERT INTO %s VALUES (?, ?)" % t["jobs"], [(j, params["processing"][j]) for j in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?)" % t["machines"], [(k,) for k in range(m)])
 
     # -- state helpers --------------------------------------------------------------------
     def _job(self, job):
         n = self.p["n_jobs"]
         if not 0 <= job < n:
-            raise AgentError("there are %d jobs, numbered 0 to %d; got %d" % (n, n - 1, job))
+            raise AgentError("there are %d jobs, numbered %s to %s; got %s"
+                             % (n, self.ref("job", 0), self.ref("job", n - 1), self.ref("job", job)))
         return job
 
     def _machine(self, machine):
         m = self.p["n_machines"]
         if not 0 <= machine < m:
-            raise AgentError("there are %d machines, numbered 0 to %d; got %d" % (m, m - 1, machine))
+            raise AgentError("there are %d machines, numbered %s to %s; got %s"
+                             % (m, self.ref("machine", 0), self.ref("machine", m - 1), self.ref("machine", machine)))
         return machine
 
     def _open(self):
@@ -352,15 +354,15 @@ class World(BaseWorld):
         return None if row is None else row[0]
 
     def _loads(self):
-        """[(machine, label, jobs on it, load)] over every machine, from the assignment table."""
+        """[(machine, jobs on it, load)] over every machine, from the assignment table."""
         rows = self.db.execute(
-            "SELECT m.machine_id, m.label, COUNT(a.job_id), COALESCE(SUM(j.processing), 0) FROM %s m "
+            "SELECT m.machine_id, COUNT(a.job_id), COALESCE(SUM(j.processing), 0) FROM %s m "
             "LEFT JOIN %s a ON a.machine_id = m.machine_id LEFT JOIN %s j ON j.job_id = a.job_id "
             "GROUP BY m.machine_id ORDER BY m.machine_id" % (self.t["machines"], self.t["assignments"], self.t["jobs"]))
         return [tuple(row) for row in rows.fetchall()]
 
     def _makespan(self):
-        return max(load for _, _, _, load in self._loads())
+        return max(load for _, _, load in self._loads())
 
     def _inspected(self):
         return {row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"])}
@@ -374,7 +376,7 @@ class World(BaseWorld):
         inspected = self._inspected()
         unread = {k for j, k in self.db.execute("SELECT job_id, machine_id FROM %s" % self.t["assignments"])
                   if j not in inspected}
-        return [(k, label, count, None if k in unread else load) for k, label, count, load in loads]
+        return [(k, count, None if k in unread else load) for k, count, load in loads]
 
     def _unassigned(self):
         return [row[0] for row in self.db.execute(
@@ -407,9 +409,8 @@ class World(BaseWorld):
     # -- probes -----------------------------------------------------------------------------
     def _inspect(self, job):
         self.db.execute("INSERT OR IGNORE INTO %s VALUES (?)" % self.t["inspections"], (job,))
-        label, proc = self.db.execute("SELECT label, processing FROM %s WHERE job_id = ?" % self.t["jobs"],
-                                      (job,)).fetchone()
-        return {"job": job, "label": label, "processing_time": proc}
+        proc = self.db.execute("SELECT processing FROM %s WHERE job_id = ?" % self.t["jobs"], (job,)).fetchone()[0]
+        return {"job": job, "processing_time": proc}
 
     @tool("probe", "Inspect one job for the {supplier}'s {item}: its processing time.", reveals=("processing",),
           job=_JOB)
@@ -420,9 +421,8 @@ class World(BaseWorld):
           "block of five time units (1-5 shows 3, 6-10 shows 8, ...), off by at most 2 (costs %d turns)." % SHEET_COST,
           reveals=("processing",), turn_cost=SHEET_COST, noisy=True)
     def tool_get_job_list(self):
-        jobs = self.db.execute("SELECT job_id, label, processing FROM %s ORDER BY job_id" % self.t["jobs"]).fetchall()
-        return {"jobs": [{"job": j, "label": label, "estimated_processing_time": World.listed(proc)}
-                         for j, label, proc in jobs],
+        jobs = self.db.execute("SELECT job_id, processing FROM %s ORDER BY job_id" % self.t["jobs"]).fetchall()
+        return {"jobs": [{"job": j, "estimated_processing_time": World.listed(proc)} for j, proc in jobs],
                 "time_unit": "time units", "exact": False,
                 "note": "an estimate: each time may be off by up to 2; %s shows one job's exact time"
                         % self.name["inspect_job"]}
@@ -436,10 +436,11 @@ class World(BaseWorld):
         machine = self._machine(machine)
         already = self._machine_of(job)
         if already is not None:
-            raise AgentError("job %d is already assigned to machine %d; unassign it first" % (job, already))
+            raise AgentError("job %s is already assigned to machine %s; unassign it first"
+                             % (self.ref("job", job), self.ref("machine", already)))
         self.db.execute("INSERT INTO %s VALUES (?, ?)" % self.t["assignments"], (job, machine))
         self._log("assign", job_id=job, machine_id=machine)
-        load = [l for k, _, _, l in self._shown_loads() if k == machine][0]
+        load = [l for k, _, l in self._shown_loads() if k == machine][0]
         return {"assigned": job, "machine": machine, "machine_load": load}
 
     @tool("decision", "Take one assigned job off its machine.", job=_JOB)
@@ -448,7 +449,7 @@ class World(BaseWorld):
         job = self._job(job)
         machine = self._machine_of(job)
         if machine is None:
-            raise AgentError("job %d is not assigned to any machine" % job)
+            raise AgentError("job %s is not assigned to any machine" % self.ref("job", job))
         self.db.execute("DELETE FROM %s WHERE job_id = ?" % self.t["assignments"], (job,))
         self._log("unassign", job_id=job, machine_id=machine)
         return {"unassigned": job, "was_on_machine": machine}
@@ -464,50 +465,50 @@ class World(BaseWorld):
         return {"cleared": count}
 
     # -- clock ------------------------------------------------------------------------------
-    @tool("clock", "Dispatch the plan to the {site}'s machines: unassigned jobs go on machine 0, the episode ends "
-          "and the score is minus the makespan.")
+    @tool("clock", "Dispatch the plan to the {site}'s machines: unassigned jobs go on the first machine, the "
+          "episode ends and the score is minus the makespan.")
     def tool_dispatch(self):
         self._open()
         moved = self._unassigned()
         self._dispatch("dispatched")
-        return {"put_on_machine_0": moved, "loads": [load for _, _, _, load in self._loads()],
+        return {"moved_jobs": moved, "moved_to_machine": 0,
+                "loads": [{"machine": k, "load": load} for k, _, load in self._loads()],
                 "makespan": self._makespan()}
 
     # -- observations -----------------------------------------------------------------------
     @tool("observe", "Show every machine's number of jobs and load so far (once its jobs are inspected).")
     def tool_view_machine_loads(self):
-        return {"machines": [{"machine": k, "label": label, "jobs": count, "load": load}
-                             for k, label, count, load in self._shown_loads()]}
+        return {"machines": [{"machine": k, "jobs": count, "load": load} for k, count, load in self._shown_loads()]}
 
     @tool("observe", "List the jobs not yet on a machine and whether each is inspected.")
     def tool_list_unassigned(self):
         inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
-        rows = self.db.execute("SELECT job_id, label FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
+        rows = self.db.execute("SELECT job_id FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
                                "ORDER BY job_id" % (self.t["jobs"], self.t["assignments"])).fetchall()
-        return {"unassigned": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
+        return {"unassigned": [{"job": j, "inspected": j in inspected} for j, in rows]}
 
     @tool("observe", "Show the makespan (largest machine load) of the jobs assigned so far (once they are "
           "inspected).")
     def tool_view_makespan(self):
         loads = self._shown_loads()
-        shown = None if any(load is None for _, _, _, load in loads) else max(load for _, _, _, load in loads)
-        return {"makespan": shown, "jobs_assigned": sum(c for _, _, c, _ in loads)}
+        shown = None if any(load is None for _, _, load in loads) else max(load for _, _, load in loads)
+        return {"makespan": shown, "jobs_assigned": sum(c for _, c, _ in loads)}
 
     @tool("observe", "Show the assignment table: every assigned job, its machine and its processing time (once "
           "inspected).")
     def tool_view_assignments(self):
-        rows = self.db.execute("SELECT a.job_id, j.label, a.machine_id, j.processing FROM %s a JOIN %s j "
+        rows = self.db.execute("SELECT a.job_id, a.machine_id, j.processing FROM %s a JOIN %s j "
                                "ON j.job_id = a.job_id ORDER BY a.job_id" % (self.t["assignments"], self.t["jobs"]))
         shown = self._inspected() if self.presentation == "A" else None
-        return {"assignments": [{"job": j, "label": label, "machine": k,
+        return {"assignments": [{"job": j, "machine": k,
                                  "processing_time": proc if shown is None or j in shown else None}
-                                for j, label, k, proc in rows.fetchall()]}
+                                for j, k, proc in rows.fetchall()]}
 
     @tool("observe", "List every job inspected so far with its processing time.")
     def tool_view_inspected(self):
-        rows = self.db.execute("SELECT j.job_id, j.label, j.processing FROM %s j JOIN %s i ON i.job_id = j.job_id "
+        rows = self.db.execute("SELECT j.job_id, j.processing FROM %s j JOIN %s i ON i.job_id = j.job_id "
                                "ORDER BY j.job_id" % (self.t["jobs"], self.t["inspections"])).fetchall()
-        return {"jobs": [{"job": j, "label": label, "processing_time": proc} for j, label, proc in rows]}
+        return {"jobs": [{"job": j, "processing_time": proc} for j, proc in rows]}
 
     @tool("observe", "List the most recent planning actions.", limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
@@ -521,22 +522,22 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "The %s runs %d identical machines, numbered 0 to %d, and must process %d jobs for batches of %s (%s) "
-            "from the %s, numbered 0 to %d. Each job runs on exactly one machine and takes the same processing "
+            "The %s runs %d identical machines, numbered %s to %s, and must process %d jobs for batches of %s (%s) "
+            "from the %s, numbered %s to %s. Each job runs on exactly one machine and takes the same processing "
             "time (in time units) on any of them; a machine runs its jobs back to back from time 0, so its load "
             "is the sum of its jobs' processing times."
-            % (v["site"], p["n_machines"], p["n_machines"] - 1, p["n_jobs"], v["item"], v["sku"], v["supplier"],
-               p["n_jobs"] - 1),
+            % (v["site"], p["n_machines"], self.ref("machine", 0), self.ref("machine", p["n_machines"] - 1),
+               p["n_jobs"], v["item"], v["sku"], v["supplier"], self.ref("job", 0), self.ref("job", p["n_jobs"] - 1)),
             "Build the plan with %s (put a job on a machine), %s and %s. %s ends the episode: any job not yet "
-            "assigned is put on machine 0, and your score is minus the makespan, the largest machine load."
-            % (n["assign_job"], n["unassign_job"], n["clear_assignments"], n["dispatch"]),
+            "assigned is put on machine %s, and your score is minus the makespan, the largest machine load."
+            % (n["assign_job"], n["unassign_job"], n["clear_assignments"], n["dispatch"], self.ref("machine", 0)),
             "You have %d turns: every tool call the world answers uses its turn cost; when they run out, the plan is "
-            "dispatched as it stands (unassigned jobs on machine 0)." % turn_budget,
+            "dispatched as it stands (unassigned jobs on machine %s)." % (turn_budget, self.ref("machine", 0)),
         ]
         if presentation == "I":
             lines += ["", "Jobs (processing time in time units):"]
             for j in range(p["n_jobs"]):
-                lines.append("  job %d: processing %d" % (j, p["processing"][j]))
+                lines.append("  job %s: processing %d" % (self.ref("job", j), p["processing"][j]))
         else:
             cost = [t.get("turn_cost", 1) for t in self.skin["tools"] if t["canonical"] == "get_job_list"]
             lines += ["", "The jobs' processing times are not given: %s reveals one job's exact time (1 turn), %s "

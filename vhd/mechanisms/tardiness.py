@@ -302,6 +302,7 @@ class World(BaseWorld):
 
     PARAMS = ("n_jobs", "horizon", "processing", "due", "weights")
     STATE = (("released", 0),)
+    IDS = {key: "job" for key in ("job", "scheduled", "unscheduled", "sequence", "appended_in_index_order")}
     BLOCK = 5  # the job sheet shows the middle of the block of BLOCK units that holds each figure
 
     @staticmethod
@@ -316,22 +317,22 @@ class World(BaseWorld):
         if not isinstance(n, int) or n < 1 or any(len(params[k]) != n for k in ("processing", "due", "weights")):
             raise ValueError("processing, due and weights must each have n_jobs=%r entries" % (n,))
         t = self.t
-        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, label TEXT NOT NULL, processing INTEGER NOT NULL, "
+        db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY, processing INTEGER NOT NULL, "
                    "due INTEGER NOT NULL, weight INTEGER NOT NULL)" % t["catalog"])
         db.execute("CREATE TABLE %s (job_id INTEGER PRIMARY KEY REFERENCES %s(job_id))"
                    % (t["inspections"], t["catalog"]))
         db.execute("CREATE TABLE %s (position INTEGER PRIMARY KEY, job_id INTEGER NOT NULL UNIQUE REFERENCES "
                    "%s(job_id), released INTEGER NOT NULL DEFAULT 0)" % (t["sequence"], t["catalog"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, action TEXT, job_id INTEGER)" % t["log"])
-        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % t["catalog"],
-                       [(j, "%s-J%02d" % (self.v["sku"], j), params["processing"][j], params["due"][j],
-                         params["weights"][j]) for j in range(n)])
+        db.executemany("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
+                       [(j, params["processing"][j], params["due"][j], params["weights"][j]) for j in range(n)])
 
     # -- state helpers --------------------------------------------------------------------
     def _job(self, job):
         n = self.p["n_jobs"]
         if not 0 <= job < n:
-            raise AgentError("there are %d jobs, numbered 0 to %d; got %d" % (n, n - 1, job))
+            raise AgentError("there are %d jobs, numbered %s to %s; got %s"
+                             % (n, self.ref("job", 0), self.ref("job", n - 1), self.ref("job", job)))
         return job
 
     def _open(self):
@@ -342,18 +343,18 @@ class World(BaseWorld):
         return [row[0] for row in self.db.execute("SELECT job_id FROM %s ORDER BY position" % self.t["sequence"])]
 
     def _timeline(self):
-        """(position, job, label, processing, due, weight, completion) of the sequence so far."""
-        rows = self.db.execute("SELECT s.position, s.job_id, c.label, c.processing, c.due, c.weight FROM %s s "
+        """(position, job, processing, due, weight, completion) of the sequence so far."""
+        rows = self.db.execute("SELECT s.position, s.job_id, c.processing, c.due, c.weight FROM %s s "
                                "JOIN %s c ON c.job_id = s.job_id ORDER BY s.position"
                                % (self.t["sequence"], self.t["catalog"])).fetchall()
         out, clock = [], 0
-        for position, job, label, proc, due, weight in rows:
+        for position, job, proc, due, weight in rows:
             clock += proc
-            out.append((position, job, label, proc, due, weight, clock))
+            out.append((position, job, proc, due, weight, clock))
         return out
 
     def _weighted_tardiness(self):
-        return sum(weight * max(0, end - due) for _, _, _, _, due, weight, end in self._timeline())
+        return sum(weight * max(0, end - due) for _, _, _, due, weight, end in self._timeline())
 
     def _append(self, job, released):
         position = self.db.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM %s" % self.t["sequence"]).fetchone()[0]
@@ -389,13 +390,13 @@ class World(BaseWorld):
     # -- probes -----------------------------------------------------------------------------
     def _inspect(self, job):
         self.db.execute("INSERT OR IGNORE INTO %s VALUES (?)" % self.t["inspections"], (job,))
-        label, proc, due, weight = self.db.execute(
-            "SELECT label, processing, due, weight FROM %s WHERE job_id = ?" % self.t["catalog"], (job,)).fetchone()
-        return {"job": job, "label": label, "processing_time": proc, "due": due, "weight": weight}
+        proc, due, weight = self.db.execute(
+            "SELECT processing, due, weight FROM %s WHERE job_id = ?" % self.t["catalog"], (job,)).fetchone()
+        return {"job": job, "processing_time": proc, "due": due, "weight": weight}
 
     @tool("probe", "Inspect one job for the {supplier}'s {item}: its processing time, due date and weight in "
           "{currency} per time unit late.", reveals=("processing", "due", "weights"),
-          job=integer(0, MAX_JOBS - 1, "number of the job to inspect (0-based)"))
+          job=integer(0, MAX_JOBS - 1, "the job to inspect"))
     def tool_inspect_job(self, job):
         job = self._job(job)
         result = self._inspect(job)
@@ -406,25 +407,25 @@ class World(BaseWorld):
           "each figure the middle of its block of five (1-5 shows 3, 6-10 shows 8, ...), off by at most 2 (costs %d "
           "turns)." % SHEET_COST, reveals=("processing", "due", "weights"), turn_cost=SHEET_COST, noisy=True)
     def tool_get_job_sheet(self):
-        rows = self.db.execute("SELECT job_id, label, processing, due, weight FROM %s ORDER BY job_id"
+        rows = self.db.execute("SELECT job_id, processing, due, weight FROM %s ORDER BY job_id"
                                % self.t["catalog"]).fetchall()
         listed = World.listed
-        return {"jobs": [{"job": j, "label": label, "estimated_processing_time": listed(proc),
+        return {"jobs": [{"job": j, "estimated_processing_time": listed(proc),
                           "estimated_due": listed(due), "estimated_weight": listed(weight)}
-                         for j, label, proc, due, weight in rows],
+                         for j, proc, due, weight in rows],
                 "weight_unit": "%s per time unit late" % self.v["currency"], "exact": False,
                 "note": "an estimate: each figure may be off by up to 2; %s shows one job's exact figures"
                         % self.name["inspect_job"]}
 
     # -- decisions --------------------------------------------------------------------------
     @tool("decision", "Append one job to the end of the machine's sequence (refused if it is already in it).",
-          job=integer(0, MAX_JOBS - 1, "number of the job to append (0-based)"))
+          job=integer(0, MAX_JOBS - 1, "the job to append"))
     def tool_schedule_next(self, job):
         self._open()
         job = self._job(job)
         if job in self._sequence():
-            raise AgentError("job %d is already in the sequence, at position %d"
-                             % (job, self._sequence().index(job)))
+            raise AgentError("job %s is already in the sequence, at position %d"
+                             % (self.ref("job", job), self._sequence().index(job)))
         position = self._append(job, 0)
         self._log("schedule", job_id=job)
         return {"scheduled": job, "position": position, "sequence": self._sequence()}
@@ -477,22 +478,22 @@ class World(BaseWorld):
           "before it are inspected).")
     def tool_view_sequence(self):
         known = self._known()
-        return {"sequence": [{"position": pos, "job": job, "label": label, "completes_at": end if pos < known else None}
-                             for pos, job, label, _, _, _, end in self._timeline()]}
+        return {"sequence": [{"position": pos, "job": job, "completes_at": end if pos < known else None}
+                             for pos, job, _, _, _, end in self._timeline()]}
 
     @tool("observe", "Show when the last job of the sequence so far completes (once every job in it is inspected).")
     def tool_view_completion_time(self):
         timeline = self._timeline()
         shown = self._known() == len(timeline)
         return {"jobs_scheduled": len(timeline),
-                "completion_time": (timeline[-1][6] if timeline else 0) if shown else None}
+                "completion_time": (timeline[-1][5] if timeline else 0) if shown else None}
 
     @tool("observe", "List the jobs not yet in the sequence and whether each is inspected.")
     def tool_list_unscheduled(self):
         inspected = set(row[0] for row in self.db.execute("SELECT job_id FROM %s" % self.t["inspections"]))
-        rows = self.db.execute("SELECT job_id, label FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
+        rows = self.db.execute("SELECT job_id FROM %s WHERE job_id NOT IN (SELECT job_id FROM %s) "
                                "ORDER BY job_id" % (self.t["catalog"], self.t["sequence"])).fetchall()
-        return {"unscheduled": [{"job": j, "label": label, "inspected": j in inspected} for j, label in rows]}
+        return {"unscheduled": [{"job": j, "inspected": j in inspected} for j, in rows]}
 
     @tool("observe", "Show the weighted tardiness in {currency} of the sequence so far and which of its jobs "
           "are late.")
@@ -502,16 +503,15 @@ class World(BaseWorld):
             return {"weighted_tardiness": None, "currency": self.v["currency"], "late_jobs": None,
                     "note": "shown once every job in the sequence is inspected"}
         late = [{"job": job, "late_by": max(0, end - due), "cost": weight * max(0, end - due)}
-                for _, job, _, _, due, weight, end in timeline if end > due]
+                for _, job, _, due, weight, end in timeline if end > due]
         return {"weighted_tardiness": self._weighted_tardiness(), "currency": self.v["currency"], "late_jobs": late}
 
     @tool("observe", "List every job inspected so far with its processing time, due date and weight.")
     def tool_view_inspected(self):
-        rows = self.db.execute("SELECT c.job_id, c.label, c.processing, c.due, c.weight FROM %s c JOIN %s i "
+        rows = self.db.execute("SELECT c.job_id, c.processing, c.due, c.weight FROM %s c JOIN %s i "
                                "ON i.job_id = c.job_id ORDER BY c.job_id"
                                % (self.t["catalog"], self.t["inspections"])).fetchall()
-        return {"jobs": [{"job": j, "label": label, "processing_time": p, "due": d, "weight": w}
-                         for j, label, p, d, w in rows]}
+        return {"jobs": [{"job": j, "processing_time": p, "due": d, "weight": w} for j, p, d, w in rows]}
 
     @tool("observe", "List the most recent scheduling actions.", limit=integer(1, 500, "how many entries to list"))
     def tool_view_log(self, limit=20):
@@ -525,10 +525,11 @@ class World(BaseWorld):
         lines = [
             self.skin["narrative"],
             "",
-            "The %s runs one machine that must process %d jobs for batches of %s (%s) from the %s, numbered 0 to "
-            "%d. The machine works on one job at a time, from time 0, without pauses or interruptions. Each job "
+            "The %s runs one machine that must process %d jobs for batches of %s (%s) from the %s, numbered %s to "
+            "%s. The machine works on one job at a time, from time 0, without pauses or interruptions. Each job "
             "has a processing time and a due date (in time units) and a weight in %s per time unit it finishes late."
-            % (v["site"], p["n_jobs"], v["item"], v["sku"], v["supplier"], p["n_jobs"] - 1, v["currency"]),
+            % (v["site"], p["n_jobs"], v["item"], v["sku"], v["supplier"], self.ref("job", 0),
+               self.ref("job", p["n_jobs"] - 1), v["currency"]),
             "Build the sequence with %s (append a job), %s and %s. %s ends the episode: any job not yet in the "
             "sequence is appended in index order, and your score is minus the total weighted tardiness, "
             "the sum over jobs of weight × max(0, completion time − due date)."
@@ -539,8 +540,8 @@ class World(BaseWorld):
         if presentation == "I":
             lines += ["", "Jobs (processing time; due date; weight in %s per time unit late):" % v["currency"]]
             for j in range(p["n_jobs"]):
-                lines.append("  job %d: processing %d; due %d; weight %d"
-                             % (j, p["processing"][j], p["due"][j], p["weights"][j]))
+                lines.append("  job %s: processing %d; due %d; weight %d"
+                             % (self.ref("job", j), p["processing"][j], p["due"][j], p["weights"][j]))
         else:
             cost = [t.get("turn_cost", 1) for t in self.skin["tools"] if t["canonical"] == "get_job_sheet"]
             lines += ["", "The jobs' processing times, due dates and weights are not given: %s reveals one job's "

@@ -184,6 +184,34 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
+_IRREGULAR = {"loaves": "loaf", "knives": "knife", "halves": "half", "leaves": "leaf", "shelves": "shelf",
+              "people": "person", "children": "child", "feet": "foot", "teeth": "tooth", "mice": "mouse",
+              "boluses": "bolus", "buses": "bus", "lenses": "lens", "series": "series", "species": "species",
+              "menus": "menu", "sheep": "sheep", "fish": "fish"}
+
+
+def singular(unit: str) -> str:
+    """The singular of a plural unit ("loaves" -> "loaf", "splice kits" -> "splice kit"); a word
+    that does not look plural ("kg", "ice") is kept."""
+    head, _, last = unit.rpartition(" ")
+    word = last.lower()
+    if word in _IRREGULAR:
+        one = _IRREGULAR[word]
+    elif word.endswith("men") and len(word) > 4:  # storemen, yardmen
+        one = word[:-3] + "man"
+    elif word.endswith("ies") and len(word) > 4:
+        one = word[:-3] + "y"
+    elif word.endswith(("ches", "shes", "xes", "sses", "zzes")):
+        one = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 2:
+        one = word[:-1]
+    else:
+        return unit
+    if last != word and word.startswith(one):  # "SIMs" -> "SIM": keep the passage's capitals
+        one = last[:len(one)]
+    return f"{head} {one}" if head else one
+
+
 def plural(noun: str) -> str:
     """The plural of a singular noun phrase (its last word): "bay limit" → "bay limits"."""
     head, _, last = noun.rpartition(" ")
@@ -373,8 +401,6 @@ def id_skin(family: Any, passage: Any) -> tuple[dict[str, str], dict[str, str]]:
             continue
         word = slug(words[nouns[kind]])
         if nouns[kind] in PASSAGE_SLOTS:  # the passage's staff are plural ("cashiers"): one of them
-            from vhd.tasks.setters.template import singular
-
             word = singular(word)
         new = word if key == kind else key[: -len(kind)] + word if key.endswith("_" + kind) else None
         if new and new != key and new not in used and new not in renamed.values():

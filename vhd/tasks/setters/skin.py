@@ -30,20 +30,36 @@ from typing import Any
 
 from vhd.mechanisms import Family
 from vhd.mechanisms._runtime import argument_maps, canonical_arguments, shown_arguments
+from vhd.tasks import AST_LOCK
 
 SKIN_LINE = "\nSKIN = json.loads("
 UNKNOWN = "\x00unknown:"  # a name outside the interface: a call every World refuses
 
 
+def skin_line(skin: dict[str, Any]) -> str:
+    """The line a module ends with: `SKIN = json.loads("<the skin's JSON>")`, the JSON text written
+    as a JSON string, which is also the Python literal of the same text (the text is ASCII: JSON's
+    own escapes), so reading it back needs no Python parser (`ast` is not thread-safe in 3.11)."""
+    return SKIN_LINE + json.dumps(json.dumps(skin, sort_keys=True)) + ")\n"
+
+
 def skin_of(module: str) -> dict[str, Any] | None:
     """The SKIN a module assigns on its last `SKIN = json.loads(...)` line, or None if it has no
-    readable one (code after that line, as an LLM setter may write, is left alone)."""
+    readable one (code after that line, as an LLM setter may write, is left alone). A module of an
+    older setter wrote the text as a Python literal in single quotes: read with `ast` under the lock."""
     _, found, tail = module.rpartition(SKIN_LINE)
     if not found:
         return None
     line = tail.split("\n", 1)[0].rstrip()
+    if not line.endswith(")"):
+        return None
     try:
-        skin = json.loads(ast.literal_eval(line[:-1])) if line.endswith(")") else None  # '<repr of the JSON>')
+        if line.startswith('"'):
+            text = json.loads(line[:-1])
+        else:
+            with AST_LOCK:  # ast parses: not thread-safe in CPython 3.11 (check tasks run in threads)
+                text = ast.literal_eval(line[:-1])
+        skin = json.loads(text) if isinstance(text, str) else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return skin if isinstance(skin, dict) and isinstance(skin.get("tools"), list) else None
@@ -55,7 +71,7 @@ def with_skin(module: str, skin: dict[str, Any]) -> str:
     if not found:
         raise ValueError("the module has no SKIN to replace")
     _, newline, rest = tail.partition("\n")
-    return head + SKIN_LINE + repr(json.dumps(skin, sort_keys=True)) + ")\n" + (rest if newline else "")
+    return head + skin_line(skin) + (rest if newline else "")
 
 
 class Interface:

@@ -30,7 +30,8 @@ from vhd.mechanisms import Family
 from vhd.schemas.errors import SetterError
 from vhd.schemas.records import VOCABULARY_KEYS, PassageRecord, SetterOutputRecord, ToolBinding
 from vhd.tasks import AST_LOCK
-from vhd.tasks.setters.lexicon import id_skin, tool_names
+from vhd.tasks.setters.lexicon import id_skin, singular, tool_names  # noqa: F401  (singular: the setter's own too)
+from vhd.tasks.setters.skin import skin_line
 
 SETTER = "template"
 SETTER_VERSION = "7"
@@ -75,32 +76,6 @@ def narrative(passage: PassageRecord) -> str:
 
 # "one {unit}", "a {unit}", "per {unit}"...: the family's text asks for the singular.
 _ONE_UNIT = re.compile(r"\b(one|a|an|per|each|every) \{unit\}")
-_IRREGULAR = {"loaves": "loaf", "knives": "knife", "halves": "half", "leaves": "leaf", "shelves": "shelf",
-              "people": "person", "children": "child", "feet": "foot", "teeth": "tooth", "mice": "mouse",
-              "boluses": "bolus", "buses": "bus", "lenses": "lens", "series": "series", "species": "species",
-              "menus": "menu", "sheep": "sheep", "fish": "fish"}
-
-
-def singular(unit: str) -> str:
-    """The singular of a plural unit ("loaves" -> "loaf", "splice kits" -> "splice kit"); a word
-    that does not look plural ("kg", "ice") is kept."""
-    head, _, last = unit.rpartition(" ")
-    word = last.lower()
-    if word in _IRREGULAR:
-        one = _IRREGULAR[word]
-    elif word.endswith("ies") and len(word) > 4:
-        one = word[:-3] + "y"
-    elif word.endswith(("ches", "shes", "xes", "sses", "zzes")):
-        one = word[:-2]
-    elif word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 2:
-        one = word[:-1]
-    else:
-        return unit
-    if last != word and word.startswith(one):  # "SIMs" -> "SIM": keep the passage's capitals
-        one = last[:len(one)]
-    return f"{head} {one}" if head else one
-
-
 def fill(text: str, vocab: dict) -> str:
     """A family text in the passage's words: every `{key}` of the vocabulary filled, the singular
     of the unit where the text counts one."""
@@ -165,9 +140,8 @@ def render_module(family: Family, passage: PassageRecord, plain: bool = False) -
         + runtime
         + "\n\n"
         + world_source(family)
-        + "\n\nSKIN = json.loads("
-        + repr(json.dumps(skin, sort_keys=True))
-        + ")\n"
+        + "\n"
+        + skin_line(skin)
     )
     interface = tuple(
         ToolBinding(canonical=t["canonical"], name=t["name"], role=t["role"], turn_cost=t["turn_cost"],

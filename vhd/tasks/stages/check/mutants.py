@@ -47,6 +47,7 @@ import numpy as np
 
 from vhd.mechanisms import Family
 from vhd.schemas.records import SetterOutputRecord
+from vhd.tasks.setters.skin import skin_of, with_skin
 from vhd.tasks.grading.oracle import fitted_schemas
 
 SITES_PER_OPERATOR = 2
@@ -417,13 +418,11 @@ def mutants(family: Family, output: SetterOutputRecord, theta: dict[str, Any], u
         if reads:
             found.append(Mutant("shift_horizon", f"{len(reads)} reads of {horizon[0]}", _splice(module, world)))
 
-    skin_at = module.rindex("\nSKIN = json.loads(")
-    skin = json.loads(ast.literal_eval(module[skin_at + len("\nSKIN = json.loads("):].strip()[:-1]))
-    probes = [t for t in skin["tools"] if t["role"] == "probe"]
+    skin = skin_of(module)
+    probes = [t for t in skin["tools"] if t["role"] == "probe"] if skin else []
     if probes:
         free = dict(skin, tools=[dict(t, turn_cost=0) if t is probes[0] else t for t in skin["tools"]])
-        found.append(Mutant("free_probe", probes[0]["canonical"],
-                            module[:skin_at] + "\nSKIN = json.loads(" + repr(json.dumps(free, sort_keys=True)) + ")\n"))
+        found.append(Mutant("free_probe", probes[0]["canonical"], with_skin(module, free)))
 
     hidden = [k for k in family.hidden if k in theta]
     looks = [t.name for t in family.tools if t.role == "observe" and not t.input_schema.get("required")]
