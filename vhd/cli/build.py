@@ -193,6 +193,7 @@ def import_instances(
     from vhd.warehouse import Warehouse, default_path
 
     chosen, path = _presentations(presentations), db or default_path()
+    Warehouse.preflight(path)  # a damaged warehouse refused before the instances are solved
     summary = import_file(family, file, fmt, chosen, lambda: Warehouse.open(path))
     if as_json:
         return _emit(summary)
@@ -264,7 +265,7 @@ def passages_add(file: Path = typer.Argument(..., help="a passage file: .jsonl (
     if not records:
         _fail(f"{file}: no passage could be loaded ({len(errors)} rejected); nothing written")
     path = db or default_path()
-    with Warehouse.open(path) as wh:
+    with Warehouse.open(path, check_blocks=True) as wh:  # a corrupted block refused before anything is written
         known = wh.store(records)  # one transaction; rows already stored are kept
     summary = {"file": str(file), "db": str(path), "loaded": len(records),
                "new": sum(r.passage_id not in known for r in records), "rejected": errors,

@@ -87,9 +87,11 @@ def handles_errors(command: Callable) -> Callable:
         except VhdError as exc:
             _fail(str(exc))
         except Exception as exc:  # a damaged warehouse met mid-command: one line, not DuckDB's traceback
+            from vhd.warehouse import default_path
             from vhd.warehouse.files import database_error
 
-            message = database_error(exc)
+            path = (kwargs["db"] or default_path()) if "db" in kwargs else None  # the file the command used
+            message = database_error(exc, path)
             if message is None:
                 raise
             _fail(message)

@@ -25,6 +25,7 @@ from vhd.schemas.records import (
     SetterOutputRecord, SolutionRecord,
 )
 from vhd.schemas.hashing import field_digest
+import vhd.warehouse.files as files
 from vhd.warehouse.store import DIGESTS, SEALED, TABLES, Warehouse, parse_row
 
 AUDITED = {cls: TABLES[cls][0] for cls in (PassageRecord, ModelRecord, SolutionRecord, SetterOutputRecord,
@@ -163,7 +164,9 @@ def audit_inputs(wh: Warehouse) -> dict[str, Any]:
     """What the audit of the whole warehouse (`vhd verify`, `tasks.gate.whole`) reads, by its
     parameter names: the chains of every stored environment and of every id a version names, the
     versions, the run ids, every row of the `AUDITED` tables, every lineage edge and the findings
-    (the superseded marks are checked against today's code by `tasks.marks.mark_findings`)."""
+    (the superseded marks are checked against today's code by `tasks.marks.mark_findings`). Every
+    block is read first, so a corrupted one is one `WarehouseError` naming its table."""
+    files.check_blocks(wh.raw, wh.path, write=False)
     versions = load_versions(wh)
     return {"chains": load_chains(wh, named_env_ids(versions) | set(wh.env_ids())), "versions": versions,
             "runs": {r.run_id for r in wh.runs()},

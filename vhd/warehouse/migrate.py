@@ -30,12 +30,13 @@ def available() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
+def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int]:
+    """Apply the migrations not yet recorded (with `upto`, only those numbered up to it); their numbers."""
     con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at VARCHAR)")
     done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
     applied = []
     for version, name, sql in available():
-        if version in done:
+        if version in done or (upto is not None and version > upto):
             continue
         con.execute("BEGIN TRANSACTION")
         try:
@@ -44,7 +45,10 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
                         [version, name, datetime.now(timezone.utc).isoformat()])
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # DuckDB aborted it already: keep the error that did
             raise
         applied.append(version)
     return applied

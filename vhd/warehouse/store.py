@@ -42,7 +42,7 @@ from vhd.schemas.records import (
     SolutionRecord,
 )
 import vhd.warehouse.files as files
-from vhd.warehouse.migrate import migrate
+from vhd.warehouse.migrate import available, migrate
 
 
 TABLES: dict[type, tuple[str, str]] = {
@@ -120,14 +120,44 @@ def parse_row(cls: type, row: dict[str, Any], validate: bool = True) -> tuple[An
         return cls.model_construct(**values), invalid
 
 
+class _Connection:
+    """The warehouse's DuckDB connection, as `Warehouse.con`: DuckDB's error for a damaged file met by
+    a statement (a block failing its checksum, a database DuckDB invalidated) is a `WarehouseError`
+    naming the file and what to do (`files.database_error`); everything else is the connection's own."""
+
+    __slots__ = ("_con", "_path")
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path):
+        self._con, self._path = con, path
+
+    def execute(self, *args: Any, **kwargs: Any) -> "_Connection":
+        try:
+            self._con.execute(*args, **kwargs)
+        except duckdb.Error as exc:
+            if not files.is_damage(exc):
+                raise
+            raise WarehouseError(files.database_error(exc, self._path)) from None
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
 class Warehouse:
     """A connection to the warehouse file, migrated to the current schema when writable."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
-        self.con, self.path, self.read_only = con, path, read_only
+        self.raw, self.path, self.read_only = con, path, read_only
+        self.con = _Connection(con, path)
 
     @classmethod
-    def open(cls, path: str | Path | None = None, *, read_only: bool = False) -> "Warehouse":
+    def open(cls, path: str | Path | None = None, *, read_only: bool = False,
+             check_blocks: bool = False) -> "Warehouse":
+        """Open (a writer: create and migrate) the warehouse at `path`. Refused in one
+        `WarehouseError` line, before anything is written: a path or file that is not a whole vhd
+        warehouse (`files`), and one that lacks a table or column its migrations made. With
+        `check_blocks`, every block in use is read first (`files.check_blocks`): a corrupted one is
+        refused here, not met mid-command."""
         path = Path(path) if path is not None else default_path()
         files.check_path(path, read_only)  # missing, a directory, under a file, no such directory, 0 bytes
         if not read_only and not path.exists():
@@ -136,12 +166,17 @@ class Warehouse:
         try:
             files.check_complete(con, path)
             pending = files.pending_migrations(con, path)  # refuses another application's or a newer file
+            applied = [version for version, _, _ in available() if version not in pending]
+            if applied:  # a table dropped or altered outside vhd: refused before a migration touches it
+                files.check_schema(con, path, max(applied))
             if read_only and not con.execute(
                     "SELECT count(*) FROM information_schema.tables WHERE table_name = 'environments'").fetchall()[0][0]:
                 raise WarehouseError(f"{path} is not a vhd warehouse (no environments table)")
             if read_only and pending:
                 raise WarehouseError(f"{path} needs migration {pending[0]:03d}; open it once for writing "
                                      "(e.g. `vhd refresh`) to upgrade it")
+            if check_blocks:
+                files.check_blocks(con, path, write=not read_only)
             if not read_only and pending:
                 migrate(con)
         except BaseException as exc:
@@ -156,11 +191,12 @@ class Warehouse:
     @classmethod
     def preflight(cls, path: str | Path) -> None:
         """Fail now, not after Prefect has started, where `open(path)` would: an existing file is
-        opened for writing once (busy, truncated, foreign, newer, migrated); for a new one only the
-        path is checked, so a command that fails later leaves no file behind."""
+        opened for writing once (busy, truncated, foreign, newer, a table dropped, a read-only file
+        system, every block read: corrupted; then migrated); for a new one only the path is checked,
+        so a command that fails later leaves no file behind."""
         path = Path(path)
         if path.exists() or path.is_dir():
-            cls.open(path).close()
+            cls.open(path, check_blocks=True).close()  # a corrupted block too, before the run's first commit
         else:
             files.check_path(path, read_only=False)
 
@@ -180,26 +216,35 @@ class Warehouse:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        self.con.execute("BEGIN TRANSACTION")
+        self.raw.execute("BEGIN TRANSACTION")
         try:
             yield
         except BaseException as exc:
-            if not isinstance(exc, duckdb.Error):
-                self.con.execute("ROLLBACK")
-                raise
-            try:
-                self.con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass  # DuckDB already aborted it
+            files.rollback(self.raw)  # quietly when DuckDB aborted it already: the error to show is `exc`
             if isinstance(exc, duckdb.IOException):  # e.g. a full disk while writing the WAL
                 raise WarehouseError(f"cannot write warehouse {self.path}: {str(exc).strip().splitlines()[0]}; "
                                      "nothing of this transaction was stored") from None
             raise
         try:
-            self.con.execute("COMMIT")
+            self.raw.execute("COMMIT")
         except duckdb.Error as exc:  # a full disk at commit: DuckDB rolls the transaction back
             raise WarehouseError(f"cannot commit to warehouse {self.path}: {str(exc).strip().splitlines()[0]}; "
                                  "nothing of this transaction was stored") from None
+
+    @contextmanager
+    def _registered(self, name: str, table: pa.Table) -> Iterator[None]:
+        """`table` visible to SQL as `name` for the block. When the block fails, DuckDB may have
+        aborted the transaction and refuse even the unregister: the block's error is the one raised."""
+        self.raw.register(name, table)
+        try:
+            yield
+        except BaseException:
+            try:
+                self.raw.unregister(name)
+            except duckdb.Error:
+                pass
+            raise
+        self.raw.unregister(name)
 
     # -- writing ----------------------------------------------------------------------------
     def insert(self, records: Sequence[Any]) -> None:
@@ -209,14 +254,10 @@ class Warehouse:
             return
         table, key = TABLES[type(records[0])]
         rows = [_row(r) for r in records]
-        batch = pa.Table.from_pylist(rows)
-        self.con.register("_vhd_batch", batch)
-        try:
+        with self._registered("_vhd_batch", pa.Table.from_pylist(rows)):
             if key:
                 self._refuse_changed(table, key, [c for c in rows[0] if c != key and c not in METADATA])
             self.con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT * FROM _vhd_batch")
-        finally:
-            self.con.unregister("_vhd_batch")
 
     def _refuse_changed(self, table: str, key: str, columns: list[str]) -> None:
         """Raise IntegrityError when a row of `_vhd_batch` meets a stored row with the same key and
@@ -367,9 +408,8 @@ class Warehouse:
         current = [{"family": name, "version": version} for name, version in families.items()]
         if not current:
             return {}
-        self.con.register("_vhd_current", pa.Table.from_pylist(current))
         marked = {}
-        try:
+        with self._registered("_vhd_current", pa.Table.from_pylist(current)):
             for kind, table, key in (("model", "models", "model_id"), ("solution", "solutions", "solution_id"),
                                      ("setter_output", "setter_outputs", "setter_output_id")):
                 before = self._superseded_count()
@@ -397,8 +437,6 @@ class Warehouse:
                    OR e.setter_output_id IN (SELECT id FROM superseded WHERE kind = 'setter_output')""",
                              [env_version, run_id, at, env_version])
             marked["environment"] = self._superseded_count() - before
-        finally:
-            self.con.unregister("_vhd_current")
         return marked
 
     def _superseded_count(self) -> int:
@@ -444,9 +482,8 @@ class Warehouse:
         current = [{"family": name, "version": version} for name, version in families.items()]
         if not current:
             return {}
-        self.con.register("_vhd_derive", pa.Table.from_pylist(current))
         out: dict[str, str] = {}
-        try:
+        with self._registered("_vhd_derive", pa.Table.from_pylist(current)):
             for kind, table, key in (("model", "models", "model_id"), ("solution", "solutions", "solution_id"),
                                      ("setter_output", "setter_outputs", "setter_output_id")):
                 out.update((row[0], kind) for row in self.con.execute(
@@ -462,8 +499,6 @@ class Warehouse:
                 "SELECT e.env_id FROM environments e JOIN _vhd_derive c ON c.family = e.family "
                 "WHERE e.annotator_version <> ? OR list_contains(?, e.model_id) OR list_contains(?, e.setter_output_id)",
                 [env_version, models, outputs]).fetchall())
-        finally:
-            self.con.unregister("_vhd_derive")
         return out
 
     def environment_keys(self) -> list[dict[str, str]]:
