@@ -514,3 +514,210 @@ def test_a_laundering_refresh_stops_with_one_line(built, prefect_server, tmp_pat
     assert len(lines) == 1 and "u_star" in lines[0] and env["env_id"][:12] in lines[0], result.stderr[-2000:]
     with Warehouse.open(copy, read_only=True) as wh:
         assert wh.version_names() == ["v1"]
+
+
+# -- the whole-file forgery: every id, edge, mark, manifest and digest rebuilt with the project's own code
+
+FORGED_TABLES = {"models": ModelRecord, "solutions": SolutionRecord, "setter_outputs": SetterOutputRecord,
+                 "environments": EnvironmentRecord, "checks": CheckRecord}
+
+
+def _rehash(db, edit, marks=(), drop=(), add=()):
+    """What a forger who may rewrite the whole file does (issue 31): `edit(records)` changes records
+    (table -> {id: record}) in place; then every content id is recomputed bottom up (models,
+    solutions, modules, environments, checks) by the records' own `expected_id`, the lineage edges,
+    superseded marks and every version's manifest follow the new ids (`drop`/`add`: env ids left
+    out of or added to the manifests, which `publish.build_manifest` rebuilds), and every table is
+    rewritten through `Warehouse.insert`, which writes every field digest. `marks`: superseded rows
+    (id, kind, code_version, current_version) to insert. Returns old id -> new id."""
+    from vhd.schemas.records import CorpusVersionRecord, LineageEdge
+    from vhd.tasks.corpus.publish import build_manifest
+
+    with Warehouse.open(db) as wh:
+        records = {table: {r.id: r for r in wh._select(cls)} for table, cls in FORGED_TABLES.items()}
+        edges = [LineageEdge(**row) for row in wh.stored_rows(LineageEdge)]
+        cursor = wh.con.execute("SELECT id, kind, code_version, current_version, run_id, marked_at FROM superseded")
+        stored_marks = cursor.fetchall()
+        versions = wh.versions()
+        edit(records)
+        new, out = {}, {}
+        for table in FORGED_TABLES:  # parents first: each row's references follow its parents' new ids
+            out[table] = []
+            for old, record in records[table].items():
+                record = record.model_copy(update={f: new.get(getattr(record, f), getattr(record, f))
+                                                   for f in ("model_id", "solution_id", "setter_output_id", "env_id")
+                                                   if f in type(record).model_fields and f != record.id_field})
+                record = record.model_copy(update={record.id_field: record.expected_id()})
+                if record.id != old:
+                    new[old] = record.id
+                out[table].append(record)
+        envs = {e.env_id: e for e in out["environments"]}
+        for table in (*FORGED_TABLES, "lineage_edges", "superseded", "corpus_versions"):
+            wh.con.execute(f"DELETE FROM {table}")
+        with wh.transaction():
+            for records_ in out.values():
+                wh.insert(records_)
+            wh.insert([e.model_copy(update={"child_id": new.get(e.child_id, e.child_id),
+                                            "parent_id": new.get(e.parent_id, e.parent_id)}) for e in edges])
+            for mark in [*stored_marks, *((*m, "forger", "2026-01-01T00:00:00+00:00") for m in marks)]:
+                wh.con.execute("INSERT INTO superseded VALUES (?, ?, ?, ?, ?, ?)", [new.get(mark[0], mark[0]), *mark[1:]])
+            for version in versions:
+                ids = [new.get(i, i) for i in version.manifest["env_ids"] if i not in drop]
+                ids += [new.get(i, i) for i in add if new.get(i, i) not in ids]
+                manifest = {**version.manifest, **build_manifest([envs[i] for i in ids])}
+                wh.insert([version.model_copy(update={"manifest": manifest, "admitted": len(ids)})])
+        assert set(wh.verified(EnvironmentRecord, envs)) == set(envs)  # every id and digest holds again
+        assert wh.verified(CorpusVersionRecord, [v.version for v in versions])
+    return new
+
+
+def _first_number_bumped(value):
+    return _bumped(value)[0]
+
+
+def _module_constant(records, ids):
+    """The issue's case (`vhd check` rejects it on four gates): the holding cost doubled in a module."""
+    output = records["setter_outputs"][ids["inventory_output"]]
+    module = output.module.replace('-p["holding_cost"] * closing', '-2 * p["holding_cost"] * closing')
+    assert module != output.module
+    records["setter_outputs"][output.id] = output.model_copy(update={"module": module})
+
+
+def _relabelled_module(records, ids):
+    """A module relabelled as an LLM setter's (which no trusted code renders), with one more unit
+    of every sale booked (test_end_to_end's broken module; the doubled holding cost changes nothing
+    on a θ whose holding cost is 0): its gates must be run again, and they reject it."""
+    output = records["setter_outputs"][ids["inventory_output"]]
+    module = output.module.replace('self._book(day, "sales", p["price"] * sold)',
+                                   'self._book(day, "sales", p["price"] * sold + 1)')
+    assert module != output.module
+    records["setter_outputs"][output.id] = output.model_copy(update={"module": module, "setter": "anthropic",
+                                                                     "setter_version": "1"})
+
+
+def _swapped_modules(records, ids):
+    a, b = records["setter_outputs"][ids["inventory_output"]], records["setter_outputs"][ids["setter_output_id"]]
+    records["setter_outputs"][a.id] = a.model_copy(update={"module": b.module})
+    records["setter_outputs"][b.id] = b.model_copy(update={"module": a.module})
+
+
+def _environment(field, change):
+    def edit(records, ids):
+        env = records["environments"][ids["env_id"]]
+        records["environments"][env.id] = env.model_copy(update={field: change(getattr(env, field))})
+    return edit
+
+
+def _theta(records, ids):
+    model = records["models"][ids["model_id"]]
+    records["models"][model.id] = model.model_copy(update={"theta": _first_number_bumped(model.theta)})
+
+
+def _forged_verdict(records, ids):
+    """A rejected environment admitted: its failed checks passed, u_idle and difficulty computed
+    as annotate would have for an admitted one, so the row is whole."""
+    from vhd.mechanisms import registry
+    from vhd.tasks.corpus.regrade import reference_idle
+    from vhd.tasks.stages.difficulty import measure
+
+    env = records["environments"][ids["env_id"]]
+    model, solution = records["models"][env.model_id], records["solutions"][env.solution_id]
+    family = registry.get(env.family)
+    records["environments"][env.id] = env.model_copy(update={
+        "admitted": True, "reason": "", "u_idle": reference_idle(family, env.config(model.theta)),
+        "difficulty": measure(family, model, solution, env.presentation)})
+    for check in list(records["checks"].values()):
+        if check.env_id == env.id and not check.passed:
+            records["checks"][check.id] = check.model_copy(update={"passed": True, "message": "passed"})
+
+
+# name -> (edit or None, the warehouse: "built" or "rejecting", the env the case is about)
+FORGERIES = {
+    "module-constant": (_module_constant, "built", "inventory"),
+    "module-relabelled": (_relabelled_module, "built", "inventory"),
+    "swapped-modules": (_swapped_modules, "built", "env_id"),
+    "u_star": (_environment("u_star", lambda v: v + 29.0), "built", "env_id"),
+    "reference-trajectory": (_environment("reference_trajectory", lambda v: v[:-1]), "built", "env_id"),
+    "split": (_environment("split", lambda v: "test"), "built", "env_id"),
+    "theta": (_theta, "built", "env_id"),
+    "episode-seed": (_environment("episode_seed", lambda v: v + 1), "built", "env_id"),
+    "superseded-row": (None, "built", "env_id"),
+    "forged-verdict": (_forged_verdict, "rejecting", "env_id"),
+}
+
+
+@pytest.fixture(scope="module")
+def rejecting(prefect_server, tmp_path_factory):
+    """A warehouse whose refresh rejected some environments (stopping, seed 7: default_band), and
+    the ids of one rejected I environment's chain."""
+    db = tmp_path_factory.mktemp("rejecting") / "vhd.duckdb"
+    result = run_vhd(prefect_server, "refresh", "--families", "stopping", "--per-family", "4", "--seed", "7",
+                     "--batch", "st", "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("SELECT env_id, model_id FROM environments WHERE NOT admitted AND presentation = 'I' "
+                       "ORDER BY env_id LIMIT 1").fetchall()
+    con.close()
+    assert rows, "the refresh rejected nothing to forge"
+    return db, {"env_id": rows[0][0], "model_id": rows[0][1]}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_a_whole_file_forgery_is_neither_published_exported_nor_scored(built, rejecting, tmp_path, name):
+    """Issue 31: the forger edits the file with SQL, then rebuilds every content id, lineage edge,
+    superseded mark, manifest and field digest with the project's own code (`_rehash`), and lists
+    the forged environment in v1 (the superseded case: v1 rewritten without the marked one), so
+    that every id and digest holds. Before the fix the module constant, the relabelled module and
+    the forged verdict passed `vhd verify`; those and the swapped modules, u*, the reference
+    trajectory and the split passed the publish gate; and every one reached `vhd export` and `vhd
+    score` (reward 1.0 for the reference calls): the gate skipped environments a stored manifest
+    listed, readers trusted the manifest's digests, and nothing recomputed the module or the
+    verdict. Now `vhd verify` finds each, `publish` publishes nothing, and export and score
+    refuse in one line."""
+    from vhd.flows.refresh import publish
+    from vhd.tasks.stages.annotate import CODE_VERSION
+
+    edit, base, which = FORGERIES[name]
+    if base == "built":
+        clean, env, _ = built
+        con = duckdb.connect(str(clean), read_only=True)
+        inventory, output = con.execute("SELECT env_id, setter_output_id FROM environments WHERE admitted AND "
+                                        "presentation = 'I' AND family = 'inventory_dp'").fetchall()[0]
+        con.close()
+        ids = {**env, "inventory": inventory, "inventory_output": output}
+    else:
+        clean, ids = rejecting
+    db = tmp_path / "forged.duckdb"
+    shutil.copy(clean, db)
+    if edit is None:  # a mark the code does not make, and v1 rewritten without the marked environment
+        mark = (ids[which], "environment", f"annotator@{CODE_VERSION}", f"annotator@{CODE_VERSION}")
+        new = _rehash(db, lambda records: None, marks=[mark], drop=[ids[which]])
+    else:
+        new = _rehash(db, lambda records: edit(records, ids), add=[ids[which]] if base == "rejecting" else ())
+    concerned = new.get(ids[which], ids[which])
+
+    result = vhd("verify", "--db", db, "--json", "--no-resolve")
+    assert result.exit_code == 1 and result.stdout, result.output[-2000:]
+    assert any(f["env_id"] in (concerned, "") for f in json.loads(result.stdout)["findings"])
+
+    with Warehouse.open(db) as wh:
+        try:
+            _, published, _, audit = publish(wh, "forged")
+        except IntegrityError as exc:  # the superseded mark: refused before the manifest is built
+            assert str(exc).splitlines() == [str(exc)] and concerned in str(exc)
+        else:
+            assert not published and not audit["verified"], audit["lines"]
+            assert any(f["env_id"] == concerned for f in audit["findings"]), audit["lines"]
+        assert wh.version_names() == ["v1"]
+
+    exported = vhd("export", "--out", tmp_path / "out", "--db", db)
+    assert exported.exit_code == 1 and len(exported.stderr.strip().splitlines()) == 1, exported.output[-2000:]
+    assert not (tmp_path / "out" / "data").exists()
+
+    con = duckdb.connect(str(db), read_only=True)
+    reference = con.execute("SELECT reference_trajectory FROM environments WHERE env_id = ?",
+                            [concerned]).fetchall()[0][0]
+    con.close()
+    (tmp_path / "t.jsonl").write_text(reference + "\n")
+    scored = vhd("score", concerned, "--trajectories", tmp_path / "t.jsonl", "--db", db)
+    assert scored.exit_code == 1 and len(scored.stderr.strip().splitlines()) == 1, scored.output[-2000:]

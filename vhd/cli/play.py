@@ -63,12 +63,15 @@ def score(env_id: str = typer.Argument(..., help="environment id (or a unique pr
 
 def _scored_environment(wh, env_id: str, corpus_version: Optional[str]):
     """The environment `vhd score` grades, verified: through `--corpus-version` V (it must be in V),
-    else through the latest version that holds it, else through its own row's id and digests."""
+    else through the latest version that holds it, else through its own row's id and digests; in
+    every case what decides its grade and verdict recomputed first (`publish.admissible`)."""
     from vhd.schemas.records import EnvironmentRecord
-    from vhd.tasks.corpus.publish import holding_version
+    from vhd.tasks.corpus.publish import admissible, holding_version
 
-    held = holding_version(wh, env_id, corpus_version)
-    return held[1] if held is not None else wh.verified(EnvironmentRecord, [env_id], complete=True)[env_id]
+    held = holding_version(wh, env_id, corpus_version)  # recomputes the environment it returns
+    if held is not None:
+        return held[1]
+    return admissible(wh, wh.verified(EnvironmentRecord, [env_id], complete=True)[env_id])
 
 
 def _adapter_env(env_id: str, db: Optional[Path]):
@@ -210,6 +213,7 @@ def eval_(
     path = Path(db) if db is not None else default_path()
     if not path.exists():
         raise WarehouseMissing(f"no warehouse at {path}; run `vhd refresh --preset diagnostic` first")
+    Warehouse.preflight(path)  # a damaged warehouse refused before any episode is played or stored
     if not flow:
         out = evaluate(lambda: Warehouse.open(path), agent, families, chosen, episodes, per_cell, corpus_version,
                        preset_name)

@@ -149,12 +149,97 @@ def latest(names: list[str]) -> str | None:
     return max(numbered)[1] if numbered else (names[-1] if names else None)
 
 
-def open_version(wh: Any, name: str | None = None) -> tuple[CorpusVersionRecord, list[EnvironmentRecord]]:
+def current_code() -> tuple[dict[str, str], str, dict[str, str]]:
+    """What `flows.refresh.run_batch` marks superseded with: every registered family's version,
+    the annotator/checker version, the template setter's version."""
+    from vhd.mechanisms import registry
+    from vhd.tasks.stages.annotate import CODE_VERSION
+    from vhd.tasks.setters.template import SETTER, SETTER_VERSION
+
+    return {f.name: f.version for f in registry.all()}, CODE_VERSION, {SETTER: SETTER_VERSION}
+
+
+def mark_problems(wh: Any) -> list[tuple[str, str, str]]:
+    """(id, what, problem) for every `superseded` row the current code does not derive (`what`:
+    "forged", or "kind" when it derives another kind) and every row it supersedes that carries
+    no mark ("unmarked"; the next `vhd refresh` marks it). The marks are not sealed: they are
+    checked by being derived again from the rows' own sealed version columns
+    (`Warehouse.derived_superseded`), so a mark is legitimate only if today's code makes it."""
+    derived = wh.derived_superseded(*current_code())
+    marks = wh.superseded()
+    out = []
+    for record_id, mark in sorted(marks.items()):
+        kind = derived.get(record_id)
+        if kind is None:
+            out.append((record_id, "forged", f"marked superseded ({mark['kind']}), but the current code does not "
+                                             "supersede it: no stored row of that id was made by another version"))
+        elif kind != mark["kind"]:
+            out.append((record_id, "kind", f"marked superseded as a {mark['kind']!r}, but it is a superseded {kind!r}"))
+    for record_id, kind in sorted(derived.items()):
+        if record_id not in marks:
+            out.append((record_id, "unmarked", f"a {kind} the current code supersedes carries no superseded mark "
+                                               "(`vhd refresh` marks it)"))
+    return out
+
+
+def refuse_tampered_marks(wh: Any) -> None:
+    """An IntegrityError (one line) when the warehouse holds a superseded mark the current code does
+    not make (`mark_problems`): the file was tampered with, and a version rewritten to match it
+    would drop environments silently, so no reader uses it until `vhd verify` finds nothing."""
+    forged = [p for p in mark_problems(wh) if p[1] != "unmarked"]
+    if forged:
+        record_id, _, problem = forged[0]
+        raise IntegrityError(f"superseded {record_id} id: {problem}"
+                             + (f" (and {len(forged) - 1} more marks)" if len(forged) > 1 else "")
+                             + "; run `vhd verify` for every problem")
+
+
+def recomputed(wh: Any, envs: list[EnvironmentRecord]) -> list[dict[str, str]]:
+    """Findings on `envs` from what trusted code recomputes (`recompute.environment_problems`: θ
+    from its seed, the grading fields replayed, the module against the template setter's
+    render, the verdict's θ-dependent gates), their parents read through `wh.verified`."""
+    from vhd.schemas.records import ModelRecord, PassageRecord, SetterOutputRecord, SolutionRecord
+    from vhd.tasks.corpus.recompute import environment_problems
+
+    models = wh.verified(ModelRecord, {e.model_id for e in envs}, complete=True)
+    solutions = wh.verified(SolutionRecord, {e.solution_id for e in envs}, complete=True)
+    outputs = wh.verified(SetterOutputRecord, {e.setter_output_id for e in envs}, complete=True)
+    passages = wh.verified(PassageRecord, {o.passage_id for o in outputs.values()})
+    found = []
+    for env in envs:
+        model, output = models[env.model_id], outputs[env.setter_output_id]
+        found += [finding(env.env_id, *f) for f in environment_problems(
+            env, model, solutions[env.solution_id], output, passages.get(output.passage_id))]
+    return found
+
+
+def admissible(wh: Any, env: EnvironmentRecord, where: str = "") -> EnvironmentRecord:
+    """`env`, once `recomputed` finds nothing; else an IntegrityError of one line (`where`: the
+    version it was read through, for the message)."""
+    refuse_tampered_marks(wh)
+    found = recomputed(wh, [env])
+    if found:
+        raise IntegrityError(_recomputed_line(found, where))
+    return env
+
+
+def _recomputed_line(found: list[dict[str, str]], where: str) -> str:
+    first = found[0]
+    more = f" (and {len(found) - 1} more problems)" if len(found) > 1 else ""
+    return (f"{where + ': ' if where else ''}{first['table']} {first['id'][:12]} {first['field']}: {first['problem']} "
+            f"(env {first['env_id'][:12]}…){more}; run `vhd verify` for every problem")
+
+
+def open_version(wh: Any, name: str | None = None, recompute: list[str] | None = None
+                 ) -> tuple[CorpusVersionRecord, list[EnvironmentRecord]]:
     """The published corpus version `name` (default: the latest) and its environments in manifest
     order, verified before any use: the version's row against its field digests, every
     environment's row against its digests and id, and the manifest against those rows (ids,
-    counts, per-environment grading digests, the corpus digest). A difference is an
-    IntegrityError of one line; `wh` is an open Warehouse."""
+    counts, per-environment grading digests, the corpus digest); then what decides each
+    environment's grade and verdict recomputed by trusted code (`recomputed`; `recompute`: only
+    these env ids, e.g. the one a score reads), since a forger can rewrite a manifest and every
+    digest with this code (issue 31). A difference is an IntegrityError of one line; `wh` is an
+    open Warehouse."""
     names = wh.version_names()
     chosen = name if name is not None else latest(names)
     if chosen is None or chosen not in names:
@@ -171,6 +256,11 @@ def open_version(wh: Any, name: str | None = None) -> tuple[CorpusVersionRecord,
         more = f" (and {len(found) - 1} more problems)" if len(found) > 1 else ""
         raise IntegrityError(f"corpus version {chosen} {found[0]['field']}: {found[0]['problem']}{more}; "
                              "run `vhd verify` for every problem")
+    refuse_tampered_marks(wh)  # a version rewritten around a forged mark drops environments silently
+    wanted = set(ids if recompute is None else recompute)
+    found = recomputed(wh, [envs[i] for i in ids if i in wanted])
+    if found:
+        raise IntegrityError(_recomputed_line(found, f"corpus version {chosen}"))
     return version, [envs[i] for i in ids]
 
 
@@ -187,7 +277,7 @@ def holding_version(wh: Any, env_id: str, name: str | None = None
             listed = wh.verified(CorpusVersionRecord, [candidate]).get(candidate)
             if listed is None or env_id not in (listed.manifest.get("env_ids") or []):
                 continue
-        version, envs = open_version(wh, candidate)
+        version, envs = open_version(wh, candidate, recompute=[env_id])
         for env in envs:
             if env.env_id == env_id:
                 return version, env

@@ -53,10 +53,12 @@ def summary(findings: list[dict[str, str]], envs: int, versions: int, seconds: f
 def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
          runs: set[str]) -> dict[str, Any]:
     """The publish gate's audit: every chain (hashes, digests, lineage, verdicts, θ re-derived,
-    u*/u₀/u_idle and trajectories replayed; π* is not re-solved) and every published version."""
+    u*/u₀/u_idle and trajectories replayed, the module against the template setter's render, the
+    verdict's θ-dependent gates recomputed; π* is not re-solved) and every published version. No
+    environment is skipped because a stored manifest lists its grading digest (issue 31): what
+    decides a verdict is recomputed on every attempt (`recompute`)."""
     started = time.perf_counter()
-    auditor = Auditor(resolve=False)
-    auditor.published = trusted_digests(chains, versions, auditor)
+    auditor = Auditor(resolve=False, measure=False)
     found = auditor.chains(chains)
     found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
     report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes,
@@ -64,51 +66,6 @@ def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dic
     report["replayed"] = auditor.replayed
     report["digests"] = auditor.digests
     return report
-
-
-def current(chain: Chain) -> bool:
-    """Whether today's code still makes this chain's environment (`tasks.marks.current_code`): its
-    family registered at its model's version, today's annotator and checker, and its module not
-    by an older template setter — what `Warehouse.derived_superseded` does not mark."""
-    from vhd.mechanisms import registry
-    from vhd.schemas.errors import UnknownFamily
-    from vhd.tasks.stages.annotate import CODE_VERSION
-    from vhd.tasks.setters.template import SETTER, SETTER_VERSION
-
-    env, model, output = chain.environment, chain.model, chain.setter_output
-    if model is None or output is None or env.annotator_version != CODE_VERSION:
-        return False
-    try:
-        family = registry.get(env.family)
-    except UnknownFamily:
-        return False
-    return (family.version == model.family_version == output.family_version
-            and not (output.setter == SETTER and output.setter_version != SETTER_VERSION))
-
-
-def trusted_digests(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
-                    auditor: Auditor) -> dict[str, str]:
-    """env_id -> grading digest the gate may take as replayed (the `Auditor.published` skip): the
-    latest version's manifest, and only when this publish cannot produce another version — the
-    admitted, current environments among `chains` are exactly that manifest's, with the same
-    grading digests. A stored manifest proves nothing about a replay by itself (a forger can
-    rewrite it and its digests with the project's own code, issue 31), so whenever a new version
-    could result every environment it would list is replayed: nothing reaches a new version on
-    the word of a manifest alone. {} otherwise (the gate then replays as on a first publish)."""
-    from vhd.tasks.corpus.publish import latest
-
-    named = {str(v.version): v for v, _, invalid in versions if not invalid}
-    newest = named.get(latest(list(named)) or "")
-    manifest = newest.manifest if newest is not None and isinstance(newest.manifest, dict) else {}
-    ids, digests = manifest.get("env_ids"), manifest.get("env_digests")
-    if not (isinstance(ids, list) and isinstance(digests, list) and len(ids) == len(digests)) or len(named) != len(versions):
-        return {}
-    listed = dict(zip(ids, digests))
-    candidates = {i for i, c in chains.items() if c.environment.admitted and current(c)}
-    if candidates != set(listed) or any(not isinstance(listed[i], str) or listed[i] != auditor.grading(
-            chains[i].environment, chains[i].stored.get(chains[i].environment.env_id)) for i in candidates):
-        return {}
-    return listed
 
 
 def brief(report: dict[str, Any], keep: int = 20) -> dict[str, Any]:
