@@ -131,26 +131,29 @@ def first_module(family: Family) -> SetterOutputRecord:
     raise AssertionError(f"no built-in passage can skin {family.name}")
 
 
-def admitted_environments(family: Family, models_wanted: int = 8, batch: str = "surfaces") -> list[tuple]:
+def admitted_environments(family: Family, models_wanted: int = 8, batch: str = "surfaces",
+                          output: SetterOutputRecord | None = None) -> list[tuple]:
     """(env, export row, setter output, θ, solution) in I and A of the first sampled model admitted
-    in both, made by the pipeline's own stages (sample, solve, render, check, annotate, export).
-    Made once per process (several registry-wide files ask for them); each caller gets its own copy."""
-    return copy.deepcopy(_admitted(family, models_wanted, batch)[0])
+    in both, made by the pipeline's own stages (sample, solve, render, check, annotate, export),
+    with `output` (the template setter's module in the first passage that skins the family by
+    default). Made once per process (several registry-wide files ask for them); each caller gets
+    its own copy."""
+    return copy.deepcopy(_admitted(family, models_wanted, batch, output or first_module(family))[0])
 
 
 def admitted_verdicts(family: Family, models_wanted: int = 8, batch: str = "surfaces") -> list[Verdict]:
     """The gates' verdicts on the pair `admitted_environments` returns (a copy)."""
-    return copy.deepcopy(_admitted(family, models_wanted, batch)[1])
+    return copy.deepcopy(_admitted(family, models_wanted, batch, first_module(family))[1])
 
 
-_ADMITTED: dict[tuple[str, int, str], tuple[list[tuple], list[Verdict]]] = {}
+_ADMITTED: dict[tuple[str, int, str, str], tuple[list[tuple], list[Verdict]]] = {}
 
 
-def _admitted(family: Family, models_wanted: int, batch: str) -> tuple[list[tuple], list[Verdict]]:
-    key = (family.code_version, models_wanted, batch)
+def _admitted(family: Family, models_wanted: int, batch: str,
+              output: SetterOutputRecord) -> tuple[list[tuple], list[Verdict]]:
+    key = (family.code_version, models_wanted, batch, output.setter_output_id)
     if key in _ADMITTED:
         return _ADMITTED[key]
-    output = first_module(family)
     models = sample_models(family, models_wanted, seed=5, batch=batch)
     solutions = {s.model_id: s for s in solve_models(family, models)}
     candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},
@@ -166,4 +169,5 @@ def _admitted(family: Family, models_wanted: int, batch: str) -> tuple[list[tupl
                      solutions[c.model.model_id]) for env, c in zip(envs, pair)]
             _ADMITTED[key] = (made, verdicts)
             return _ADMITTED[key]
-    raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A")
+    raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A with "
+                         f"{output.setter_output_id[:12]}")

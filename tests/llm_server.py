@@ -59,10 +59,13 @@ class MessagesServer:
 
 def reply_for(output, rename: dict | None = None, module: str | None = None) -> str:
     """A Messages reply carrying `output`'s module and interface (tools renamed by `rename`)."""
+    from vhd.tasks.setters.skin import skin_of, with_skin
+
     rename = rename or {}
     text = module if module is not None else output.module
-    for old, new in rename.items():
-        text = text.replace(f'"name": "{old}"', f'"name": "{new}"')
+    if rename:
+        skin = skin_of(text)
+        text = with_skin(text, dict(skin, tools=[dict(t, name=rename.get(t["name"], t["name"])) for t in skin["tools"]]))
     interface = [{"canonical": b.canonical, "name": rename.get(b.name, b.name)} for b in output.interface]
     return f"Here is the module.\n\n```python\n{text}\n```\n\n```json\n{json.dumps(interface)}\n```\n"
 

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from vhd.tasks.setters.skin import skin_of, with_skin
 from vhd.mechanisms import registry
 from vhd.tasks.stages.annotate import make_candidates
 from vhd.tasks.stages import check as check_stage
@@ -152,7 +153,9 @@ def test_a_leaking_observation_is_rejected_by_information_hiding(hidden_batch):
 
 def test_free_probes_are_rejected_by_information_hiding(hidden_batch):
     output, candidates = hidden_batch
-    free = output.model_copy(update={"module": output.module.replace('"turn_cost": 1', '"turn_cost": 0')})
+    skin = skin_of(output.module)
+    free_skin = dict(skin, tools=[dict(tool, turn_cost=0) for tool in skin["tools"]])
+    free = output.model_copy(update={"module": with_skin(output.module, free_skin)})
     assert free.module != output.module
     for verdict in check_batch(FAMILY, free, candidates):
         gate = [g for g in verdict.gates if g.name == "information_hiding"][0]
@@ -161,10 +164,11 @@ def test_free_probes_are_rejected_by_information_hiding(hidden_batch):
 
 def test_a_tool_schema_that_is_not_json_schema_is_rejected_by_interface(batch):
     output, candidates = batch
-    skin = output.module[output.module.rindex("\nSKIN = json.loads("):]
-    assert '"minimum": 1,' in skin
-    broken = skin.replace('"minimum": 1,', '"exclusiveMinimum": "zero", "minimum": 1,', 1)  # runtime ignores it
-    wrong = output.model_copy(update={"module": output.module.replace(skin, broken)})
+    skin = skin_of(output.module)
+    first = next(tool for tool in skin["tools"] if any(p.get("minimum") == 1 for p in tool["input_schema"]["properties"].values()))
+    key = next(k for k, p in first["input_schema"]["properties"].items() if p.get("minimum") == 1)
+    first["input_schema"]["properties"][key]["exclusiveMinimum"] = "zero"  # the runtime ignores it
+    wrong = output.model_copy(update={"module": with_skin(output.module, skin)})
     verdicts = check_batch(FAMILY, wrong, candidates[:1])
     interface = next(g for g in verdicts[0].gates if g.name == "interface")
     assert not interface.passed and "JSON Schema 2020-12" in interface.message

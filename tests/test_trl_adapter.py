@@ -29,12 +29,8 @@ from vhd.adapters.trl import NEUTRAL_WORDS, dataset_rows, environment_class, env
 from vhd.mechanisms import registry
 from vhd.mechanisms._runtime import call_limit
 from vhd.schemas.errors import SetterError, TrajectoryFormatError
-from vhd.tasks.stages.annotate import annotate, make_candidates
-from vhd.tasks.stages.check import check_batch, in_band
-from vhd.tasks.corpus.export import export_row, with_canonical_tool_names
-from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.corpus.export import with_canonical_tool_names
 from vhd.tasks.setters.template import fill, render_module, singular
-from vhd.tasks.stages.solve import solve_models
 
 FAMILIES = ("knapsack", "qp", "stopping")  # integer, number and string arguments between them
 JSON_TYPES = {"integer": "integer", "number": "number", "string": "string"}
@@ -246,20 +242,8 @@ def test_tool_names_that_cannot_be_methods_are_refused(name):
 
 def _admitted(family, output, batch):
     """The export rows (I and A) of the first sampled model admitted in both with `output`, the
-    template setter's module in one passage, by the pipeline's own stages (family_kit's
-    `admitted_environments`, for any passage)."""
-    models = sample_models(family, 8, seed=5, batch=batch)
-    solutions = {s.model_id: s for s in solve_models(family, models)}
-    candidates = make_candidates(family, models, solutions, {output.setter_output_id: output},
-                                 {m.model_id: output.setter_output_id for m in models}, ("I", "A"))
-    for k in range(0, len(candidates), 2):
-        pair = candidates[k:k + 2]
-        if all(in_band(family, c) for c in pair):
-            verdicts = check_batch(family, output, pair)
-            if all(v.admitted for v in verdicts):
-                return [export_row(annotate(family, v)[0], c.model, output, family, solutions[c.model.model_id])
-                        for v, c in zip(verdicts, pair)]
-    raise AssertionError(f"{family.name}: no model admitted in both I and A in this passage")
+    template setter's module in one passage (family_kit's `admitted_environments`)."""
+    return [row for _, row, *_ in admitted_environments(family, batch=batch, output=output)]
 
 
 def _second_module(family):

@@ -54,23 +54,40 @@ def _reference_module(family: Family) -> tuple[Any, SetterOutputRecord]:
 
 
 _IN_SKIN: dict[str, Any] = {}
+PRESENTATION = ("tables", "vocab", "narrative", "ids", "renamed")  # what a skin says, not what the world does
+
+
+def reference_skin(family: Family, setter_output: SetterOutputRecord) -> dict[str, Any] | None:
+    """The skin the family's own World wears to be compared with `setter_output`'s module: the
+    module's presentation — its tool names (its declared interface), tables, words, narrative,
+    id styles and argument names — over the trusted skin's tools (their canonical names, roles,
+    turn costs and schemas, which no module may change). None for a module without a readable
+    SKIN (it is compared with the reference's own)."""
+    from vhd.tasks.setters.skin import skin_of
+
+    theirs = skin_of(setter_output.module)
+    if theirs is None:
+        return None
+    ours = skin_of(_reference_module(family)[1].module)
+    names = {b.canonical: b.name for b in setter_output.interface}
+    tools = [dict(tool, name=names.get(tool["canonical"], tool["name"])) for tool in ours["tools"]]
+    return {**ours, **{key: theirs[key] for key in PRESENTATION if key in theirs}, "tools": tools}
 
 
 def reference_in_skin(family: Family, setter_output: SetterOutputRecord) -> Any:
-    """The family's own World wearing the skin of `setter_output`'s module (its names, tables,
-    ids and argument names are data the trusted code reads), executed here; the plain reference
-    for a module without a readable SKIN. What a candidate's instruction and answers are compared
-    with, word for word and number for number."""
+    """The family's own World in `reference_skin` (executed here): what a candidate's instruction
+    and answers are compared with, word for word and number for number; the plain reference for
+    a module without a readable SKIN."""
     import types
 
-    from vhd.tasks.setters.skin import skin_of, with_skin
+    from vhd.tasks.setters.skin import with_skin
 
-    skin = skin_of(setter_output.module)
-    if skin is None:
-        return reference_module(family)[0]
     with _REFERENCE_LOCK:
         found = _IN_SKIN.get(setter_output.setter_output_id)
         if found is None:
+            skin = reference_skin(family, setter_output)
+            if skin is None:
+                return _reference_module(family)[0]
             if len(_IN_SKIN) >= 64:
                 _IN_SKIN.pop(next(iter(_IN_SKIN)))
             _, output = _reference_module(family)

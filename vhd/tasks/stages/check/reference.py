@@ -9,8 +9,8 @@ from vhd.mechanisms import Family
 from vhd.schemas.records import SetterOutputRecord
 from vhd.tasks.stages.check.candidates import Candidate
 from vhd.tasks.stages.check.sequences import IDLE, tailed
-from vhd.tasks.grading.oracle import reference_module
-from vhd.tasks.setters.skin import skin_of, with_skin
+from vhd.tasks.grading.oracle import reference_module, reference_skin
+from vhd.tasks.setters.skin import with_skin
 from vhd.tasks.sandbox import Limits, run_job
 
 
@@ -19,13 +19,13 @@ def reference_runs(family: Family, candidates: list[Candidate], sequences: list[
     """The family's reference World played on every candidate's call sequences, in a sandbox
     child of its own: trusted code, but CPU work the check tasks' threads would otherwise do
     under one GIL. Per candidate, one run per call sequence, then its episode finished at once
-    (`IDLE`). The World wears the candidates' module's skin (`setter_output`: its names, tables,
-    ids and argument names are data the trusted code reads), so both sides answer the same calls
-    in the same words and numbers; a module without a readable SKIN is compared with the
-    reference's own. If the child fails, every run carries its message as the exception."""
+    (`IDLE`). The World wears the candidates' module's presentation (`oracle.reference_skin`: its
+    tool names, tables, words, ids and argument names over the trusted tools' roles, turn costs
+    and schemas), so both sides answer the same calls in the same words and numbers; a module
+    without a readable SKIN is compared with the reference's own. If the child fails, every run carries its message as the exception."""
     _, output = reference_module(family)
     module, names = output.module, output
-    skin = skin_of(setter_output.module) if setter_output is not None else None
+    skin = reference_skin(family, setter_output) if setter_output is not None else None
     if skin is not None:
         module, names = with_skin(output.module, skin), setter_output
     job = {"module": module, "episodes": [
