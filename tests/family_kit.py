@@ -22,6 +22,7 @@ from vhd.tasks.stages.check import Verdict, check_batch, in_band
 from vhd.tasks.corpus.export import export_row
 from vhd.tasks.family_check import failed, fit, unbound  # noqa: F401  (the tests import them from here)
 from vhd.tasks.setters.passages import builtin_passages
+from vhd.tasks.setters.lexicon import id_skin
 from vhd.tasks.setters.skin import interface_of
 from vhd.tasks.stages.in_process import CheckedBatch, check_models
 from vhd.tasks.stages.sample import sample_models
@@ -55,6 +56,20 @@ def env_of(family: Family, k: int, theta: dict[str, Any], presentation: str = "I
         "params": theta, "presentation": presentation, "episode_seed": seed,
         "turn_budget": family.turn_budget(theta) if budget is None else budget,
     })
+
+
+def coded_world(family: Family, *kinds: str) -> tuple[SetterOutputRecord, types.ModuleType, dict, dict]:
+    """(output, executed module, {kind: id style}, {key: its name in the world}) of the template
+    setter's module in the first built-in passage whose world writes every kind of `kinds` as codes
+    and names the first kind's argument by its own word (issue 29 item 2)."""
+    for passage in PASSAGES:
+        styles, renamed = id_skin(family, passage)
+        if all(styles[kind].startswith("code:") for kind in kinds) and kinds[0] in renamed:
+            out = render_module(family, passage)
+            module = types.ModuleType(f"coded_{family.name}")
+            exec(compile(out.module, f"<coded {family.name}>", "exec"), module.__dict__)
+            return out, module, styles, renamed
+    raise AssertionError(f"no built-in passage writes {family.name}'s {', '.join(kinds)} as codes")
 
 
 def shown(out: SetterOutputRecord, call: dict[str, Any]) -> tuple[str, Any]:

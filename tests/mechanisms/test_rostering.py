@@ -18,18 +18,16 @@ import functools
 import itertools
 import random
 import re
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, play, named, refused
+import family_kit
 from vhd.mechanisms import registry
 from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.setters.lexicon import id_skin
-from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 from theta_cases import bumped, smallest_theta
 
@@ -857,16 +855,10 @@ def test_staff_day_and_shift_arguments_are_bounded_by_the_instance():
 
 
 def coded_world():
-    """(output, module, style, key) of the first built-in passage whose world writes staff members
-    as codes and names the staff argument by its own word."""
-    for passage in PASSAGES:
-        styles, renamed = id_skin(FAM, passage)
-        if styles["staff"].startswith("code:") and "staff" in renamed:
-            out = render_module(FAM, passage)
-            module = types.ModuleType("coded_rostering")
-            exec(compile(out.module, "<coded rostering>", "exec"), module.__dict__)
-            return out, module, styles["staff"], renamed["staff"]
-    raise AssertionError("no built-in passage writes rostering's staff as codes")
+    """(output, module, style, key): the first world that writes staff members as codes and names
+    the staff argument by its own word (`family_kit.coded_world`)."""
+    out, module, styles, renamed = family_kit.coded_world(FAM, "staff")
+    return out, module, styles["staff"], renamed["staff"]
 
 
 def test_a_coded_world_takes_and_writes_staff_codes():

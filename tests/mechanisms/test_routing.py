@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import itertools
 import math
-import types
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, fit, gated, generated, mutant_verdicts, refused
+from family_kit import env_of, failed, fit, gated, generated, mutant_verdicts, refused
+import family_kit
 from vhd.mechanisms import registry
 from vhd.mechanisms import routing as rt
 from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.setters.lexicon import id_skin
-from vhd.tasks.setters.template import render_module
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("routing")
@@ -677,16 +675,10 @@ def test_a_world_that_misreads_the_time_budget_is_rejected_on_every_theta(new):
 
 
 def coded_world():
-    """(output, module, style, renamed) of the first built-in passage whose world writes stops as
-    codes and names the stop arguments by its own word."""
-    for passage in PASSAGES:
-        styles, renamed = id_skin(FAM, passage)
-        if styles["stop"].startswith("code:") and "stop" in renamed:
-            out = render_module(FAM, passage)
-            module = types.ModuleType("coded_routing")
-            exec(compile(out.module, "<coded routing>", "exec"), module.__dict__)
-            return out, module, styles["stop"], renamed
-    raise AssertionError("no built-in passage writes routing's stops as codes")
+    """(output, module, style, renamed): the first world that writes stops as codes and names the
+    stop arguments by its own word (`family_kit.coded_world`)."""
+    out, module, styles, renamed = family_kit.coded_world(FAM, "stop")
+    return out, module, styles["stop"], renamed
 
 
 def test_a_coded_world_takes_and_writes_stop_codes():

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from family_kit import PASSAGES, config, env_of, failed, fit, gated, generated, mutant_verdicts, named, play, refused
+import family_kit
 from vhd.mechanisms import registry
 from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.setters.lexicon import id_skin
-from vhd.tasks.setters.template import render_module
 from theta_cases import bumped, smallest_theta
 
 FAM = registry.get("scheduling")
@@ -631,16 +629,9 @@ def test_in_a_one_probe_call_shows_one_job_or_the_list_estimates():
 
 
 def coded_world():
-    """(output, module, styles, renamed) of the first built-in passage whose world writes both jobs
-    and machines as codes and names the arguments by its own words."""
-    for passage in PASSAGES:
-        styles, renamed = id_skin(FAM, passage)
-        if all(styles[kind].startswith("code:") for kind in ("job", "machine")) and "machine" in renamed:
-            out = render_module(FAM, passage)
-            module = types.ModuleType("coded_scheduling")
-            exec(compile(out.module, "<coded scheduling>", "exec"), module.__dict__)
-            return out, module, styles, renamed
-    raise AssertionError("no built-in passage writes scheduling's jobs and machines as codes")
+    """(output, module, styles, renamed): the first world that writes both jobs and machines as
+    codes and names the machine argument by its own word (`family_kit.coded_world`)."""
+    return family_kit.coded_world(FAM, "machine", "job")
 
 
 def test_a_coded_world_takes_and_writes_job_and_machine_codes():

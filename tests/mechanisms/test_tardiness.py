@@ -13,18 +13,16 @@ from __future__ import annotations
 import itertools
 import math
 import sqlite3
-import types
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from family_kit import PASSAGES, config, env_of, failed, fit, gated, generated, mutant_verdicts, named, refused
+import family_kit
 from vhd.mechanisms import registry
 from vhd.mechanisms._runtime import show_id
 from vhd.schemas.errors import InvalidParams
-from vhd.tasks.setters.lexicon import id_skin
-from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.sample import draw
 
 FAM = registry.get("tardiness")
@@ -675,16 +673,10 @@ def test_in_a_one_probe_call_shows_one_job_or_the_sheet_estimates():
 
 
 def coded_world():
-    """(output, module, style, key) of the first built-in passage whose world writes jobs as codes
-    and names the job argument by its own word."""
-    for passage in PASSAGES:
-        styles, renamed = id_skin(FAM, passage)
-        if styles["job"].startswith("code:") and "job" in renamed:
-            out = render_module(FAM, passage)
-            module = types.ModuleType("coded_tardiness")
-            exec(compile(out.module, "<coded tardiness>", "exec"), module.__dict__)
-            return out, module, styles["job"], renamed["job"]
-    raise AssertionError("no built-in passage writes tardiness's jobs as codes")
+    """(output, module, style, key): the first world that writes jobs as codes and names the job
+    argument by its own word (`family_kit.coded_world`)."""
+    out, module, styles, renamed = family_kit.coded_world(FAM, "job")
+    return out, module, styles["job"], renamed["job"]
 
 
 def test_a_coded_world_takes_and_writes_job_codes():
