@@ -203,7 +203,9 @@ class BaseWorld:
 
     def shown(self, answer, key=None):
         """An answer as this world writes it: every value under a key of `IDS` in the world's id
-        style, keys renamed as its arguments are."""
+        style, keys renamed as its arguments are (as it is in a world that restyles nothing)."""
+        if key is None and not self.IDS and not self.skin.get("renamed"):
+            return answer
         if isinstance(answer, dict):
             renamed = self.skin.get("renamed", {})
             return {renamed.get(k, k): self.shown(v, k) for k, v in answer.items()}

@@ -94,11 +94,6 @@ class Interface:
         """The interface of an export row: its grader's names and its module's SKIN."""
         return cls(family, names, skin_of(module))
 
-    @property
-    def plain(self) -> bool:
-        """True when the world's arguments are the family's, written alike (names may differ)."""
-        return not any(names or set(styles.values()) - {"number"} for names, styles in self._maps.values())
-
     def canonical(self, call: dict[str, Any]) -> dict[str, Any]:
         """A player's call as the family's World takes it; a tool outside the interface becomes
         `UNKNOWN` (refused by every World), its arguments kept."""
