@@ -96,13 +96,15 @@ def test_calls_go_there_and_back_and_malformed_stays_malformed(name):
         for call in calls[:60]:  # canonical calls, valid or not: there and back unchanged
             assert interface.canonical(interface.shown(call)) == call, (style, call)
         env, plain = _executed(output).create(config), module.create(config)
-        # a fuzzed call in the world's style (fuzz_calls makes them so): refused by both, without a turn
+        # a fuzzed call in the world's style (fuzz_calls makes them so): refused by both as malformed,
+        # so without a turn (a refusal by the world would use one)
         for call in fuzz_calls(output, family)[1:]:
             made = env.call(call["tool"], call["arguments"])
             canonical = interface.canonical(call)
             theirs = plain.call(reference_module(family)[1].tool_name(canonical["tool"]), canonical["arguments"])
             assert made["ok"] is False and theirs["ok"] is False, (style, call, made, theirs)
-            assert made["turns_left"] == theirs["turns_left"] == config["turn_budget"] if "turns_left" in made else True
+            assert "turns_left" not in made and "turns_left" not in theirs, (style, call, made, theirs)
+        assert env.outcome()["turns_used"] == plain.outcome()["turns_used"] == 0, style
 
 
 @pytest.mark.parametrize("name", WITH_IDS)
