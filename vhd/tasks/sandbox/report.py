@@ -75,10 +75,12 @@ def _episode(record: dict[str, Any], expected_key: str | None) -> None:
     for trajectory in record["trajectories"]:
         _shape("trajectory", trajectory)
         answers = trajectory.get("answers", [])
-        if not isinstance(answers, list) or not all(
-                isinstance(a, list) and len(a) == 2 and isinstance(a[0], bool) and isinstance(a[1], str)
-                and len(a[1]) <= MAX_REFUSAL for a in answers):
+        if type(answers) is not list:  # exact types: the record is parsed JSON
             raise _Forged("a trajectory's answers are not [ok, text] pairs of the runner's size")
+        for a in answers:
+            if type(a) is not list or len(a) != 2 or type(a[0]) is not bool or type(a[1]) is not str \
+                    or len(a[1]) > MAX_REFUSAL:
+                raise _Forged("a trajectory's answers are not [ok, text] pairs of the runner's size")
     if "fuzz" in record:
         _shape("fuzz", record["fuzz"])
 
@@ -109,9 +111,29 @@ def _nonfinite(record: dict[str, Any]) -> str:
     return found[0] if found else ""
 
 
-def _lines(data: bytes, key: bytes) -> tuple[list[dict[str, Any]], str]:
-    """The signed records up to the first line that is not one, and why that line was rejected."""
-    records: list[dict[str, Any]] = []
+def _loads(payload: bytes) -> tuple[Any, bool]:
+    """A record's JSON, and whether a non-finite number was parsed in it (NaN, ±Infinity, or a
+    literal such as 1e999 that overflows): found while parsing, so that only such a record is
+    walked by `_nonfinite` to say where."""
+    seen: list[str] = []
+
+    def constant(name: str) -> float:
+        seen.append(name)
+        return float(name)
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            seen.append(text)
+        return value
+
+    return json.loads(payload, parse_constant=constant, parse_float=number), bool(seen)
+
+
+def _lines(data: bytes, key: bytes) -> tuple[list[tuple[dict[str, Any], bool]], str]:
+    """The signed records up to the first line that is not one, each with whether it holds a
+    non-finite number (`_loads`), and why that line was rejected."""
+    records: list[tuple[dict[str, Any], bool]] = []
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -123,12 +145,12 @@ def _lines(data: bytes, key: bytes) -> tuple[list[dict[str, Any]], str]:
         if not hmac.compare_digest(mac, good):
             return records, f"line {seq} of the result channel is not signed by the runner (forged, reordered or duplicated)"
         try:
-            record = json.loads(payload)
+            record, nonfinite = _loads(payload)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return records, f"line {seq} is not JSON"
         if not isinstance(record, dict) or not record:
             return records, f"line {seq} is not a JSON object"
-        records.append(record)
+        records.append((record, nonfinite))
     return records, ""
 
 
@@ -146,7 +168,7 @@ def _parse(data: bytes, status: str, killed_by: int | None, returncode: int | No
     violations: list[str] = []
     terminal: dict[str, Any] | None = None
     invalid = ""
-    for record in records:
+    for record, nonfinite in records:
         if terminal is not None:
             forged = forged or "data after the end of the report"
             break
@@ -157,7 +179,8 @@ def _parse(data: bytes, status: str, killed_by: int | None, returncode: int | No
             elif kind == "key":
                 _episode(record, expected[len(episodes)] if len(episodes) < len(expected) else None)
                 episodes[record["key"]] = record
-                invalid = invalid or (_nonfinite(record) and f"episode {record['key']}: {_nonfinite(record)}")
+                where = _nonfinite(record) if nonfinite and not invalid else ""
+                invalid = invalid or (where and f"episode {record['key']}: {where}")
             elif kind == "end" and record == {"end": True, "episodes": len(expected)} and len(episodes) == len(expected):
                 terminal = record
             elif kind in ("import_error", "memory") and list(record) == [kind] and isinstance(record[kind], str):
