@@ -150,3 +150,34 @@ def test_a_styled_module_shows_the_styles_schema_and_answers_in_its_style(name):
         for kind, written in skin["ids"].items():  # presentation I lists θ entity by entity, in the world's ids
             if written.startswith("code:"):
                 assert re.search(rf"\b{show_id(written, 0)}\b", env.instruction), (kind, written, env.instruction)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_the_reference_world_in_a_skin_is_its_skinned_text_run(name):
+    """`oracle.reference_in_skin` runs the reference module's code compiled once and then sets its
+    SKIN: the same world, tool for tool and answer for answer, as the skinned text compiled whole
+    (`with_skin`), on π*'s calls and random ones, for a passage that restyles ids where it can."""
+    from vhd.tasks.grading.oracle import reference_in_skin, reference_skin
+    from vhd.tasks.setters.skin import with_skin
+
+    family = registry.get(name)
+    kinds = sorted(set(getattr(family.world, "IDS", {}).values()))
+    passage = next((p for p in PASSAGES if kinds and all(id_skin(family, p)[0][k].startswith("code:") for k in kinds)),
+                   PASSAGES[-1])
+    out = render_module(family, passage)
+    fast = reference_in_skin(family, out)
+    whole = types.ModuleType("whole")
+    exec(compile(with_skin(reference_module(family)[1].module, reference_skin(family, out)), "<whole>", "exec"),
+         whole.__dict__)
+    assert fast is not reference_module(family)[0] and fast.SKIN == whole.SKIN
+    _, theta = draw(family, 3)
+    config = {"params": theta, "presentation": "A", "episode_seed": 4, "turn_budget": family.turn_budget(theta)}
+    interface = Interface.of(family, out)
+    calls = family.simulate(theta, family.solve(theta).policy, 4).calls
+    calls += random_calls(family, {}, np.random.default_rng(5), 40)
+    envs = [module.create(config) for module in (fast, whole)]
+    assert envs[0].instruction == envs[1].instruction and envs[0].tools == envs[1].tools
+    for call in calls:
+        made = interface.shown(call)
+        assert envs[0].call(made["tool"], made["arguments"]) == envs[1].call(made["tool"], made["arguments"])
+    assert envs[0].outcome() == envs[1].outcome() and envs[0].state_digest() == envs[1].state_digest()

@@ -10,6 +10,7 @@ trajectories on.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -90,12 +91,34 @@ def reference_in_skin(family: Family, setter_output: SetterOutputRecord) -> Any:
                 return _reference_module(family)[0]
             if len(_IN_SKIN) >= 64:
                 _IN_SKIN.pop(next(iter(_IN_SKIN)))
-            _, output = _reference_module(family)
             found = types.ModuleType(f"vhd_reference_{family.name}_in_skin")
-            exec(compile(with_skin(output.module, skin), f"<reference {family.code_version} in a skin>", "exec"),
-                 found.__dict__)
+            code = _skinless_code(family)
+            if code is None:  # code after the SKIN line: the skinned text compiled whole
+                _, output = _reference_module(family)
+                code = compile(with_skin(output.module, skin), f"<reference {family.code_version} in a skin>", "exec")
+            exec(code, found.__dict__)
+            found.SKIN = json.loads(json.dumps(skin, sort_keys=True))  # what `with_skin`'s SKIN line assigns
             _IN_SKIN[setter_output.setter_output_id] = found
         return found
+
+
+_SKINLESS: dict[str, Any] = {}
+
+
+def _skinless_code(family: Family) -> Any:
+    """The reference module's code compiled once, for every skin: the module ends with its SKIN line,
+    so its code run and SKIN then set to a skin is what `with_skin(module, skin)` runs (nothing before
+    that line reads SKIN while the module executes: the name is not yet bound). None when code
+    follows the SKIN line. Called under the reference lock."""
+    if family.code_version not in _SKINLESS:
+        from vhd.tasks.setters.skin import SKIN_LINE
+
+        _, output = _reference_module(family)
+        head, found, tail = output.module.rpartition(SKIN_LINE)
+        last = found and not tail.partition("\n")[2].strip()
+        _SKINLESS[family.code_version] = (compile(head + "\n", f"<reference {family.code_version} in a skin>", "exec")
+                                          if last else None)
+    return _SKINLESS[family.code_version]
 
 
 def fitted_schemas(family: Family, theta: dict[str, Any]) -> list[dict[str, Any]]:
