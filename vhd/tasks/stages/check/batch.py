@@ -3,6 +3,12 @@
 Per batch: the reference World's runs (`reference.reference_runs`, one sandbox child), the
 module's job (`_job`, hash seed 1) and its replay without fuzz, twins or extra θ (hash seed 2);
 then every gate of GATES on each candidate's Evidence. Presentation F is checked in process.
+
+A module that is the template setter's render (`template.is_render`) is the family's own World
+in its skin: its runs of the call sequences are the reference World's, so they are played once.
+Its job runs first without the twins, its own runs stand for the reference World's
+(`own_runs`; tests/test_render_runs.py holds them equal, registry-wide), and the twins, built
+from them, run in a child of their own at the same hash seed.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from vhd.tasks.stages.check.evidence import (
 )
 from vhd.tasks.stages.check.gates import GATES, gate_default_band
 from vhd.tasks.stages.check.reference import reference_runs
+from vhd.tasks.setters.template import is_render
 from vhd.tasks.stages.check.sequences import IDLE, call_sequences, fuzz_calls, probed, tailed, twin_theta
 from vhd.tasks.stages.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
@@ -30,13 +37,14 @@ EXTRA_THETAS = 2
 
 def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate],
          refs: list[References], sequences: list[list[list[dict[str, Any]]]],
-         expected: list[list[dict[str, Any]]]) -> dict[str, Any]:
+         expected: list[list[dict[str, Any]]] | None) -> dict[str, Any]:
     """The first process's job: each candidate's trajectories (in `evidence.trajectory_names`' order)
     and fuzz, its twin in presentation A, and EXTRA_THETAS other θ the module must also run on.
 
     The twin plays the looks on θ with every hidden number moved, and each call sequence on its
     own `twin_theta`: every number the sequence's accepted calls showed (those the reference World
-    accepted, `expected`, as the family's `belief` reads them) kept, every other one moved."""
+    accepted, `expected`, as the family's `belief` reads them) kept, every other one moved.
+    `expected` None: the job without the twins (`_twin_job` plays them once the runs are known)."""
     fuzz = fuzz_calls(setter_output, family)
     looks = to_calls(setter_output, [{"tool": t.name, "arguments": {}} for t in family.tools_with_role("observe")
                                      if not t.input_schema.get("required")])
@@ -44,7 +52,7 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                                                                     for key in t.input_schema.get("required", [])}}
                                       for t in family.tools_with_role("probe")])
     episodes = []
-    for c, r, random_sequences, runs in zip(candidates, refs, sequences, expected):
+    for c, r, random_sequences, runs in zip(candidates, refs, sequences, expected or [None] * len(candidates)):
         optimal = to_calls(setter_output, r.optimal.calls)
         half = len(optimal) // 2
         plays = {name: to_calls(setter_output, ep.calls) for name, ep in r.episodes()}  # what each trajectory plays
@@ -55,20 +63,47 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                          "trajectories": [plays[name] for name in trajectory_names(r, len(random_sequences))],
                          "fuzz": {"prefix": optimal[:half], "calls": fuzz, "rest": optimal[half:],
                                   "limit": call_limit(c.turn_budget)}})  # runner._fuzz: a fresh episode before it
-        if c.presentation == "A":  # the same episode with the hidden numbers not paid for moved
-            theta = twin_theta(family, c.model.theta, [])
-            twins = {LOOKS: plays[LOOKS]}
-            for k, (calls, run) in enumerate(zip(random_sequences, runs)):
-                own = twin_theta(family, c.model.theta, probed(calls, run))  # None: the probes' reading unknown
-                twins[sequence_name(k)] = plays[sequence_name(k)] if own in (None, theta) else \
-                    dict(plays[sequence_name(k)], params=own)  # (a θ of its own only where it differs)
-            episodes.append({"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "numbers": False,
-                             "trajectories": [twins[name] for name in twin_names(len(random_sequences))]})
+        if c.presentation == "A" and runs is not None:  # the episode with the hidden numbers not paid for moved
+            episodes.append(_twin(family, c, plays, random_sequences, runs))
     for k in range(EXTRA_THETAS):  # C1: the module must be parametric in θ, not fitted to one draw
         _, theta = draw(family, 1_000_003 + k, {name: lo for name, (lo, _) in family.knob_ranges.items()})
         config = {"params": theta, "presentation": "A", "episode_seed": k, "turn_budget": family.turn_budget(theta)}
         episodes.append({"key": f"extra-{k}", "config": config, "finish": True, "trajectories": [[]]})
     return {"module": setter_output.module, "episodes": episodes}
+
+
+def _twin(family: Family, c: Candidate, plays: dict[str, Any], random_sequences: list[list[dict[str, Any]]],
+          runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The twin episode of candidate `c` (presentation A): `_job`'s rule, `plays` its trajectories by name."""
+    theta = twin_theta(family, c.model.theta, [])
+    twins = {LOOKS: plays[LOOKS]}
+    for k, (calls, run) in enumerate(zip(random_sequences, runs)):
+        own = twin_theta(family, c.model.theta, probed(calls, run))  # None: the probes' reading unknown
+        twins[sequence_name(k)] = plays[sequence_name(k)] if own in (None, theta) else \
+            dict(plays[sequence_name(k)], params=own)  # (a θ of its own only where it differs)
+    return {"key": c.env_id + ":twin", "config": {**c.config(), "params": theta}, "numbers": False,
+            "trajectories": [twins[name] for name in twin_names(len(random_sequences))]}
+
+
+def _twin_job(family: Family, setter_output: SetterOutputRecord, candidates: list[Candidate], refs: list[References],
+              sequences: list[list[list[dict[str, Any]]]], expected: list[list[dict[str, Any]]],
+              job: dict[str, Any]) -> dict[str, Any]:
+    """The twins of `_job(..., expected)` alone: each A candidate's twin episode, its trajectories
+    those `job` (the job without twins) plays, by name."""
+    played = {e["key"]: e for e in job["episodes"]}
+    episodes = [_twin(family, c, dict(zip(trajectory_names(r, len(seqs)), played[c.env_id]["trajectories"])), seqs, runs)
+                for c, r, seqs, runs in zip(candidates, refs, sequences, expected) if c.presentation == "A"]
+    return {"module": setter_output.module, "episodes": episodes}
+
+
+def own_runs(report: dict[str, Any] | None, refs: References, sequences: int) -> list[dict[str, Any]] | None:
+    """A render's own runs of a candidate's call sequences and of its episode finished at once, from
+    its first report: what `reference.reference_runs` gives for the candidate (the same code in the
+    same skin plays the same calls). None without a report."""
+    if not report:
+        return None
+    named = dict(zip(trajectory_names(refs, sequences), report["trajectories"]))
+    return [named[sequence_name(k)] for k in range(sequences)] + [named[FINISHED_AT_ONCE]]
 
 
 def check_written(family: Family, candidate: Candidate) -> Verdict:
@@ -132,10 +167,26 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
                     refs: list[References], limits: Limits, simulate_seconds: float) -> dict[str, Verdict]:
     started = time.perf_counter()
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
-    expected = reference_runs(family, candidates, sequences, limits, setter_output)
-    reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
-    job = _job(family, setter_output, candidates, refs, sequences, expected)
-    first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
+    if is_render(family, setter_output):  # the family's own World: its runs are the reference World's
+        job = _job(family, setter_output, candidates, refs, sequences, None)
+        first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
+        failed = {"exception": f"the module's sandbox run ended {first.status}: {first.message}"}
+        expected = [own_runs(first.episodes.get(c.env_id) if first.status == "ok" else None, r, len(seqs))
+                    or [failed] * (len(seqs) + 1) for c, r, seqs in zip(candidates, refs, sequences)]
+        if first.status == "ok" and any(c.presentation == "A" for c in candidates):
+            twins = run_job(_twin_job(family, setter_output, candidates, refs, sequences, expected, job), limits,
+                            hash_seed=1).settled()
+            if twins.status == "ok":
+                first.episodes.update(twins.episodes)
+            else:
+                first = SandboxResult(twins.status, message=twins.message, seconds=first.seconds)
+            first.seconds += twins.seconds
+        reference_seconds = 0.0
+    else:
+        expected = reference_runs(family, candidates, sequences, limits, setter_output)
+        reference_seconds = (time.perf_counter() - started) / max(1, len(candidates))
+        job = _job(family, setter_output, candidates, refs, sequences, expected)
+        first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
     # the second process replays what `determinism` compares: the candidates' trajectories
     # (not the fuzz, the twins or the extra θ, which only the first run's gates read; and without
     # the answers' number digests, which only reference_agreement reads, from the first run)

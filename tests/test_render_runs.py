@@ -1,0 +1,77 @@
+"""A module the template setter renders plays each call sequence as the family's reference World does.
+
+The check stage plays every candidate's call sequences on the family's own World (the oracle of
+`reference_agreement`, `idle_floor` and the twins of `information_hiding`) and on the module. For
+a module that is the template setter's render of its family and passage (`template.is_render`:
+its content id is the render's), the two are one code in one skin: its own runs of the sequences
+stand for the reference World's, and the check stage plays them once (`batch._play_and_judge`).
+This file holds that substitution to the reference World's sandbox runs, registry-wide and
+report for report, in presentations I and A and in a world that restyles ids; and shows that a
+module which is not the render still meets the reference World.
+"""
+
+from __future__ import annotations
+
+import pytest
+from family_kit import PASSAGES
+
+from vhd.mechanisms import registry
+from vhd.tasks.setters.lexicon import id_skin
+from vhd.tasks.setters.template import is_render, render_module
+from vhd.tasks.stages.annotate import make_candidates
+from vhd.tasks.stages.check import batch as check_batch_module
+from vhd.tasks.stages.check.candidates import references
+from vhd.tasks.stages.check.evidence import FINISHED_AT_ONCE, sequence_name, trajectory_names
+from vhd.tasks.stages.check.reference import reference_runs
+from vhd.tasks.stages.check.sequences import call_sequences
+from vhd.tasks.stages.sample import sample_models
+from vhd.tasks.stages.solve import solve_models
+from vhd.tasks.sandbox import Limits, run_job
+
+
+def _passage(family):
+    """A passage whose world writes the family's ids as codes where it has ids, else the first."""
+    kinds = sorted(set(getattr(family.world, "IDS", {}).values()))
+    return next((p for p in PASSAGES if kinds and all(id_skin(family, p)[0][k].startswith("code:") for k in kinds)),
+                PASSAGES[0])
+
+
+def _candidates(family, count=4):
+    models = sample_models(family, count, 0, "render-runs")
+    solutions = {s.model_id: s for s in solve_models(family, models)}
+    output = render_module(family, _passage(family))
+    assignment = {m.model_id: output.setter_output_id for m in models}
+    return output, make_candidates(family, models, solutions, {output.setter_output_id: output}, assignment, ("I", "A"))
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_a_renders_own_runs_of_the_call_sequences_are_the_reference_worlds(name):
+    family = registry.get(name)
+    output, candidates = _candidates(family)
+    assert is_render(family, output)
+    candidates = [c for c in candidates if c.presentation != "F"]
+    refs = [references(family, c) for c in candidates]
+    sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
+    expected = reference_runs(family, candidates, sequences, Limits(), output)
+    job = check_batch_module._job(family, output, candidates, refs, sequences, None)
+    own = run_job(job, Limits(), hash_seed=1).settled()
+    assert own.status == "ok", own.message
+    for c, r, seqs, runs in zip(candidates, refs, sequences, expected):
+        named = dict(zip(trajectory_names(r, len(seqs)), own.episodes[c.env_id]["trajectories"]))
+        mine = [named[sequence_name(k)] for k in range(len(seqs))] + [named[FINISHED_AT_ONCE]]
+        assert check_batch_module.own_runs(own.episodes[c.env_id], r, len(seqs)) == mine
+        assert mine == runs, f"{name} {c.presentation}: the render's own runs differ from the reference World's"
+
+
+def test_only_the_render_itself_is_a_render():
+    """A changed byte, another passage's module relabelled, or another setter's module is not the
+    render: such a module is compared with the reference World's own runs (tests/test_gates.py's
+    mutants, e.g. a dropped domain check caught by reference_agreement)."""
+    family = registry.get("knapsack")
+    output = render_module(family, PASSAGES[0])
+    other = render_module(family, PASSAGES[1])
+    assert is_render(family, output) and is_render(family, other)
+    assert not is_render(family, output.model_copy(update={"module": output.module + "\n# changed\n"}))
+    assert not is_render(family, other.model_copy(update={"passage_id": output.passage_id}))
+    assert not is_render(family, output.model_copy(update={"setter": "anthropic"}))
+    assert not is_render(registry.get("lp"), output)
