@@ -110,13 +110,15 @@ def refresh_run_name() -> str:
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient,
       task_run_name=check_run_name)
-def check_task(family: str, output: SetterOutputRecord, candidates: list) -> list:
-    return check_stage.check_batch(registry.get(family), output, candidates)
-
-
-@task(cache_policy=NO_CACHE, task_run_name="annotate {family}")
-def annotate_task(family: str, verdicts: list) -> list[tuple]:
-    return [annotate_stage.annotate(registry.get(family), verdict) for verdict in verdicts]
+def check_task(family: str, output: SetterOutputRecord, candidates: list) -> tuple[list[tuple], float]:
+    """One module's candidates checked, then annotated in the same worker thread, while other
+    modules' checks run: their (environment, checks, lineage edges) and the annotation's seconds.
+    The verdicts (reference episodes, gate evidence) are dropped here, not held for the round."""
+    mechanism = registry.get(family)
+    verdicts = check_stage.check_batch(mechanism, output, candidates)
+    started = time.perf_counter()
+    rows = [annotate_stage.annotate(mechanism, verdict) for verdict in verdicts]
+    return rows, time.perf_counter() - started
 
 
 def _now() -> str:
@@ -149,7 +151,8 @@ def bounded_runner() -> ThreadPoolTaskRunner:
 
 STAGES = ("sample", "solve", "synthesize", "check", "annotate")
 DEFAULT_BACKFILL_BATCH = "backfill"  # vhd.flows.backfill's default batch key
-TIMED = STAGES + ("write",)    # wall seconds per stage in the flow process (check: until every future resolved)
+TIMED = STAGES + ("write",)  # seconds per stage in the flow process: wall, but check until every future
+# resolved (annotation included) and annotate the seconds spent annotating in the check threads
 FIRST_GUESS = 0.85     # admission rate assumed before a slot has any verdict
 MAX_ROUNDS = 40
 
@@ -205,18 +208,17 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     wrap = _unwalked if isinstance(FlowRunContext.get().task_runner, ThreadPoolTaskRunner) else (lambda v: v)
     futures = [check_task.submit(name, wrap(output), wrap(group))
                for output, group in annotate_stage.by_module(outputs, pending)]
-    checked, ticked, got = [], [0, 0], []
+    annotated, ticked, annotating = {}, [0, 0], 0.0
     for f in futures:
-        got = f.result()
-        checked += got
-        ticked[0] += sum(v.admitted for v in got)
-        ticked[1] += sum(not v.admitted for v in got)
+        rows, seconds = f.result()
+        annotating += seconds
+        for env, checks, edges in rows:
+            annotated[env.env_id] = (env, checks, edges)
+            ticked[0 if env.admitted else 1] += 1
         if tick is not None:
             tick(*ticked)
+    del futures
     t4 = clock()
-    annotated = {env.env_id: (env, checks, edges) for env, checks, edges in annotate_task(name, _unwalked(checked))}
-    del futures, checked, got  # the verdicts (reference episodes, gate evidence) are not needed past annotate
-    t5 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
     kept, _ = _walk(candidates, verdicts, wanted)
     kept_ids = {c.env_id for c in kept}
@@ -234,7 +236,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "kept": len(kept), "seen": len(verdicts), "chosen": chosen,
         "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
                      "synthesize": len(kept_outputs - had_outputs), "annotate": len(rows)},
-        "stage_seconds": {"solve": t1 - t0, "synthesize": t2 - t1, "check": t4 - t3, "annotate": t5 - t4},
+        "stage_seconds": {"solve": t1 - t0, "synthesize": t2 - t1, "check": t4 - t3, "annotate": annotating},
         "found": {"sample": len(kept_models & had_models), "solve": len(known), "check": len(kept_ids & set(stored)),
                   "synthesize": len(kept_outputs & had_outputs), "annotate": len(kept_ids & set(stored))},
     }
