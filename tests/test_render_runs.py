@@ -2,7 +2,7 @@
 
 The check stage plays every candidate's call sequences on the family's own World (the oracle of
 `reference_agreement`, `idle_floor` and the twins of `information_hiding`) and on the module. For
-a module that is the template setter's render of its family and passage (`template.is_render`:
+a module that is the template setter's render of its family and passage (`renders.is_render`:
 its content id is the render's), the two are one code in one skin: its own runs of the sequences
 stand for the reference World's, and the check stage plays them once (`batch._play_and_judge`).
 This file holds that substitution to the reference World's sandbox runs, registry-wide and
@@ -17,7 +17,8 @@ from family_kit import PASSAGES
 
 from vhd.mechanisms import registry
 from vhd.tasks.setters.lexicon import id_skin
-from vhd.tasks.setters.template import is_render, render_module
+from vhd.tasks.setters.renders import is_render
+from vhd.tasks.setters.template import render_module
 from vhd.tasks.stages.annotate import make_candidates
 from vhd.tasks.stages.check import batch as check_batch_module
 from vhd.tasks.stages.check.candidates import references

@@ -4,7 +4,7 @@ Per batch: the reference World's runs (`reference.reference_runs`, one sandbox c
 module's job (`_job`, hash seed 1) and its replay without fuzz, twins or extra θ (hash seed 2);
 then every gate of GATES on each candidate's Evidence. Presentation F is checked in process.
 
-A module that is the template setter's render (`template.is_render`) is the family's own World
+A module that is the template setter's render (`renders.is_render`) is the family's own World
 in its skin: its runs of the call sequences are the reference World's, so they are played once.
 Its job runs first without the twins, its own runs stand for the reference World's
 (`own_runs`; tests/test_render_runs.py holds them equal, registry-wide), and the twins, built
@@ -26,7 +26,7 @@ from vhd.tasks.stages.check.evidence import (
 )
 from vhd.tasks.stages.check.gates import GATES, gate_default_band
 from vhd.tasks.stages.check.reference import reference_runs
-from vhd.tasks.setters.template import is_render
+from vhd.tasks.setters.renders import is_render
 from vhd.tasks.stages.check.sequences import IDLE, call_sequences, fuzz_calls, probed, tailed, twin_theta
 from vhd.tasks.stages.sample import draw
 from vhd.tasks.sandbox import Limits, SandboxResult, run_job
