@@ -9,11 +9,29 @@ and nothing else. In a fresh interpreter that imports the copy's `vhd`:
 - `vhd family-check assignment` passes;
 - every test file that enumerates the registry (`registry_wide()`) and those that check a list derived
   from it (prefect.yaml, the docs, the generated tool-name table, the import graph, the doctests of
-  every module) run in one pytest process: a test parametrised by a family's name runs for the new
-  family only (`only_the_new_family.py`, a plugin kept with the data), every other one as it is;
+  every module) run in one pytest process, with `only_the_new_family.py` (a plugin kept with the
+  data): a test parametrised by a family's name runs for the new family only; of the others, those
+  marked `@pytest.mark.registry` and every test of WHOLE's files;
 - a real refresh (`vhd refresh --families assignment`) admits environments of the new family,
   `vhd verify` finds the published corpus intact and `vhd selftest` finds no mutant of an admitted
   module that the gates let through.
+
+Which unparametrised tests run again in the copy. A test not parametrised by family whose outcome
+cannot depend on which families are registered passes or fails in the copy as it does in the suite
+running this file (the same code, the same data, the new family's two files aside): running it there
+again checks nothing. So the copy runs only those that can: each carries `@pytest.mark.registry`
+(pyproject's markers), decided by reading it — it reads the registry's list of families (a
+parametrisation of it, a loop, a preset or a module-level list made from it), refreshes every family
+(a `vhd refresh` without `--families`), or checks a list derived from them (a generated doc). The
+files of WHOLE run whole (DERIVED: what they check is derived from the tree's files, the new
+module's among them, without a registry call to mark; the other two have no unparametrised test
+that does not read the registry). The guard, run at the collection of the run in the copy (its
+reading: `test_the_guard_sees_what_reads_the_registry`), fails on an unmarked unparametrised test of these
+files whose code — the test, its fixtures, and the functions and module-level names of the tests
+folder they name, followed through — says `registry.` anything but `get` of a family it names,
+calls `.names()` or `.all()`, or runs a `refresh` without `--families` (`only_the_new_family.py`).
+A dependence the guard cannot see (a list made inside `vhd` from the registry) is the reader's to
+mark.
 """
 
 from __future__ import annotations
@@ -45,6 +63,15 @@ NOT_REGISTRY_WIDE = {
 # Test files that check a list derived from the registry without naming it: prefect.yaml's deployment (no
 # family list), every vhd module's imports and doctests (the new module's among them).
 DERIVED = ("test_serve.py", "test_imports.py", "test_doctests.py")
+# Files run whole in the copy: DERIVED, and those whose only unparametrised test reads the registry
+# (test_advantages: some family declares advantages; test_decision_rewards: every stochastic family has
+# a walk-away play), so that whole is the marked ones.
+WHOLE = DERIVED + ("test_advantages.py", "test_decision_rewards.py")
+# Registry-wide files with no test to run there: their parametrisations leave the new family out.
+NOTHING_TO_RUN = {
+    "test_sidechannel.py": "parametrised by the paper preset's families (the new family is in none of its slots); "
+                           "its other tests name their families",
+}
 
 
 def registry_wide() -> list[str]:
@@ -55,21 +82,18 @@ def registry_wide() -> list[str]:
     return [name for name in naming if name not in NOT_REGISTRY_WIDE] + list(DERIVED)
 
 
-# Slow tests of the registry-wide files that only build corpora of named families, whatever the
-# registry holds (the new family's group is `beyond`: in no preset slot): by the fixture that builds
-# the corpus, or by name.
+# Slow marked tests that read the registry only to build corpora of preset families, whatever else
+# it holds (the new family's group is `beyond`: in no preset slot): by the fixture that builds the
+# corpus, or by name. (Unmarked tests that build a named family's corpus do not run there at all.)
 DESELECTED_FIXTURES = {
-    "refreshed": "a refresh of inventory_dp (tests/conftest.py)",
-    "banded": "a refresh of knapsack in a difficulty band",
     "paper_small": "a refresh of the paper preset's families",
-    "f_env": "lp's F environment",
-    "leaky_facility": "a leak planted in facility",
 }
 DESELECTED = {
     "tests/test_presets.py::test_diagnostic_preset_builds_f_i_and_a_and_f_is_scored": "the diagnostic five families",
-    "tests/test_budget.py::test_the_gate_rejects_an_a_candidate_whose_budget_does_not_bind_and_admits_only_"
-    "binding_ones": "knapsack's gated run",
 }
+# The files whose slowest tests are marked first on the command line: with `--dist loadfile` the two
+# workers start on them (the run's wall time is its slowest worker's).
+FIRST = ("test_terminal.py", "test_trl_adapter.py")
 # Tests that fail on a new family until what they check is derived from the registry, as strict
 # xfails in the copy (the run fails once one passes). None: the one file and the one test suffice.
 EXPECTED_FAILURES: dict[str, str] = {}
@@ -90,6 +114,10 @@ def _files(top: Path) -> set[str]:
     return {path.relative_to(top).as_posix() for part in COPIED for path in (top / part).rglob("*")
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"} | \
         {name for name in ROOT_FILES if (top / name).exists()}
+
+
+def _plugin_env(*whole: str, **extra: str) -> dict[str, str]:
+    return {"VHD_WHOLE_FILES": json.dumps(WHOLE + whole), **extra}
 
 
 def _env(tree: Path, **extra: str) -> dict[str, str]:
@@ -128,6 +156,27 @@ def test_the_registry_wide_files_are_found():
     assert all((ROOT / "tests" / name).exists() for name in list(found) + list(NOT_REGISTRY_WIDE))
 
 
+def test_the_guard_sees_what_reads_the_registry():
+    """Controls for the guard's reading: each of these reads the registry's list of families, and the
+    named-family ones do not."""
+    sys.path.insert(0, str(DATA))
+    try:
+        from only_the_new_family import reads_the_registry
+    finally:
+        sys.path.remove(str(DATA))
+    reads = ["names = registry.names()", "for f in registry.all(): pass", "families = map(registry.get, names)",
+             "def t():\n    for name in NAMES:\n        registry.get(name)", "x = fams.all()",
+             'run_vhd(server, "refresh", "--per-family", "1")', 'runner.invoke(app, ["refresh", "--follow", p])',
+             'run_vhd(server, "refresh", *ARGS)', "slots = [registry.get(s.family) for s in slots]"]
+    for source in reads:
+        assert reads_the_registry(source, {"ARGS": ("--per-family", "1")}), source
+    named = ['registry.get("qp")', "registry.get(FAMILY)", "def module(name):\n    return registry.get(name)",
+             'run_vhd(server, "refresh", "--families", "knapsack")', 'run_vhd(server, "refresh", *ARGS)',
+             '("refresh",) in commands', "all(x for x in y)"]
+    for source in named:
+        assert reads_the_registry(source, {"FAMILY": "lp", "ARGS": ("--families", "knapsack")}) is None, source
+
+
 def test_family_check_passes_on_the_new_family(tree):
     result = _run(tree, "-m", "vhd.cli", "family-check", NEW, "--json", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -138,20 +187,25 @@ def test_family_check_passes_on_the_new_family(tree):
 
 def test_every_registry_wide_test_passes_on_the_new_family(tree, tmp_path):
     junit = tmp_path / "junit.xml"
-    env = _env(tree, VHD_NEW_FAMILY=NEW, VHD_DESELECT=json.dumps(DESELECTED),
-               VHD_DESELECT_FIXTURES=json.dumps(DESELECTED_FIXTURES),
-               VHD_EXPECTED_FAILURES=json.dumps(EXPECTED_FAILURES))
+    env = _env(tree, **_plugin_env(f"test_{NEW}.py", VHD_NEW_FAMILY=NEW, VHD_DESELECT=json.dumps(DESELECTED),
+                                   VHD_DESELECT_FIXTURES=json.dumps(DESELECTED_FIXTURES),
+                                   VHD_EXPECTED_FAILURES=json.dumps(EXPECTED_FAILURES)))
     wide = registry_wide()
-    files = [f"tests/{name}" for name in wide] + [f"tests/mechanisms/test_{NEW}.py"]
+    assert set(FIRST) <= set(wide)
+    files = [f"tests/{name}" for name in sorted(wide, key=lambda name: name not in FIRST)]
+    files.append(f"tests/mechanisms/test_{NEW}.py")
     result = _run(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "only_the_new_family", "-n", "2",
                   "--dist", "loadfile", f"--junitxml={junit}", *files, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     cases = [(case.get("classname"), case.get("name"), [child.tag for child in case])
              for case in ET.parse(junit).getroot().iter("testcase")]
     ran = {(cls, name) for cls, name, outcome in cases if not outcome}
-    # every file ran, and each file parametrised by family ran the new family's cases
+    # every file ran (but those with nothing to run there), and each file parametrised by family ran the
+    # new family's cases
     modules = {cls.rsplit(".", 1)[-1] for cls, _ in ran}
-    assert {name[:-3] for name in wide} | {f"test_{NEW}"} <= modules, sorted(modules)
+    assert set(NOTHING_TO_RUN) <= set(wide)
+    assert {name[:-3] for name in wide if name not in NOTHING_TO_RUN} | {f"test_{NEW}"} <= modules, sorted(modules)
+    assert not {name[:-3] for name in NOTHING_TO_RUN} & modules, "NOTHING_TO_RUN is stale"
     mine = {cls.rsplit(".", 1)[-1] for cls, name in ran if re.search(rf"[\[-](vhd\.mechanisms\.)?{NEW}[\]-]", name)}
     assert {"test_contract", "test_difficulty", "test_advantages", "test_decision_rewards", "test_presentation_a",
             "test_surfaces", "test_tool_names", "test_written", "test_play_f", "test_passages",

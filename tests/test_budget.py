@@ -26,6 +26,7 @@ BINDING = [f.name for f in registry.all() if f.budget_binds]
 DRAWS = 24
 
 
+@pytest.mark.registry
 def test_every_paper_family_but_those_named_here_declares_a_binding_budget():
     assert sorted(set(PAPER) - set(EVERY_PROBE_NEEDED) - set(UNGATED)) == sorted(set(PAPER) & set(BINDING))
 

@@ -12,6 +12,7 @@ from vhd.tasks import family_check as fc
 FAMILIES = registry.names()
 
 
+@pytest.mark.registry
 def test_registry_discovers_families():
     assert "inventory_dp" in FAMILIES
 

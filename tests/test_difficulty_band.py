@@ -80,6 +80,7 @@ def test_a_band_no_theta_reaches_stops_with_a_reason(prefect_server, tmp_path):
     ("-0.1:0.5", "must lie in [0, 1]"),
     ("0.5:nan", "must lie in [0, 1]"),
 ])
+@pytest.mark.registry
 def test_a_bad_band_is_one_line_and_nothing_is_stored(tmp_path, band, problem):
     db = tmp_path / "none.duckdb"
     result = runner.invoke(app, ["refresh", "--difficulty", band, "--db", str(db)])
@@ -89,6 +90,7 @@ def test_a_bad_band_is_one_line_and_nothing_is_stored(tmp_path, band, problem):
     assert not db.exists()
 
 
+@pytest.mark.registry
 def test_a_preset_band_keeps_each_slot_on_its_own_seed_stream():
     """`--preset P --difficulty LO:HI`: each slot's batch gets the band's suffix before its own
     (`+heldout`, a cell's `+cell:`), so held-out draws stay held out and a cell keeps its knobs."""

@@ -27,6 +27,7 @@ def _documented(marker: str) -> str:
     return text.split(f"<!-- {marker}:begin -->\n", 1)[1].split(f"<!-- {marker}:end -->", 1)[0]
 
 
+@pytest.mark.registry
 def test_every_row_of_the_families_table_is_the_registrys():
     header, documented = _table(_documented("families"))
     rendered_header, rendered = _table(_families_markdown([_family_row(f) for f in registry.all()]))
@@ -36,6 +37,7 @@ def test_every_row_of_the_families_table_is_the_registrys():
             f"docs/FAMILIES.md's row of {name} is stale: regenerate the table with `vhd families --markdown`"
 
 
+@pytest.mark.registry
 def test_the_group_table_lists_each_family_in_its_own_group():
     _, groups = _table(_documented("groups"))
     assert groups, "docs/FAMILIES.md has no group table between <!-- groups:begin/end --> markers"

@@ -145,6 +145,7 @@ def test_a_tool_list_does_not_move_with_hidden_theta(name):
                     assert spec.get("maximum", np.inf) <= own.get("maximum", np.inf)
 
 
+@pytest.mark.registry
 def test_families_json_lists_per_entry_and_noisy_probes():
     """`vhd families --json` says, per paper family, which probes show one entry a call or are stickers."""
     import json

@@ -18,6 +18,7 @@ def _by_split(plan):
     return totals
 
 
+@pytest.mark.registry
 def test_the_paper_preset_has_the_papers_counts():
     plan = presets.preset("paper", registry.all())
     assert _by_split(plan) == {"train": 2200, "heldout": 300, "ood": 800}
@@ -29,6 +30,7 @@ def test_the_paper_preset_has_the_papers_counts():
     assert plan.presentations == ("A",)
 
 
+@pytest.mark.registry
 def test_held_out_draws_come_from_their_own_seed_stream():
     plan = presets.preset("paper", registry.all())
     heldout = next(s for s in plan.slots if s.split == "heldout")
@@ -36,6 +38,7 @@ def test_held_out_draws_come_from_their_own_seed_stream():
     assert heldout.batch("2026-12-02") != train.batch("2026-12-02") == "2026-12-02"
 
 
+@pytest.mark.registry
 def test_scaled_presets_and_bad_names():
     small = presets.preset("paper", registry.all(), scale=0.01)
     assert _by_split(small) == {"train": 22, "heldout": 3, "ood": 8}
@@ -71,6 +74,7 @@ def paper_small(prefect_server, tmp_path_factory):
     return db, json.loads(result.stdout)
 
 
+@pytest.mark.registry
 def test_paper_preset_fills_every_slot_and_stores_rejections(paper_small):
     db, summary = paper_small
     assert summary["splits"] == {"train": 22, "heldout": 3, "ood": 8}
@@ -89,6 +93,7 @@ def test_paper_preset_fills_every_slot_and_stores_rejections(paper_small):
     assert batches == {"p1" + presets.HELDOUT_SUFFIX}
 
 
+@pytest.mark.registry
 def test_paper_preset_rerun_finds_every_slot_full(prefect_server, paper_small):
     db, _ = paper_small
     result = run_vhd(prefect_server, "refresh", "--preset", "paper", "--scale", "0.01", "--batch", "p1", "--db", db,
@@ -98,6 +103,7 @@ def test_paper_preset_rerun_finds_every_slot_full(prefect_server, paper_small):
     assert again["splits"] == {"train": 22, "heldout": 3, "ood": 8}
 
 
+@pytest.mark.registry
 def test_diagnostic_preset_builds_f_i_and_a_and_f_is_scored(prefect_server, tmp_path):
     db = tmp_path / "diag.duckdb"
     result = run_vhd(prefect_server, "refresh", "--preset", "diagnostic", "--scale", "0.02", "--db", db, "--json")
@@ -120,6 +126,7 @@ def test_diagnostic_preset_builds_f_i_and_a_and_f_is_scored(prefect_server, tmp_
     assert rewards == [1.0, 0.0, 0.0] and "invalid plan" in json.loads(scored.stdout)[2]["error"]
 
 
+@pytest.mark.registry
 def test_the_scaling_preset_holds_the_papers_knapsack_grid_and_goes_beyond():
     plan = presets.preset("scaling", registry.all())
     cells = {}
@@ -136,6 +143,7 @@ def test_the_scaling_preset_holds_the_papers_knapsack_grid_and_goes_beyond():
     assert {s.target for s in small.slots} == {2} and len(small.slots) == len(plan.slots)
 
 
+@pytest.mark.registry
 def test_a_cell_pins_its_knobs_and_its_models_are_drawn_again_from_seed_and_batch():
     from vhd.tasks.stages.sample import cell_knobs, draw, sample_models
 

@@ -103,6 +103,7 @@ def _gate(verdict, name="robustness"):
     return next(g for g in verdict.gates if g.name == name)
 
 
+@pytest.mark.registry
 def test_the_smallest_budget_any_family_allows():
     """4 today (negotiation's and pandora's), the numbers of this file's docstrings; a family with a
     smaller one only makes the fuzz below take more episodes."""
@@ -110,6 +111,7 @@ def test_the_smallest_budget_any_family_allows():
     assert budget <= 4 < QP.turn_budget(draw(QP, 0, smallest_knobs(QP))[1]) == 7
 
 
+@pytest.mark.registry
 def test_the_whole_fuzz_is_played_over_several_episodes_under_the_smallest_budget(small):
     """qp under budget 4: 1 + 56 calls in the first episode (the 58th would be the limit's), then a
     fresh one with π*'s first call again and the last 4 invalid calls, the rest of π*'s calls and
@@ -125,6 +127,7 @@ def test_the_whole_fuzz_is_played_over_several_episodes_under_the_smallest_budge
         assert report["calls"] == len(fuzz) + 3
 
 
+@pytest.mark.registry
 def test_a_correct_module_is_admitted_under_the_smallest_budget(small):
     """Before (checker 10, the fuzz in one episode): both candidates rejected by robustness alone,
     "1 of 63 invalid calls mishandled, e.g. mid-episode reset_allocation("not an object"): state
@@ -135,6 +138,7 @@ def test_a_correct_module_is_admitted_under_the_smallest_budget(small):
     assert all("in 2 episodes" in _gate(v).message for v in verdicts)
 
 
+@pytest.mark.registry
 def test_without_the_limit_the_call_that_reaches_it_is_judged_a_state_change(small):
     """What the limit in the fuzz's job is for: a fuzz that goes on only once an episode is over
     makes the limit's own call, whose state change (the episode run out) is no fault of the call."""
@@ -146,6 +150,7 @@ def test_without_the_limit_the_call_that_reaches_it_is_judged_a_state_change(sma
 
 @pytest.mark.parametrize("changes", [(UNVALIDATED_CLOCK,), (UNVALIDATED_CLOCK, NO_STATE_DIGEST)],
                          ids=["with-state-digest", "structure-only"])
+@pytest.mark.registry
 def test_a_module_that_raises_on_the_fuzz_s_last_calls_is_rejected_by_robustness(small, changes):
     """The clock's invalid calls are the fuzz's 59th and 60th; under budget 4 only the second
     episode reaches them. Before (checker 10), the same two candidates: with state_digest,
@@ -164,6 +169,7 @@ def test_a_module_that_raises_on_the_fuzz_s_last_calls_is_rejected_by_robustness
         assert "raised" in message and "TypeError" in message and "must be a mapping" in message
 
 
+@pytest.mark.registry
 def test_the_same_candidates_give_the_same_fuzz_and_verdicts(small):
     budget, output, candidates = small
     wrong = _mutated(output, UNVALIDATED_CLOCK, NO_STATE_DIGEST)

@@ -50,6 +50,7 @@ def test_qp_budget_tolerance_is_rejected():
     _rejected_by_reference_agreement(family, output, candidates, old, old.replace("total >", "total >="))
 
 
+@pytest.mark.registry
 def test_no_world_keeps_a_state_key_it_never_reads():
     """Write-only state (a step counter no observation or utility reads) is dead code rendered into
     every module, and its mutants can never be rejected: every key a World `_set`s is `_get` too."""

@@ -54,6 +54,7 @@ def _executed(output):
     return module
 
 
+@pytest.mark.registry
 def test_some_families_write_ids():
     assert {"knapsack"} <= set(WITH_IDS)
 

@@ -115,6 +115,7 @@ def world_refusals(module, config, calls):
                and answer["ok"] is False)
 
 
+@pytest.mark.registry
 def test_the_random_trajectory_has_refusals_by_the_world_in_most_families():
     """`world_refused` plays what the issue asks of every surface: refusals that use their turn.
     (A World may have none a player can reach: negotiation's are all behind its fitted schemas.)"""

@@ -38,6 +38,7 @@ def whole_refresh(prefect_server, tmp_path_factory):
     return db, result
 
 
+@pytest.mark.registry
 def test_a_refresh_of_every_family_prints_a_few_lines_and_ends_with_the_summary_table(whole_refresh):
     db, result = whole_refresh
     lines = result.stdout.splitlines()
@@ -56,6 +57,7 @@ def test_a_refresh_of_every_family_prints_a_few_lines_and_ends_with_the_summary_
     assert "Task run 'check inventory_dp module " in log.read_text()  # Prefect's lines went to the file
 
 
+@pytest.mark.registry
 def test_prefect_runs_are_named_and_the_summary_artifact_names_warehouse_and_stage_seconds(whole_refresh,
                                                                                             prefect_server):
     from prefect.client.orchestration import get_client
@@ -81,6 +83,7 @@ def test_prefect_runs_are_named_and_the_summary_artifact_names_warehouse_and_sta
     assert f"warehouse `{db}`" in summary.data and "seconds per stage: sample " in summary.data
 
 
+@pytest.mark.registry
 def test_envs_piped_prints_whole_ids(whole_refresh, monkeypatch):
     db, _ = whole_refresh
     monkeypatch.delenv("FORCE_COLOR", raising=False)
@@ -95,6 +98,7 @@ def test_envs_piped_prints_whole_ids(whole_refresh, monkeypatch):
     assert ids == [r["env_id"] for r in json.loads(as_json.stdout)]
 
 
+@pytest.mark.registry
 def test_envs_on_a_terminal_prints_prefixes_that_resolve(whole_refresh, monkeypatch):
     from vhd.warehouse import Warehouse
 

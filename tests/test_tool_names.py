@@ -99,6 +99,7 @@ def _nouns(domain: str, family: str) -> set[str]:
     return out
 
 
+@pytest.mark.registry
 def test_every_domain_of_the_built_in_passages_has_a_lexicon_and_every_key_is_known():
     assert {p.domain for p in PASSAGES} <= set(LEXICON)
     assert lex.domain_lexicons() == LEXICON  # the loader checks every key and word
@@ -185,6 +186,7 @@ def test_a_family_without_patterns_keeps_its_canonical_names(monkeypatch):
         assert env.call("view_calendar", {})["ok"] and [t["name"] for t in env.tools] == [t.name for t in family.tools]
 
 
+@pytest.mark.registry
 def test_the_worlds_differ():
     """Issue 29: every family the lexicon names has many tool sets over the built-in passages, and
     there are many names in all (a family without patterns keeps one: test above)."""
@@ -203,6 +205,7 @@ def test_the_worlds_differ():
         "dispatch_truck"]
 
 
+@pytest.mark.registry
 def test_the_names_reported_in_issue_16_are_gone():
     bad = {"place_escort", "cancel_escort", "view_escorts", "view_safebox", "view_margin", "close_breakfasts",
            "end_platform", "end_weekend", "assign_fellingshift", "publish_fellingplan", "view_cone", "view_imprest"}
@@ -310,6 +313,7 @@ def test_no_observation_key_is_an_rl_word(name):
 
 
 # -- the generated table ---------------------------------------------------------------------
+@pytest.mark.registry
 def test_docs_tool_names_is_current():
     spec = importlib.util.spec_from_file_location("tool_names_doc", ROOT / "bench" / "tool_names.py")
     generator = importlib.util.module_from_spec(spec)

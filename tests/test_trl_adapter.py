@@ -269,6 +269,7 @@ def canonical_export():
     return rows
 
 
+@pytest.mark.registry
 def test_a_canonical_export_of_every_family_gives_one_class_per_family(canonical_export):
     """Issue 27 item 2 (3): keyed on the passage's descriptions, 58 rows of 16 families made 31
     classes, each a reward column of its own in TRL. Keyed on the interface the methods show —
