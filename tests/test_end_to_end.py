@@ -177,8 +177,7 @@ def test_check_reruns_the_gates_and_rejects_a_broken_replacement(refreshed, tmp_
                          "WHERE env_id = ?", [env_id]).fetchall()[0][0]
     con.close()
     broken = tmp_path / "broken.py"
-    broken.write_text(module.replace('self._book(day, "sales", p["price"] * sold)',
-                                     'self._book(day, "sales", p["price"] * sold + 1)'))
+    broken.write_text(module.replace('("sales", p["price"] * sold)', '("sales", p["price"] * sold + 1)'))
     result = vhd("check", env_id, "--code", broken, "--db", db, "--json")
     report = json.loads(result.stdout)
     assert result.exit_code == 1 and report["admitted"] is False and report["module"] == "replacement"

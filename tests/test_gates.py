@@ -177,7 +177,7 @@ def test_a_tool_schema_that_is_not_json_schema_is_rejected_by_interface(batch):
 def test_a_dropped_domain_check_is_rejected_by_reference_agreement(batch):
     """Every replayed plan is valid, so only random schema-valid calls reach the capacity check."""
     output, candidates = batch
-    wrong = _mutate(output, 'if stocked + quantity > self.p["capacity"]:', 'if False:')
+    wrong = _mutate(output, 'if on_hand + in_transit + pending + quantity > self.p["capacity"]:', 'if False:')
     verdicts = check_batch(FAMILY, wrong, candidates)
     assert not any(v.admitted for v in verdicts if v.references and "default_band" not in _failed([v]))
     failed = _failed(verdicts)

@@ -693,7 +693,7 @@ def test_gates_admit_most_models():
 
 
 def test_a_changed_overhead_is_rejected():
-    old = 'self._book(day, "overhead", -p["overhead"])'
+    old = '("overhead", -p["overhead"])'
     verdicts = mutant_verdicts(FAM, gated(FAM), old, old.replace("-p", "-2 * p"))
     assert "default_band" not in failed(verdicts)  # the candidates were played
     assert verdicts and all(failed([v]) & {"replay_agreement", "dynamics_agreement"} for v in verdicts)
@@ -764,6 +764,21 @@ def test_advantage_of_every_action_and_of_running_out_is_q_minus_v(theta):
                 got = FAM.advantage(theta, values, before, None, None)
                 assert abs(got - float(idle(p, a, day, s, c) - v)) <= TOL, before
         assert FAM.advantage(theta, values, (day, s, c, 0, 1, 0, True), end_day, None) == 0.0  # bankrupt: over
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS, ids=[_id(t) for t in ADVANTAGE_THETAS])
+def test_q_of_one_state_is_the_evaluators_sum_to_the_bit(theta):
+    """Grading reads Q* one state at a time (`_Process.outcome`: U only where the day's demands
+    lead, kept per state and action); it is the evaluator's `outcomes` over every demand, bit for bit."""
+    values = FAM.decision_values(theta)
+    proc = values.proc
+    for day, s, c in itertools.product(range(theta["horizon"]), range(theta["capacity"] + 1),
+                                       range(theta["cash_cap"] + 1)):
+        state = s * proc.n_cash + c
+        for q, p, a in actions(theta, s, c):
+            pa = p * ec.LEVELS + a
+            whole = proc.outcomes(day, values.optimal[day + 1], np.array([state]), np.array([q]), np.array([pa]))
+            assert values.q(day, state, q, pa) == float(whole[0]) == values.q(day, state, q, pa), (day, s, c, q, pa)
 
 
 @pytest.mark.parametrize("theta", ADVANTAGE_THETAS[:4], ids=[_id(t) for t in ADVANTAGE_THETAS[:4]])
@@ -857,7 +872,7 @@ def test_a_world_that_doubles_the_capacity_is_rejected():
     by the cash check first. One unit over the free room on day 0 is the cheapest order the
     capacity refuses (`boundary_calls`): wherever the opening cash pays it, the mutant is caught.
     (Where it does not, reaching the capacity with cash to spare takes sales first.)"""
-    old = 'if stocked + quantity > p["capacity"]:'
+    old = 'if on_hand + in_transit + pending + quantity > p["capacity"]:'
     run = gated(FAM)
     verdicts = [v for which in range(len(run.outputs))
                 for v in mutant_verdicts(FAM, run, old, old.replace('p["capacity"]', '2 * p["capacity"]'), which)]
@@ -868,3 +883,31 @@ def test_a_world_that_doubles_the_capacity_is_rejected():
     paid = [v for v in verdicts if pays(v.candidate.model.theta)]
     assert len(verdicts) == 12 and len(paid) >= 8 and not any(v.admitted for v in paid)
     assert "reference_agreement" in failed(paid)
+
+
+def test_the_kept_balance_is_the_ledgers_sum_and_in_transit_the_orders():
+    """The World keeps the cash and the units in transit in its state table instead of summing the
+    ledger and the orders on every call (issue 31: grading replays every call): after every call of
+    random and default plays they agree."""
+    from vhd.tasks.grading.oracle import reference_module
+    from vhd.tasks.stages.sample import draw
+
+    module, output = reference_module(FAM)
+    for k in range(4):
+        _, theta = draw(FAM, k)
+        rng = np.random.default_rng(k)
+        for plan in (FAM.random_policy(theta, rng), FAM.default_policy(theta)):
+            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
+                                 "turn_budget": FAM.turn_budget(theta)})
+            world, t = env._world, env._world.t
+            for call in FAM.simulate(theta, plan, k).calls:
+                env.call(output.tool_name(call["tool"]), call["arguments"])
+                assert world._cash() == world.db.execute(
+                    f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
+                assert world._in_transit() == world.db.execute(
+                    f"SELECT COALESCE(SUM(quantity), 0) FROM {t['orders']} WHERE status = 'in transit'").fetchone()[0]
+            env.finish()
+            assert world._cash() == world.db.execute(
+                f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
+            assert world._in_transit() == world.db.execute(
+                f"SELECT COALESCE(SUM(quantity), 0) FROM {t['orders']} WHERE status = 'in transit'").fetchone()[0]

@@ -608,8 +608,8 @@ def test_a_world_that_pays_one_point_more_efficiency_is_rejected():
     run = gated(FAM)
     rejected = []
     for which in range(len(run.outputs)):
-        for v in mutant_verdicts(FAM, run, 'self._book(hour, "sale", price * -k * p["efficiency_pct"])',
-                                 'self._book(hour, "sale", price * -k * (p["efficiency_pct"] + 1))', which):
+        for v in mutant_verdicts(FAM, run, '("sale", price * -k * p["efficiency_pct"])',
+                                 '("sale", price * -k * (p["efficiency_pct"] + 1))', which):
             rejected.append(bool(failed([v]) & {"replay_agreement", "dynamics_agreement"}))
     assert rejected and all(rejected)
 
@@ -676,6 +676,19 @@ def test_advantage_of_every_trade_and_of_running_out_is_q_minus_v(theta):
                     assert FAM.advantage(theta, values, (hour, soc, r, k), charge, None) == 0.0
                 got = FAM.advantage(theta, values, (hour, soc, r, 1), None, None)
                 assert abs(got - float(idle(hour, soc, r) - v)) <= TOL, (hour, soc, r)
+
+
+@pytest.mark.parametrize("theta", ADVANTAGE_THETAS, ids=[_id(t) for t in ADVANTAGE_THETAS])
+def test_q_of_one_trade_is_the_solvers_table_to_the_bit(theta):
+    """Grading reads Q* one trade at a time (the hour's cash and expected value kept per hour); it is
+    the solver's `q_values` table, bit for bit, −inf for a trade the battery cannot make included."""
+    values = FAM.decision_values(theta)
+    proc = values.proc
+    for hour in range(theta["horizon"]):
+        table = proc.q_values(hour, values.optimal[hour + 1])
+        for soc, r, k in itertools.product(range(theta["capacity"] + 1), range(n_regimes(theta)),
+                                           range(-proc.P, proc.P + 1)):
+            assert values.q(hour, soc, r, k) == float(table[soc, r, k + proc.P]), (hour, soc, r, k)
 
 
 @pytest.mark.parametrize("theta", ADVANTAGE_THETAS[:4], ids=[_id(t) for t in ADVANTAGE_THETAS[:4]])
@@ -751,3 +764,27 @@ def test_hour_and_unit_arguments_are_bounded_by_the_instance():
                 assert refused["ok"] is False and f"must be <= {bound}" in refused["error"], (tool, refused)
             assert env.state_digest() == before
             assert env.call(name("view_price"), {"hour": 0})["ok"] and env.call(name("charge"), {"units": power})["ok"]
+
+
+def test_the_kept_balance_is_the_ledgers_sum():
+    """The World keeps the cash (in hundredths) in its state table instead of summing the ledger on
+    every call (issue 31: grading replays every call): after every call of random and default plays
+    they agree."""
+    from vhd.tasks.grading.oracle import reference_module
+    from vhd.tasks.stages.sample import draw
+
+    module, output = reference_module(FAM)
+    for k in range(4):
+        _, theta = draw(FAM, k)
+        rng = np.random.default_rng(k)
+        for plan in (FAM.random_policy(theta, rng), FAM.default_policy(theta)):
+            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
+                                 "turn_budget": FAM.turn_budget(theta)})
+            world, t = env._world, env._world.t
+            for call in FAM.simulate(theta, plan, k).calls:
+                env.call(output.tool_name(call["tool"]), call["arguments"])
+                assert world._cents() == world.db.execute(
+                    f"SELECT COALESCE(SUM(hundredths), 0) FROM {t['ledger']}").fetchone()[0]
+            env.finish()
+            assert world._cents() == world.db.execute(
+                f"SELECT COALESCE(SUM(hundredths), 0) FROM {t['ledger']}").fetchone()[0]

@@ -548,6 +548,24 @@ def test_every_call_has_the_advantage_of_the_expectimax(theta):
         assert steps.total - (steps.utility - float(expectimax(theta))) == pytest.approx(float(-surprise), abs=TOL)
 
 
+@pytest.mark.parametrize("theta", TINY, ids=[_id(t) for t in TINY])
+def test_advantages_are_the_recursions_integers_divided_once(theta):
+    """V*_d is the recursion's own number (`best`, not recomputed per call) and each advantage the
+    correctly rounded ratio of exact integers, float(Fraction(Q − V, scale)), bit for bit."""
+    values = FAM.decision_values(theta)
+    m = values["model"]
+    for day in range(theta["horizon"]):
+        later, scale = values["optimal"][day]
+        for c in range(m.n):
+            best = mt._best(m, c, later, scale)[0]
+            assert values["best"][day][c] == best, (day, c)
+            for work in m.allowed(c):
+                want = float(Fraction(m.q_value(c, work, later, scale) - best, scale))
+                assert FAM.advantage(theta, values, (day, c, work), {"tool": "end_day", "arguments": {}}, None) == want
+            want = float(Fraction(m.q_value(c, mt.RUN, *values["running"][day]) - best, scale))
+            assert FAM.advantage(theta, values, (day, c, 0), None, None) == want
+
+
 def test_each_first_day_action_costs_its_expectimax_regret():
     theta = HAND[2]  # condition 2 of 4 on day 0: every action allowed
     v0, end = expectimax(theta), {"tool": "end_day", "arguments": {}}
@@ -644,3 +662,26 @@ def test_the_work_log_is_bounded_by_the_horizon():
             assert refused["ok"] is False and f"must be <= {theta['horizon']}" in refused["error"]
             assert env.state_digest() == before
             assert env.call(name("view_work_log"), {"last_days": theta["horizon"]})["days"] == []
+
+
+def test_the_kept_balance_is_the_ledgers_sum():
+    """The World keeps the cash in its state table instead of summing the ledger on every call (issue
+    31: grading replays every call): after every call of random and default plays they agree."""
+    from vhd.tasks.grading.oracle import reference_module
+    from vhd.tasks.stages.sample import draw
+
+    module, output = reference_module(FAM)
+    for k in range(4):
+        _, theta = draw(FAM, k)
+        rng = np.random.default_rng(k)
+        for plan in (FAM.random_policy(theta, rng), FAM.default_policy(theta)):
+            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
+                                 "turn_budget": FAM.turn_budget(theta)})
+            world, t = env._world, env._world.t
+            for call in FAM.simulate(theta, plan, k).calls:
+                env.call(output.tool_name(call["tool"]), call["arguments"])
+                assert world._cash() == world.db.execute(
+                    f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
+            env.finish()
+            assert world._cash() == world.db.execute(
+                f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]

@@ -302,6 +302,23 @@ class _Process:
             total[first:] += outcome[lo:hi]
         return total  # [g, pa, c̃]
 
+    def night_at(self, value: np.ndarray, stock: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """U(stock, end) at the points given: `night(value)`'s numbers, computed only there (grading
+        asks one state at a time, and a whole night is (capacity + 1) · (cash range) values)."""
+        top = self.theta["cash_cap"]
+        kept = value.reshape(self.theta["capacity"] + 1, self.n_cash)[stock, np.clip(end, 0, top)]
+        kept += np.maximum(end - top, 0)
+        return np.where(end < 0, end - self.theta["bankruptcy_penalty"], kept)
+
+    def outcome(self, day: int, value: np.ndarray, state: int, q: int, pa: int) -> float:
+        """`outcomes` of one state, order and price·ad: the same sum over the same demands, with U
+        read at the night's outcomes only (`night_at`)."""
+        post = self.choice[state, q]
+        g, cash = post // self.n_cash, post % self.n_cash
+        end = (cash + self.delta[g, pa])[None, :]  # [1, d], as `outcomes` shapes one state
+        outcome = self.night_at(value, self.next_stock[g][None, :], end)
+        return float((outcome * self.probabilities[self.levels[day]][[pa]]).sum(axis=1)[0])
+
     def outcomes(self, day: int, value: np.ndarray, states: np.ndarray, q: np.ndarray, pa: np.ndarray) -> np.ndarray:
         """Expected outcome on `day` of order q[i] and price·ad pa[i] in state states[i], given tomorrow's
         values, summed over every demand (the evaluator's form; every order must be feasible)."""
@@ -549,10 +566,16 @@ class _Values:
         self.optimal, _ = _backward(self.proc)
         self.u_star = float(self.optimal[0][self.proc.start()]) - theta["initial_cash"]
         self._idle: dict[int, list[np.ndarray]] = {}
+        self._q: dict[tuple[int, int, int, int], float] = {}
 
     def q(self, day: int, state: int, order: int, pa: int) -> float:
-        chosen = self.proc.outcomes(day, self.optimal[day + 1], np.array([state]), np.array([order]), np.array([pa]))
-        return float(chosen[0])
+        """Q*_t by the evaluator's sum (`_Process.outcome`), kept per (day, state, order, price·ad):
+        the episodes of one θ pass through the same states again and again."""
+        key = (day, state, order, pa)
+        found = self._q.get(key)
+        if found is None:
+            found = self._q[key] = self.proc.outcome(day, self.optimal[day + 1], state, order, pa)
+        return found
 
     def idle(self, day: int, state: int, pa: int) -> float:
         if pa not in self._idle:  # the run-out continuation: the same recursion with q = 0 and pa fixed
@@ -572,8 +595,9 @@ def decision_values(theta: dict) -> _Values:
 
 def decision_state(theta: dict, world) -> tuple[int, int, int, int, int, int, bool]:
     """(day, stock on hand, cash, ordered today, price level, ad level, bankrupt) as the World has them."""
-    return (world._get("day"), world._on_hand(), world._cash(), world._get("pending"), world._get("price_level"),
-            world._get("ad_level"), bool(world._get("bankrupt")))
+    day, on_hand, cash, pending, price, ad, bankrupt = world._read("day", "on_hand", "cash", "pending", "price_level",
+                                                                   "ad_level", "bankrupt")
+    return day, on_hand, cash, pending, price, ad, bool(bankrupt)
 
 
 def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, after: tuple) -> float:
@@ -611,8 +635,9 @@ class World(BaseWorld):
     PARAMS = ("horizon", "capacity", "lead_time", "unit_cost", "order_fee", "holding_cost", "overhead",
               "price_levels", "ad_costs", "demand_weights", "weekday_boost", "peak_start", "peak_end", "cash_cap",
               "initial_cash", "initial_stock", "bankruptcy_penalty")
+    # cash: the ledger's sum; in_transit: the units of the orders in transit
     STATE = (("day", 0), ("pending", 0), ("price_level", 1), ("ad_level", 0), ("owner", 0), ("bankrupt", 0),
-             ("estimates", 0))
+             ("estimates", 0), ("cash", 0), ("in_transit", 0))
     PRICE_LABELS = ("low", "middle", "high")
     AD_LABELS = ("none", "low", "high")
     TRAFFIC_LABELS = ("normal", "busy", "rush")
@@ -624,6 +649,7 @@ class World(BaseWorld):
                 or len(weights) != 3 or any(len(row) != 3 or any(len(cell) != 3 for cell in row) for row in weights)):
             raise ValueError("price_levels and ad_costs need 3 entries, weekday_boost 7, demand_weights 3×3×3 lists")
         self.tickets = World.ticket_path(params, episode_seed)
+        self._reads = {}  # the queries of `_read`, by keys
         t, v = self.t, self.v
         db.execute(f"CREATE TABLE {t['catalog']} (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, supplier TEXT, "
                    "warehouse_capacity INTEGER)")
@@ -631,6 +657,7 @@ class World(BaseWorld):
         db.execute(f"CREATE TABLE {t['stock']} (sku TEXT PRIMARY KEY, on_hand INTEGER)")
         db.execute(f"CREATE TABLE {t['orders']} (order_id INTEGER PRIMARY KEY, day_placed INTEGER, quantity INTEGER, "
                    "cost INTEGER, arrives_day INTEGER, status TEXT)")
+        db.execute(f"CREATE INDEX {t['orders']}_arriving ON {t['orders']} (status, arrives_day)")
         db.execute(f"CREATE TABLE {t['ledger']} (entry_id INTEGER PRIMARY KEY, day INTEGER, kind TEXT, amount INTEGER)")
         db.execute(f"CREATE TABLE {t['campaigns']} (day INTEGER PRIMARY KEY, ad_level INTEGER, label TEXT, "
                    "cost INTEGER)")
@@ -642,7 +669,7 @@ class World(BaseWorld):
         db.executemany(f"INSERT INTO {t['prices']} VALUES (?, ?, ?)",
                        [(k, self.PRICE_LABELS[k], params["price_levels"][k]) for k in range(3)])
         db.execute(f"INSERT INTO {t['stock']} VALUES (?, ?)", (v["sku"], params["initial_stock"]))
-        self._book(0, "opening balance", params["initial_cash"])
+        self._set("cash", self._book(0, ("opening balance", params["initial_cash"])))
 
     @staticmethod
     def ticket_path(params, episode_seed):
@@ -656,13 +683,31 @@ class World(BaseWorld):
         return World.pick(weights, ticket * sum(weights) >> 30)
 
     # -- state helpers --------------------------------------------------------------------
-    def _book(self, day, kind, amount):
-        if amount:
-            self.db.execute(f"INSERT INTO {self.t['ledger']} (day, kind, amount) VALUES (?, ?, ?)",
-                            (day, kind, amount))
+    def _read(self, *keys):
+        """Values of the state table (and "on_hand", the stock table's), in the order of `keys` (one
+        query, made once per `keys`)."""
+        query = self._reads.get(keys)
+        if query is None:
+            state = f"(SELECT value FROM {self.t['state']} WHERE key = ?)"
+            stock = f"(SELECT on_hand FROM {self.t['stock']})"
+            query = self._reads[keys] = ("SELECT " + ", ".join(stock if key == "on_hand" else state for key in keys),
+                                         tuple(key for key in keys if key != "on_hand"))
+        return self.db.execute(*query).fetchone()
+
+    def _write(self, keys, before, after):
+        """Set the state `keys` whose values changed from `before` to `after` (one statement)."""
+        self.db.executemany(f"UPDATE {self.t['state']} SET value = ? WHERE key = ?",
+                            [(new, key) for key, old, new in zip(keys, before, after) if new != old])
+
+    def _book(self, day, *entries):
+        """Enter (kind, amount) rows in the ledger (an amount of 0 is not entered); returns their sum,
+        which the caller adds to the state's cash (the ledger's balance, never summed from its rows)."""
+        rows = [(day, kind, amount) for kind, amount in entries if amount]
+        self.db.executemany(f"INSERT INTO {self.t['ledger']} (day, kind, amount) VALUES (?, ?, ?)", rows)
+        return sum(row[2] for row in rows)
 
     def _cash(self):
-        return self.db.execute(f"SELECT COALESCE(SUM(amount), 0) FROM {self.t['ledger']}").fetchone()[0]
+        return self._get("cash")
 
     def _on_hand(self):
         return self.db.execute(f"SELECT on_hand FROM {self.t['stock']}").fetchone()[0]
@@ -671,20 +716,24 @@ class World(BaseWorld):
         self.db.execute(f"UPDATE {self.t['stock']} SET on_hand = ?", (value,))
 
     def _in_transit(self):
-        return self.db.execute(f"SELECT COALESCE(SUM(quantity), 0) FROM {self.t['orders']} "
-                               "WHERE status = 'in transit'").fetchone()[0]
+        return self._get("in_transit")
 
-    def _receive(self, day):
+    def _receive(self, day, in_transit):
+        """Mark the orders arriving by `day` received (`in_transit`: the units in transit before); how
+        many units they bring."""
+        if not in_transit:
+            return 0
         orders = self.t["orders"]
         arriving = self.db.execute(f"SELECT COALESCE(SUM(quantity), 0) FROM {orders} WHERE status = 'in transit' "
                                    "AND arrives_day <= ?", (day,)).fetchone()[0]
-        self.db.execute(f"UPDATE {orders} SET status = 'received' WHERE status = 'in transit' AND arrives_day <= ?",
-                        (day,))
-        self._set_on_hand(self._on_hand() + arriving)
+        if arriving:  # every order is of one unit or more: none arrives when nothing does
+            self.db.execute(f"UPDATE {orders} SET status = 'received' WHERE status = 'in transit' AND arrives_day <= ?",
+                            (day,))
         return arriving
 
-    def _lose_transit(self):
-        self.db.execute(f"UPDATE {self.t['orders']} SET status = 'lost' WHERE status = 'in transit'")
+    def _lose_transit(self, in_transit):
+        if in_transit:
+            self.db.execute(f"UPDATE {self.t['orders']} SET status = 'lost' WHERE status = 'in transit'")
 
     def _traffic(self, day):
         p = self.p
@@ -693,17 +742,22 @@ class World(BaseWorld):
     def _order_cost(self, quantity):
         return (self.p["order_fee"] if quantity > 0 else 0) + self.p["unit_cost"] * quantity
 
-    def _open(self):
-        if self.over():
+    def _open(self, bankrupt=None, day=None):
+        """AgentError once the store is closed (`bankrupt` and `day` as read, when they were)."""
+        closed = self.over() if day is None else self._closed(bankrupt, day)
+        if closed:
             raise AgentError("the store is closed; the episode is over")
+
+    def _closed(self, bankrupt, day):
+        return bankrupt == 1 or day >= self.p["horizon"]
 
     # -- episode ----------------------------------------------------------------------------
     def over(self):
-        return self._get("bankrupt") == 1 or self._get("day") >= self.p["horizon"]
+        return self._closed(*self._read("bankrupt", "day"))
 
     def utility(self):
-        penalty = self.p["bankruptcy_penalty"] if self._get("bankrupt") else 0
-        return self._get("owner") + self._cash() - self.p["initial_cash"] - penalty
+        bankrupt, owner, cash = self._read("bankrupt", "owner", "cash")
+        return owner + cash - self.p["initial_cash"] - (self.p["bankruptcy_penalty"] if bankrupt else 0)
 
     def run_out(self):
         self._idle_to_end(self.tool_end_day, pending=0)
@@ -853,13 +907,14 @@ class World(BaseWorld):
     @tool("decision", "Order {item} from the {supplier} today (adds to today's order; it must fit the warehouse "
           "and today's cash; paid when the day closes).", quantity=integer(1, 1000, "number of {unit} to order"))
     def tool_place_order(self, quantity):
-        self._open()
-        p, pending = self.p, self._get("pending")
-        stocked = self._on_hand() + self._in_transit() + pending
-        if stocked + quantity > p["capacity"]:
+        bankrupt, day, pending, on_hand, in_transit, cash = self._read("bankrupt", "day", "pending", "on_hand",
+                                                                       "in_transit", "cash")
+        self._open(bankrupt, day)
+        p = self.p
+        if on_hand + in_transit + pending + quantity > p["capacity"]:
             raise AgentError(f"the warehouse holds {self._count(p['capacity'])}: with {quantity} more, on hand, in "
                              "transit and ordered today would exceed it")
-        cost, cash = self._order_cost(pending + quantity), self._cash()
+        cost = self._order_cost(pending + quantity)
         if cost > cash:
             raise AgentError(f"an order of {self._count(pending + quantity)} today would cost more than the cash "
                              "(the order fee included)")
@@ -877,51 +932,56 @@ class World(BaseWorld):
     @tool("clock", "Close the day: pay today's order, serve the day's customers, charge advertising, overhead "
           "and holding, sweep cash above the cap to the owner and move to the next day.")
     def tool_end_day(self):
-        self._open()
-        p, day, quantity = self.p, self._get("day"), self._get("pending")
-        price, ad = self._get("price_level"), self._get("ad_level")
+        keys = ("bankrupt", "day", "pending", "cash", "owner", "in_transit")  # the state keys the day may change
+        before = self._read(*keys, "price_level", "ad_level", "on_hand")
+        bankrupt, day, quantity, cash, owner, in_transit, price, ad, stocked = before
+        on_hand = stocked
+        self._open(bankrupt, day)
+        p, entries = self.p, []
         if quantity > 0:
             self.db.execute(f"INSERT INTO {self.t['orders']} (day_placed, quantity, cost, arrives_day, status) "
                             "VALUES (?, ?, ?, ?, 'in transit')",
                             (day, quantity, self._order_cost(quantity), day + p["lead_time"]))
-            self._book(day, "purchase", -p["unit_cost"] * quantity)
-            self._book(day, "order fee", -p["order_fee"])
+            entries += [("purchase", -p["unit_cost"] * quantity), ("order fee", -p["order_fee"])]
+            in_transit += quantity
         if p["lead_time"] == 0:
-            self._receive(day)
-        on_hand = self._on_hand()
+            arriving = self._receive(day, in_transit)
+            on_hand, in_transit = on_hand + arriving, in_transit - arriving
         demand = World.demand_of(p["demand_weights"][self._traffic(day)][price][ad], self.tickets[day])
         sold = min(on_hand, demand)
         closing = on_hand - sold
-        self._book(day, "sales", p["price_levels"][price] * sold)
-        self._book(day, "advertising", -p["ad_costs"][ad])
-        self._book(day, "overhead", -p["overhead"])
-        self._book(day, "holding", -p["holding_cost"] * closing)
+        entries += [("sales", p["price_levels"][price] * sold), ("advertising", -p["ad_costs"][ad]),
+                    ("overhead", -p["overhead"]), ("holding", -p["holding_cost"] * closing)]
+        cash += self._book(day, *entries)
         self.db.execute(f"INSERT INTO {self.t['campaigns']} VALUES (?, ?, ?, ?)",
                         (day, ad, self.AD_LABELS[ad], p["ad_costs"][ad]))
-        cash = self._cash()
-        self._set_on_hand(closing)
-        self._set("pending", 0)
-        self._set("day", day + 1)
         result = {"day_closed": day, "demand": demand, "sold": sold, "lost_sales": demand - sold,
                   "on_hand": closing, "arriving_tomorrow": 0, "days_left": p["horizon"] - day - 1}
+        closing_cash, stock = cash, closing
         if cash < 0:
-            self._set("bankrupt", 1)
-            self._lose_transit()
+            bankrupt = 1
+            self._lose_transit(in_transit)
+            in_transit = 0
             result.update({"bankrupt": True, "cash": cash, "penalty": p["bankruptcy_penalty"],
                            "outcome": "cash fell below zero: the store is bankrupt and the episode is over"})
         else:
             transfer = max(0, cash - p["cash_cap"])
             if transfer:
-                self._book(day, "transfer to owner", -transfer)
-                self._set("owner", self._get("owner") + transfer)
-            result.update({"cash": cash - transfer, "transferred_to_owner": transfer})
+                cash += self._book(day, ("transfer to owner", -transfer))
+                owner += transfer
+            result.update({"cash": cash, "transferred_to_owner": transfer})
             if day + 1 < p["horizon"]:
-                result["arriving_tomorrow"] = self._receive(day + 1)
+                arriving = result["arriving_tomorrow"] = self._receive(day + 1, in_transit)
+                stock, in_transit = closing + arriving, in_transit - arriving
             else:
-                self._lose_transit()
+                self._lose_transit(in_transit)
+                in_transit = 0
+        if stock != stocked:
+            self._set_on_hand(stock)
+        self._write(keys, before, (bankrupt, day + 1, 0, cash, owner, in_transit))
         self.db.execute(f"INSERT INTO {self.t['sales']} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (day, price, p["price_levels"][price], ad, demand, sold, demand - sold, closing, cash))
-        result["owner_account"] = self._get("owner")
+                        (day, price, p["price_levels"][price], ad, demand, sold, demand - sold, closing, closing_cash))
+        result["owner_account"] = owner
         return result
 
     # -- what the player reads --------------------------------------------------------------
@@ -981,7 +1041,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="ecommerce",
-    version="6",
+    version="7",
     group="beyond",
     model_class="finite-horizon stochastic MDP with a bankruptcy-absorbing cash state",
     solver="backward Bellman recursion over (day, stock, cash) (numpy)",

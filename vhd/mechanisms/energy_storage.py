@@ -25,7 +25,8 @@ Model
 State
     the hour, the state of charge, this hour's scheduled trade, the price of every hour that has
     begun (hour, regime, price), the trade log, the cash ledger (every purchase, sale, wear charge
-    and the buy-back is a row, in hundredths of the currency), the number of price-sticker reads.
+    and the buy-back is a row, in hundredths of the currency; its balance kept with every entry: no
+    call sums it), the number of price-sticker reads.
 
 Tools
     probes: the tariff sheet (exact base price per regime and hour-of-day add-ons; 2 turns), the
@@ -64,6 +65,7 @@ Episode end
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -360,9 +362,23 @@ class _Values:
         for hour in range(self.proc.H - 1, -1, -1):
             self.idle.append(self.proc.q_values(hour, self.idle[-1])[:, :, self.proc.P])  # trade k = 0
         self.idle.reverse()
+        self._hours: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def q(self, hour: int, soc: int, regime: int, trade: int) -> float:
-        return float(self.proc.q_values(hour, self.optimal[hour + 1])[soc, regime, trade + self.proc.P])
+        """`q_values(hour, V*_{t+1})[soc, regime, trade]`: the same sum, of the hour's cash and the
+        expected value after it, each kept per hour (`_hour`) rather than the whole table computed."""
+        proc, j = self.proc, trade + self.proc.P
+        if not proc.valid[soc, j]:
+            return -math.inf
+        cash, expected = self._hour(hour)
+        return float(cash[regime, j] + expected[proc.after[soc, j], regime])
+
+    def _hour(self, hour: int) -> tuple[np.ndarray, np.ndarray]:
+        """The hour's cash [r, j] and Σ_r' P[r, r'] V*_{t+1}(s', r') [s', r], as `q_values` computes them."""
+        found = self._hours.get(hour)
+        if found is None:
+            found = self._hours[hour] = (self.proc.reward(hour), self.optimal[hour + 1] @ self.proc.transition.T)
+        return found
 
 
 def decision_values(theta: dict) -> _Values:
@@ -373,9 +389,8 @@ def decision_values(theta: dict) -> _Values:
 
 def decision_state(theta: dict, world) -> tuple[int, int, int | None, int]:
     """(hour, state of charge, this hour's regime from the pre-drawn path, this hour's scheduled trade)."""
-    hour = world._get("hour")
-    regime = world.regimes[hour] if hour < theta["horizon"] else None
-    return hour, world._get("soc"), regime, world._get("scheduled")
+    hour, soc, scheduled = world._read("hour", "soc", "scheduled")
+    return hour, soc, world.regimes[hour] if hour < theta["horizon"] else None, scheduled
 
 
 def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, after: tuple) -> float:
@@ -410,7 +425,8 @@ class World(BaseWorld):
 
     PARAMS = ("horizon", "capacity", "power", "initial_soc", "initial_regime", "regime_prices", "hour_profile",
               "transition_weights", "efficiency_pct", "cycling_cost", "terminal_value")
-    STATE = (("hour", 0), ("soc", 0), ("scheduled", 0), ("sticker_reads", 0))  # soc: set to initial_soc
+    # soc: set to initial_soc; cents: the ledger's sum, in hundredths
+    STATE = (("hour", 0), ("soc", 0), ("scheduled", 0), ("sticker_reads", 0), ("cents", 0))
     LABELS = ((), ("flat",), ("low", "high"), ("low", "normal", "high"), ("low", "normal", "high", "spike"))
 
     def __init__(self, db, params, episode_seed, skin):
@@ -423,6 +439,7 @@ class World(BaseWorld):
             raise ValueError("initial_soc or initial_regime out of range")
         self.labels = self.LABELS[n] if n < len(self.LABELS) else tuple(f"regime {r}" for r in range(n))
         self.regimes = World.regime_path(params, episode_seed)
+        self._reads = {}  # the queries of `_read`, by number of keys
         t = self.t
         db.execute(f"CREATE TABLE {t['battery']} (asset TEXT PRIMARY KEY, capacity INTEGER, power INTEGER)")
         db.execute(f"CREATE TABLE {t['prices']} (hour INTEGER PRIMARY KEY, regime INTEGER, label TEXT, price INTEGER)")
@@ -445,13 +462,28 @@ class World(BaseWorld):
         return path
 
     # -- state helpers --------------------------------------------------------------------
-    def _book(self, hour, kind, hundredths):
-        if hundredths:
-            self.db.execute(f"INSERT INTO {self.t['ledger']} (hour, kind, hundredths) VALUES (?, ?, ?)",
-                            (hour, kind, hundredths))
+    def _read(self, *keys):
+        """Values of the state table, in the order of `keys` (one query, made once per number of keys)."""
+        query = self._reads.get(len(keys))
+        if query is None:
+            query = self._reads[len(keys)] = "SELECT " + ", ".join(
+                [f"(SELECT value FROM {self.t['state']} WHERE key = ?)"] * len(keys))
+        return self.db.execute(query, keys).fetchone()
+
+    def _write(self, keys, before, after):
+        """Set the state `keys` whose values changed from `before` to `after` (one statement)."""
+        self.db.executemany(f"UPDATE {self.t['state']} SET value = ? WHERE key = ?",
+                            [(new, key) for key, old, new in zip(keys, before, after) if new != old])
+
+    def _book(self, hour, *entries):
+        """Enter (kind, hundredths) rows in the ledger (an amount of 0 is not entered); returns their
+        sum, which the caller adds to the state's cents (the ledger's balance, never summed from its rows)."""
+        rows = [(hour, kind, hundredths) for kind, hundredths in entries if hundredths]
+        self.db.executemany(f"INSERT INTO {self.t['ledger']} (hour, kind, hundredths) VALUES (?, ?, ?)", rows)
+        return sum(row[2] for row in rows)
 
     def _cents(self):
-        return self.db.execute(f"SELECT COALESCE(SUM(hundredths), 0) FROM {self.t['ledger']}").fetchone()[0]
+        return self._get("cents")
 
     def _price(self, hour):
         return self.p["regime_prices"][self.regimes[hour]] + self.p["hour_profile"][hour % 24]
@@ -464,8 +496,10 @@ class World(BaseWorld):
     def _units(self, n):
         return self._count(n, "units", "unit")
 
-    def _live(self):
-        if self.over():
+    def _live(self, hour=None):
+        """AgentError once the last hour has been traded (`hour`: the hour as read, when it was)."""
+        over = self.over() if hour is None else hour >= self.p["horizon"]
+        if over:
             raise AgentError("the last hour has been traded; the episode is over")
 
     # -- episode ----------------------------------------------------------------------------
@@ -582,8 +616,9 @@ class World(BaseWorld):
           "hour's charge; settled when the hour ends).",
           units=integer(1, MAX_CAPACITY, "energy units to charge this hour"))
     def tool_charge(self, units):
-        self._live()
-        scheduled, soc, p = self._get("scheduled"), self._get("soc"), self.p
+        hour, scheduled, soc = self._read("hour", "scheduled", "soc")
+        self._live(hour)
+        p = self.p
         if scheduled < 0:
             raise AgentError(f"a discharge of {self._units(-scheduled)} is scheduled this hour; cancel it first")
         if scheduled + units > p["power"]:
@@ -598,8 +633,9 @@ class World(BaseWorld):
           "loss and wear (adds to this hour's discharge; settled when the hour ends).",
           units=integer(1, MAX_CAPACITY, "energy units to discharge this hour"))
     def tool_discharge(self, units):
-        self._live()
-        scheduled, soc, p = self._get("scheduled"), self._get("soc"), self.p
+        hour, scheduled, soc = self._read("hour", "scheduled", "soc")
+        self._live(hour)
+        p = self.p
         if scheduled > 0:
             raise AgentError(f"a charge of {self._units(scheduled)} is scheduled this hour; cancel it first")
         if -scheduled + units > p["power"]:
@@ -620,24 +656,26 @@ class World(BaseWorld):
     @tool("clock", "Close the hour: settle the scheduled trade at this hour's price and move to the next hour (its "
           "regime and price are shown).")
     def tool_end_hour(self):
-        self._live()
-        p, hour, k, soc = self.p, self._get("hour"), self._get("scheduled"), self._get("soc")
+        p = self.p
+        keys = ("hour", "scheduled", "soc", "cents")
+        before = self._read(*keys)
+        hour, k, soc, cents = before
+        self._live(hour)
         price = self._price(hour)
+        entries = []
         if k > 0:
-            self._book(hour, "purchase", -100 * price * k)
+            entries.append(("purchase", -100 * price * k))
         elif k < 0:
-            self._book(hour, "sale", price * -k * p["efficiency_pct"])
-            self._book(hour, "wear", -100 * p["cycling_cost"] * -k)
+            entries += [("sale", price * -k * p["efficiency_pct"]), ("wear", -100 * p["cycling_cost"] * -k)]
         soc += k
         if k:
             self.db.execute(f"INSERT INTO {self.t['trades']} (hour, kind, units, price, soc_after) "
                             "VALUES (?, ?, ?, ?, ?)", (hour, "charge" if k > 0 else "discharge", abs(k), price, soc))
         if hour == p["horizon"] - 1:
-            self._book(hour, "buy-back", 100 * p["terminal_value"] * soc)
-        self._set("soc", soc)
-        self._set("scheduled", 0)
-        self._set("hour", hour + 1)
-        out = {"hour_closed": hour, "price": price, "traded": k, "state_of_charge": soc, "cash": self._cents() / 100,
+            entries.append(("buy-back", 100 * p["terminal_value"] * soc))
+        cents += self._book(hour, *entries)
+        self._write(keys, before, (hour + 1, 0, soc, cents))
+        out = {"hour_closed": hour, "price": price, "traded": k, "state_of_charge": soc, "cash": cents / 100,
                "hours_left": p["horizon"] - hour - 1}
         if hour + 1 < p["horizon"]:
             self._open_hour(hour + 1)
@@ -691,7 +729,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="energy_storage",
-    version="4",
+    version="5",
     group="beyond",
     model_class="finite-horizon MDP with a Markov-modulated price (storage arbitrage)",
     solver="backward Bellman recursion over (hour, charge, regime) (numpy)",

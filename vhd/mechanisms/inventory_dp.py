@@ -19,7 +19,8 @@ Model
 
 State
     day, on hand, the order in transit (lead time 2 only), today's pending order, the cash
-    ledger (every payment and sale is a row), order and sales history.
+    ledger (every payment and sale is a row) and its balance (kept with every entry: no call sums
+    the ledger), order and sales history (the orders in transit indexed: no call reads every order).
 
 Tools
     probes, a turn each: supplier terms (the lead time), one line of the cost sheet (one of the six
@@ -341,10 +342,17 @@ class _Values:
         for day in range(theta["horizon"] - 1, -1, -1):
             self.idle.append(self.proc.q_values(day, self.idle[-1], idle))
         self.idle.reverse()
+        self._q: dict[tuple[int, tuple[int, int], int], float] = {}
 
     def q(self, day: int, state: tuple[int, int], order: int) -> float:
-        pair = self.proc.pair_index[self.proc.index[state], order]
-        return float(self.proc.q_values(day, self.optimal[day + 1], [pair])[0])
+        """Q*_d(s, q) by the solver's `q_values`, kept per (day, state, order): the episodes of one
+        θ pass through the same states again and again."""
+        key = (day, state, order)
+        found = self._q.get(key)
+        if found is None:
+            pair = self.proc.pair_index[self.proc.index[state], order]
+            found = self._q[key] = float(self.proc.q_values(day, self.optimal[day + 1], [pair])[0])
+        return found
 
 
 def decision_values(theta: dict) -> _Values:
@@ -355,7 +363,7 @@ def decision_values(theta: dict) -> _Values:
 
 def decision_state(theta: dict, world) -> tuple[int, int, int, int]:
     """(day, on hand, in transit, ordered today) as the World has them."""
-    return world._get("day"), world._get("on_hand"), world._in_transit(), world._get("pending")
+    return world._read("day", "on_hand", "in_transit", "pending")
 
 
 def advantage(theta: dict, values: _Values, before: tuple, call: dict | None, after: tuple) -> float:
@@ -456,22 +464,25 @@ class World(BaseWorld):
     COSTS = (("unit_cost", "unit cost"), ("price", "selling price"), ("holding_cost", "holding cost per unit left at "
              "the end of a day"), ("shortage_penalty", "penalty per unit of unmet demand"), ("order_fee", "fee per order"),
              ("salvage_value", "salvage value per unit left after the last day"))  # the cost sheet's lines, in order
-    STATE = (("day", 0), ("on_hand", 0), ("pending", 0))  # on_hand: set to initial_stock
+    # on_hand: set to initial_stock; cash: the ledger's sum; in_transit: the units of the orders in transit
+    STATE = (("day", 0), ("on_hand", 0), ("pending", 0), ("cash", 0), ("in_transit", 0))
 
     def __init__(self, db, params, episode_seed, skin):
         super().__init__(db, params, episode_seed, skin)
         self.demands = World.demand_path(params, episode_seed)
+        self._reads = {}  # the queries of `_read`, by number of keys
         t = self.t
         db.execute("CREATE TABLE %s (sku TEXT PRIMARY KEY, name TEXT, unit TEXT, capacity INTEGER)" % t["catalog"])
         db.execute("CREATE TABLE %s (order_id INTEGER PRIMARY KEY, day_placed INTEGER, quantity INTEGER, "
                    "arrives_day INTEGER, status TEXT)" % t["orders"])
+        db.execute("CREATE INDEX %s_arriving ON %s (status, arrives_day)" % (t["orders"], t["orders"]))
         db.execute("CREATE TABLE %s (entry_id INTEGER PRIMARY KEY, day INTEGER, kind TEXT, amount INTEGER)" % t["ledger"])
         db.execute("CREATE TABLE %s (day INTEGER PRIMARY KEY, demand INTEGER, sold INTEGER, lost INTEGER, "
                    "closing_stock INTEGER)" % t["days"])
         db.execute("INSERT INTO %s VALUES (?, ?, ?, ?)" % t["catalog"],
                    (self.v["sku"], self.v["item"], self.v["unit"], params["capacity"]))
         self._set("on_hand", params["initial_stock"])
-        self._book(0, "opening balance", params["initial_cash"])
+        self._set("cash", self._book(0, ("opening balance", params["initial_cash"])))
 
     @staticmethod
     def demand_path(params, episode_seed):
@@ -480,23 +491,43 @@ class World(BaseWorld):
         return [World.draw_index(rng, params["demand_weights"][day % 7]) for day in range(params["horizon"])]
 
     # -- state helpers --------------------------------------------------------------------
-    def _book(self, day, kind, amount):
-        if amount:
-            self.db.execute("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"], (day, kind, amount))
+    def _read(self, *keys):
+        """Values of the state table, in the order of `keys` (one query, made once per number of keys)."""
+        query = self._reads.get(len(keys))
+        if query is None:
+            query = self._reads[len(keys)] = "SELECT " + ", ".join(
+                ["(SELECT value FROM %s WHERE key = ?)" % self.t["state"]] * len(keys))
+        return self.db.execute(query, keys).fetchone()
+
+    def _write(self, keys, before, after):
+        """Set the state `keys` whose values changed from `before` to `after` (one statement)."""
+        self.db.executemany("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"],
+                            [(new, key) for key, old, new in zip(keys, before, after) if new != old])
+
+    def _book(self, day, *entries):
+        """Enter (kind, amount) rows in the ledger (an amount of 0 is not entered); returns their sum,
+        which the caller adds to the state's cash (the ledger's balance, never summed from its rows)."""
+        rows = [(day, kind, amount) for kind, amount in entries if amount]
+        self.db.executemany("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"], rows)
+        return sum(row[2] for row in rows)
 
     def _cash(self):
-        return self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s" % self.t["ledger"]).fetchone()[0]
+        return self._get("cash")
 
     def _in_transit(self):
-        return self.db.execute("SELECT COALESCE(SUM(quantity), 0) FROM %s WHERE status = 'in transit'"
-                               % self.t["orders"]).fetchone()[0]
+        return self._get("in_transit")
 
-    def _receive(self, day):
+    def _receive(self, day, in_transit):
+        """Mark the orders arriving on `day` received (`in_transit`: the units in transit before);
+        how many units they bring."""
+        if not in_transit:
+            return 0
         arriving = self.db.execute("SELECT COALESCE(SUM(quantity), 0) FROM %s WHERE status = 'in transit' "
                                    "AND arrives_day = ?" % self.t["orders"], (day,)).fetchone()[0]
-        self.db.execute("UPDATE %s SET status = 'received' WHERE status = 'in transit' AND arrives_day = ?"
-                        % self.t["orders"], (day,))
-        self._set("on_hand", self._get("on_hand") + arriving)
+        if arriving:  # every order is of one unit or more: none arrives when nothing does
+            self.db.execute("UPDATE %s SET status = 'received' WHERE status = 'in transit' AND arrives_day = ?"
+                            % self.t["orders"], (day,))
+        return arriving
 
     # -- episode ----------------------------------------------------------------------------
     def over(self):
@@ -564,12 +595,12 @@ class World(BaseWorld):
     @tool("decision", "Order {item} from the {supplier} today (adds to today's order; paid when the day ends).",
           quantity=integer(1, 1000, "number of {unit} to order"))
     def tool_place_order(self, quantity):
-        stocked = self._get("on_hand") + self._in_transit() + self._get("pending")
-        if stocked + quantity > self.p["capacity"]:
+        on_hand, in_transit, pending = self._read("on_hand", "in_transit", "pending")
+        if on_hand + in_transit + pending + quantity > self.p["capacity"]:
             raise AgentError("storage holds %s: with %d more, on hand, in transit and ordered today would exceed it"
                              % (self._count(self.p["capacity"]), quantity))
-        self._set("pending", self._get("pending") + quantity)
-        return {"ordered_today": self._get("pending")}
+        self._set("pending", pending + quantity)
+        return {"ordered_today": pending + quantity}
 
     @tool("decision", "Cancel everything ordered today.")
     def tool_cancel_order(self):
@@ -581,31 +612,36 @@ class World(BaseWorld):
     @tool("clock", "Close the day: pay today's order, serve the day's demand, book holding costs and move to the "
           "next day.")
     def tool_end_day(self):
-        p, day, quantity = self.p, self._get("day"), self._get("pending")
+        p = self.p
+        keys = ("day", "pending", "on_hand", "cash", "in_transit")
+        before = self._read(*keys)
+        day, quantity, on_hand, cash, in_transit = before
+        entries = []
         if quantity > 0:
             self.db.execute("INSERT INTO %s (day_placed, quantity, arrives_day, status) VALUES (?, ?, ?, 'in transit')"
                             % self.t["orders"], (day, quantity, day + p["lead_time"]))
-            self._book(day, "purchase", -p["unit_cost"] * quantity)
-            self._book(day, "order fee", -p["order_fee"])
+            entries += [("purchase", -p["unit_cost"] * quantity), ("order fee", -p["order_fee"])]
+            in_transit += quantity
         if p["lead_time"] == 0:
-            self._receive(day)
+            arriving = self._receive(day, in_transit)
+            on_hand, in_transit = on_hand + arriving, in_transit - arriving
         demand = self.demands[day]
-        on_hand = self._get("on_hand")
         sold = min(on_hand, demand)
         closing = on_hand - sold
-        self._book(day, "sales", p["price"] * sold)
-        self._book(day, "shortage penalty", -p["shortage_penalty"] * (demand - sold))
-        self._book(day, "holding", -p["holding_cost"] * closing)
+        entries += [("sales", p["price"] * sold), ("shortage penalty", -p["shortage_penalty"] * (demand - sold)),
+                    ("holding", -p["holding_cost"] * closing)]
         if day == p["horizon"] - 1:
-            self._book(day, "salvage", p["salvage_value"] * closing)
-            self.db.execute("UPDATE %s SET status = 'lost' WHERE status = 'in transit'" % self.t["orders"])
+            entries.append(("salvage", p["salvage_value"] * closing))
+            if in_transit:
+                self.db.execute("UPDATE %s SET status = 'lost' WHERE status = 'in transit'" % self.t["orders"])
+            in_transit = 0
+        cash += self._book(day, *entries)
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?, ?)" % self.t["days"], (day, demand, sold, demand - sold, closing))
-        self._set("on_hand", closing)
-        self._set("pending", 0)
-        self._set("day", day + 1)
-        self._receive(day + 1)  # after the last day nothing is in transit any more (all marked lost above)
+        arriving = self._receive(day + 1, in_transit)  # after the last day nothing is in transit (all lost above)
+        on_hand, in_transit = closing + arriving, in_transit - arriving
+        self._write(keys, before, (day + 1, 0, on_hand, cash, in_transit))
         return {"day_closed": day, "demand": demand, "sold": sold, "lost_sales": demand - sold,
-                "on_hand": self._get("on_hand"), "cash": self._cash(), "days_left": p["horizon"] - day - 1}
+                "on_hand": on_hand, "cash": cash, "days_left": p["horizon"] - day - 1}
 
     def limits(self, presentation):
         """Orders up to the storage, demand entries up to the largest demand, days up to the horizon
@@ -665,7 +701,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="inventory_dp",
-    version="6",
+    version="7",
     group="train",
     model_class="finite-horizon stochastic MDP",
     solver="backward Bellman recursion (numpy)",

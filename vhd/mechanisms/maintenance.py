@@ -30,7 +30,8 @@ Model
 State
     the day, the installed machine's condition and today's scheduled work (none, maintenance or
     replacement), the machine register (every machine installed, with its install and retirement day),
-    the work log (one row per closed day), the cash ledger, the inspection reports and a state table.
+    the work log (one row per closed day), the cash ledger (its balance kept with every entry: no call
+    sums it), the inspection reports and a state table.
 
 Tools
     probes: cost sheet (maintenance cost, repair steps, replacement cost, downtime penalty, salvage by
@@ -73,7 +74,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from fractions import Fraction
 from functools import reduce
 
 import numpy as np
@@ -345,17 +345,20 @@ def simulate(theta: dict, policy: np.ndarray, episode_seed: int) -> Episode:
 
 def decision_values(theta: dict) -> dict:
     """The tables of the recursion, day by day: optimal[d] = (V*_{d+1} · D^(H − d − 1), D^(H − d)),
-    running[d] the same for the policy that always runs (run_out's); u* = V*_0(initial condition)."""
+    running[d] the same for the policy that always runs (run_out's), best[d] = V*_d · D^(H − d) by
+    condition (the recursion's own numbers: best[0] its result, best[d] = optimal[d − 1]'s V*);
+    u* = V*_0(initial condition)."""
     m = _Model(theta)
     optimal, running = [None] * m.horizon, [None] * m.horizon
     values = _backward(m, lambda day, c, later, scale: _best(m, c, later, scale)[0], keep=optimal)
     _backward(m, lambda day, c, later, scale: m.q_value(c, RUN, later, scale), keep=running)
-    return {"u_star": m.value(values[m.start]), "optimal": optimal, "running": running, "model": m}
+    best = [values] + [optimal[day - 1][0] for day in range(1, m.horizon)]
+    return {"u_star": m.value(values[m.start]), "optimal": optimal, "running": running, "best": best, "model": m}
 
 
 def decision_state(theta: dict, world) -> tuple[int, int, int]:
     """(day, the machine's condition, today's scheduled work: 0 none (run), 1 maintenance, 2 replacement)."""
-    return world._get("day"), world._get("condition"), world._get("work")
+    return world._read("day", "condition", "work")
 
 
 def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after: tuple) -> float:
@@ -366,12 +369,12 @@ def advantage(theta: dict, values: dict, before: tuple, call: dict | None, after
         return 0.0
     m = values["model"]
     later, scale = values["optimal"][day]
-    best = _best(m, c, later, scale)[0]
+    best = values["best"][day][c]  # _best(m, c, later, scale)[0], kept from the recursion
     if call is not None:
         chosen = m.q_value(c, work, later, scale)
     else:
         chosen = m.q_value(c, RUN, *values["running"][day])
-    return float(Fraction(chosen - best, scale))
+    return (chosen - best) / scale  # int / int: correctly rounded, as float(Fraction(chosen − best, scale))
 
 
 def turn_budget(theta: dict) -> int:
@@ -392,7 +395,8 @@ class World(BaseWorld):
 
     PARAMS = ("horizon", "n_conditions", "initial_condition", "revenue", "wear_weights", "maintenance_cost",
               "repair_steps", "replacement_cost", "downtime_penalty", "salvage")
-    STATE = (("day", 0), ("condition", 0), ("work", 0), ("inspections", 0))  # condition: set to initial_condition
+    # condition: set to initial_condition; cash: the ledger's sum
+    STATE = (("day", 0), ("condition", 0), ("work", 0), ("inspections", 0), ("cash", 0))
     NOISE_SD = 0.08
     WORK = ("none", "maintenance", "replacement")
 
@@ -405,6 +409,7 @@ class World(BaseWorld):
                 or not 0 <= params["initial_condition"] < n):
             raise ValueError("n_conditions = %r does not fit revenue, salvage, wear_weights or initial_condition" % n)
         self.draws = World.tickets(params, episode_seed)
+        self._reads = {}  # the queries of `_read`, by number of keys
         t = self.t
         db.execute("CREATE TABLE %s (machine_id INTEGER PRIMARY KEY, serial TEXT, installed_day INTEGER, "
                    "retired_day INTEGER)" % t["machines"])
@@ -435,13 +440,28 @@ class World(BaseWorld):
         return len(row) - 1
 
     # -- state helpers --------------------------------------------------------------------
-    def _book(self, day, kind, amount):
-        if amount:
-            self.db.execute("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"],
-                            (day, kind, amount))
+    def _read(self, *keys):
+        """Values of the state table, in the order of `keys` (one query, made once per number of keys)."""
+        query = self._reads.get(len(keys))
+        if query is None:
+            query = self._reads[len(keys)] = "SELECT " + ", ".join(
+                ["(SELECT value FROM %s WHERE key = ?)" % self.t["state"]] * len(keys))
+        return self.db.execute(query, keys).fetchone()
+
+    def _write(self, keys, before, after):
+        """Set the state `keys` whose values changed from `before` to `after` (one statement)."""
+        self.db.executemany("UPDATE %s SET value = ? WHERE key = ?" % self.t["state"],
+                            [(new, key) for key, old, new in zip(keys, before, after) if new != old])
+
+    def _book(self, day, *entries):
+        """Enter (kind, amount) rows in the ledger (an amount of 0 is not entered); returns their sum,
+        which the caller adds to the state's cash (the ledger's balance, never summed from its rows)."""
+        rows = [(day, kind, amount) for kind, amount in entries if amount]
+        self.db.executemany("INSERT INTO %s (day, kind, amount) VALUES (?, ?, ?)" % self.t["ledger"], rows)
+        return sum(row[2] for row in rows)
 
     def _cash(self):
-        return self.db.execute("SELECT COALESCE(SUM(amount), 0) FROM %s" % self.t["ledger"]).fetchone()[0]
+        return self._get("cash")
 
     def _machine(self):
         return self.db.execute("SELECT machine_id, serial, installed_day FROM %s WHERE retired_day IS NULL"
@@ -577,37 +597,38 @@ class World(BaseWorld):
     @tool("clock", "Close the day: do the scheduled work, or run the machine (earn, then wear) or, if it has failed, "
           "book the downtime penalty; move to the next day.")
     def tool_end_day(self):
-        p, day, work = self.p, self._get("day"), self._get("work")
-        before = self._get("condition")
+        p = self.p
+        keys = ("day", "work", "condition", "cash")
+        read = self._read(*keys)
+        day, work, before, cash = read
         machine_id = self._machine()[0]
         earned = 0
         if work == 2:
-            self._book(day, "replacement", -p["replacement_cost"])
+            entries = [("replacement", -p["replacement_cost"])]
             self.db.execute("UPDATE %s SET retired_day = ? WHERE machine_id = ?" % self.t["machines"],
                             (day, machine_id))
             self._install(day + 1)
             after, label = 0, "replacement"
         elif work == 1:
-            self._book(day, "maintenance", -p["maintenance_cost"])
+            entries = [("maintenance", -p["maintenance_cost"])]
             after, label = max(0, before - p["repair_steps"]), "maintenance"
         elif before == p["n_conditions"] - 1:
-            self._book(day, "downtime penalty", -p["downtime_penalty"])
+            entries = [("downtime penalty", -p["downtime_penalty"])]
             after, label = before, "stood failed"
         else:
             earned = p["revenue"][before]
-            self._book(day, "revenue", earned)
+            entries = [("revenue", earned)]
             after, label = World.worn(p, before, self.draws[day]), "ran"
         self.db.execute("INSERT INTO %s VALUES (?, ?, ?, ?, ?, ?)" % self.t["worklog"],
                         (day, machine_id, label, before, after, earned))
-        self._set("condition", after)
-        self._set("work", 0)
-        self._set("day", day + 1)
         result = {"day_closed": day, "work": label, "condition_before": before, "condition": after,
                   "failed": after == p["n_conditions"] - 1, "revenue": earned, "days_left": p["horizon"] - day - 1}
         if day + 1 == p["horizon"]:
-            self._book(day, "salvage", p["salvage"][after])
+            entries.append(("salvage", p["salvage"][after]))
             result["salvage"] = p["salvage"][after]
-        result["cash"] = self._cash()
+        cash += self._book(day, *entries)
+        self._write(keys, read, (day + 1, 0, after, cash))
+        result["cash"] = cash
         return result
 
     # -- what the player reads --------------------------------------------------------------
@@ -661,7 +682,7 @@ class World(BaseWorld):
 register(Family.of(
     globals(),
     name="maintenance",
-    version="4",
+    version="5",
     group="beyond",
     model_class="finite-horizon stochastic MDP (machine replacement and preventive maintenance)",
     solver="backward Bellman recursion (exact integer arithmetic, Python int)",

@@ -95,6 +95,9 @@ class Advantages:
         self._values = decision_values(family, self.theta)
         self._scale = max(1.0, abs(family_scale(family, self.theta, self._values)))
         self._roles = {spec.name: spec.role for spec in family.tools}
+        self._names: dict[str, str] = {}  # canonical tool → the module's name (`tool_name`, looked up once)
+        for binding in self._output.interface:
+            self._names.setdefault(binding.canonical, binding.name)
         self._ran_out: list[tuple[Any, float]] = []  # (the state just before run_out, run_out's advantage)
         self._original_run_out = self._world.run_out
         self._world.run_out = self._run_out  # the World's own rule, with its advantage recorded
@@ -123,17 +126,20 @@ class Advantages:
             call = self.interface.canonical(call)
         tool, arguments = call.get("tool"), call.get("arguments")
         role = self._roles.get(tool) if isinstance(tool, str) else None
-        if self._env.done:
-            return 0.0
+        before = None
+        if role in ("decision", "clock"):
+            before = self._after  # nothing ran since the last call's state was read: reuse it
+            if before is None:
+                if self._env.done:  # no state to read after the end
+                    return 0.0
+                before = self._state()
+        # any other call after the end is refused by the Env itself (not counted, nothing changes):
+        # A* 0, without a `done` query of the World's of our own before every call
+        self._after = None
         if role is None:
-            self._after = None
             self._env.call(UNKNOWN, arguments)  # refused, and counted toward the call limit
             return self._account(0.0)
-        before = None
-        if role in ("decision", "clock"):  # nothing ran since the last call's state was read: reuse it
-            before = self._after if self._after is not None else self._state()
-        self._after = None
-        answer = self._env.call(self._output.tool_name(tool), arguments)
+        answer = self._env.call(self._names[tool], arguments)
         value = 0.0
         if answer.get("ok") and before is not None:
             after = self._ran_out[-1][0] if self._ran_out else self._state()
