@@ -32,6 +32,16 @@ def vhd(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
+def _copy(src, dst):
+    """A copy of the warehouse with its seal file beside it (`<db>.seals.jsonl`, which the refresh
+    that built it wrote): the tampering meets the anchored seal, as on a user's machine (issue 31)."""
+    from vhd.warehouse.seals import seals_path
+
+    shutil.copy(src, dst)
+    assert seals_path(src).exists()
+    shutil.copy(seals_path(src), seals_path(dst))
+
+
 @pytest.fixture(scope="module")
 def built(prefect_server, tmp_path_factory):
     """The warehouse, the ids of one admitted I environment's chain, and its clean export."""
@@ -194,7 +204,7 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
 
     clean_db, env, clean_export = built
     db = tmp_path / "tampered.duckdb"
-    shutil.copy(clean_db, db)
+    shutil.copy(clean_db, db)  # the warehouse alone: the publish gate recomputes everything
     row_id, field = _apply(db, env, table, column, which)
     concerned = env["F"] if which == "F" else env["env_id"]
     if table == "lineage_edges":  # a changed edge is a missing one on its environment's chain
@@ -218,6 +228,7 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
         _, published, _, audit = publish(wh, "tamper-test")
         assert not published and not audit["verified"] and wh.version_names() == before
     assert _names(audit["findings"], concerned, table_named, field_named), audit["lines"]
+    assert not audit["seal"]["incremental"] and audit["seal"]["why"] == "no seal file: nothing is anchored yet"
     assert not audit["hint"], "a tampered row is not a family whose code changed without a version bump"
     if table != "corpus_versions":
         assert any(f["env_id"] == concerned for f in audit["findings"]), audit["lines"]
@@ -228,6 +239,41 @@ def test_a_changed_field_is_flagged_blocks_publishing_and_reaches_no_export(buil
         assert _export_text(out) == clean_export
     else:
         assert exported.exit_code == 1 and len(exported.stderr.strip().splitlines()) == 1, exported.stderr
+
+
+@pytest.mark.parametrize("table, column, which", CASES,
+                         ids=[f"{t}.{c}" + (f"[{w}]" if w else "") for t, c, w in CASES])
+def test_a_changed_field_under_the_anchored_seal_is_reported_and_never_vouched_for(built, tmp_path, table, column,
+                                                                                   which):
+    """The same 88 edits with v1's seal file beside the copy (issue 31). A change of a stored digest
+    (the version row, an environment row, a rewritten id) no longer gives v1's anchored seal: the
+    gate warns, recomputes everything and names it as above. A value edited without its digest, or
+    a parent row edited with its id left, leaves the seal as it was: the no-op gate trusts v1 and
+    replays nothing — and publishes nothing — while plain `vhd verify` names it, and the readers
+    refuse it (the test above: export) since it no longer matches its digest or its id."""
+    from vhd.flows.refresh import publish
+
+    clean_db, env, _ = built
+    db = tmp_path / "tampered.duckdb"
+    _copy(clean_db, db)
+    row_id, field = _apply(db, env, table, column, which)
+    concerned = env["F"] if which == "F" else env["env_id"]
+    table_named, field_named = ("lineage_edges", column) if table == "lineage_edges" else (table, field)
+
+    result = vhd("verify", "--db", db, "--json", "--resolve" if table == "solutions" else "--no-resolve")
+    assert result.exit_code == 1, result.output[-2000:]
+    report = json.loads(result.stdout)
+    assert _names(report["findings"], concerned, table_named, field_named), report["lines"]
+
+    with Warehouse.open(db) as wh:
+        before = wh.version_names()
+        _, published, _, audit = publish(wh, "tamper-test")
+        assert not published and wh.version_names() == before
+    gate_named = ("lineage_edges", which) if table == "lineage_edges" else (table, field)
+    if audit["seal"]["incremental"] and audit["verified"]:  # the seal holds: v1 trusted whole, nothing replayed
+        assert audit["replayed"] == 0, audit["seal"]
+    else:  # recomputed in full (the seal changed), or the environment left the corpus without a mark
+        assert not audit["verified"] and _names(audit["findings"], concerned, *gate_named), audit["lines"]
 
 
 def test_rows_the_current_code_no_longer_derives_say_to_bump_the_version(built, tmp_path, monkeypatch, capsys):
@@ -256,6 +302,11 @@ def test_rows_the_current_code_no_longer_derives_say_to_bump_the_version(built, 
     size = stored["size"] + 1 if stored["size"] < high else stored["size"] - 1
     monkeypatch.setitem(registry._families, "knapsack", dataclasses.replace(
         knapsack, knob_ranges={**knapsack.knob_ranges, "size": (size, size)}))
+    # the edit of knapsack.py changes the digest of the code's sources, which v1's seal line names
+    # (the publish that ran above anchored v1 under the unedited code): the gate recomputes everything
+    from vhd.tasks.corpus import publish as publish_stage
+
+    monkeypatch.setitem(publish_stage._CODE, "digest", "knapsack.py edited")
     with Warehouse.open(copy) as wh:
         before = wh.version_names()
         _, published, _, audit = publish(wh, "unbumped")
@@ -274,8 +325,12 @@ def test_rows_the_current_code_no_longer_derives_say_to_bump_the_version(built, 
 
 def test_the_untampered_warehouse_verifies(built):
     db, _, _ = built
-    report = json.loads(vhd("verify", "--db", db, "--json").stdout)
+    report = json.loads(vhd("verify", "--db", db, "--json", "--full").stdout)
     assert report["verified"] and report["envs"] == 6 and report["versions"] == 1, report["lines"]
+    report = json.loads(vhd("verify", "--db", db, "--json").stdout)  # v1's anchored seal covers its 6
+    assert report["verified"] and report["versions"] == 1, report["lines"]
+    assert [v["status"] for v in report["seals"]["versions"]] == ["match"]
+    assert report["seals"]["covered_envs"] == 6 or report["seals"]["why_full"].startswith("the code changed")
 
 
 # -- an insert never reuses a row that no longer matches its id (issue 18, item 3) ----------------
@@ -481,7 +536,7 @@ def test_a_rewritten_manifest_does_not_launder_a_forged_row_into_the_next_versio
 
     db, env, _ = built
     copy = tmp_path / "laundered.duckdb"
-    shutil.copy(db, copy)
+    _copy(db, copy)
     con = duckdb.connect(str(copy), read_only=True)
     value = con.execute(f'SELECT "{column}" FROM environments WHERE env_id = ?', [env["env_id"]]).fetchall()[0][0]
     con.close()
@@ -588,8 +643,7 @@ def _relabelled_module(records, ids):
     of every sale booked (test_end_to_end's broken module; the doubled holding cost changes nothing
     on a θ whose holding cost is 0): its gates must be run again, and they reject it."""
     output = records["setter_outputs"][ids["inventory_output"]]
-    module = output.module.replace('self._book(day, "sales", p["price"] * sold)',
-                                   'self._book(day, "sales", p["price"] * sold + 1)')
+    module = output.module.replace('("sales", p["price"] * sold)', '("sales", p["price"] * sold + 1)')
     assert module != output.module
     records["setter_outputs"][output.id] = output.model_copy(update={"module": module, "setter": "anthropic",
                                                                      "setter_version": "1"})
@@ -688,7 +742,7 @@ def test_a_whole_file_forgery_is_neither_published_exported_nor_scored(built, re
     else:
         clean, ids = rejecting
     db = tmp_path / "forged.duckdb"
-    shutil.copy(clean, db)
+    _copy(clean, db)
     if edit is None:  # a mark the code does not make, and v1 rewritten without the marked environment
         mark = (ids[which], "environment", f"annotator@{CODE_VERSION}", f"annotator@{CODE_VERSION}")
         new = _rehash(db, lambda records: None, marks=[mark], drop=[ids[which]])
@@ -708,6 +762,9 @@ def test_a_whole_file_forgery_is_neither_published_exported_nor_scored(built, re
         else:
             assert not published and not audit["verified"], audit["lines"]
             assert any(f["env_id"] == concerned for f in audit["findings"]), audit["lines"]
+            # the rewrite no longer gives v1's anchored seal: reported, and everything recomputed
+            assert not audit["seal"]["incremental"], audit["seal"]
+            assert audit["seal"]["warnings"][0].startswith("seal of v1 does not match the seal file")
         assert wh.version_names() == ["v1"]
 
     exported = vhd("export", "--out", tmp_path / "out", "--db", db)

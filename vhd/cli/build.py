@@ -47,6 +47,10 @@ def refresh(
                                "'anthropic' (a Claude model; settings from ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, "
                                "VHD_LLM_*; see docs/SETTERS.md; without a key the template setter is used)"),
     workers: Optional[int] = WorkersOption,
+    seals: Optional[Path] = typer.Option(None, "--seals", envvar="VHD_SEALS", metavar="PATH", help=(
+        "the seal file this refresh appends each new corpus version's seal to, and checks the published "
+        "versions against before it trusts them (default: <db>.seals.jsonl; keep it outside the warehouse, "
+        "e.g. under version control; docs/RELIABILITY.md, 'The anchor')")),
     db: Optional[Path] = DbOption,
     as_json: bool = JsonOption,
     verbose: bool = VerboseOption,
@@ -70,6 +74,9 @@ def refresh(
     _per_family(per_family)
     path = db or default_path()
     Warehouse.preflight(path)  # fail fast (busy, unreadable, foreign, no such directory) before Prefect starts
+    from vhd.warehouse import seals as seal_store
+
+    seal_store.read_anchors(seal_store.seals_path(path, seals))  # a malformed seal file: one line, nothing written
     band = _band(difficulty, "--difficulty") if difficulty is not None else None
     target_band = _band(follow_band, "--follow-band") if follow_band is not None else None
     if follow_band is not None and follow is None:
@@ -87,7 +94,8 @@ def refresh(
         with _progress(f"{what} → {path}", as_json, verbose):
             summary = flow_(families=names, per_family=per_family, seed=seed, batch=batch, db_path=str(path),
                             presentations=chosen, preset=preset, scale=scale, setter=setter, difficulty=band,
-                            follow=str(follow) if follow is not None else None, follow_band=target_band)
+                            follow=str(follow) if follow is not None else None, follow_band=target_band,
+                            seals=str(seals) if seals is not None else None)
     _report(summary, path, as_json)
 
 
@@ -119,6 +127,8 @@ def _report(summary: dict, path: Path, as_json: bool) -> None:
     """Print a refresh/backfill summary (a table, or JSON); exit 1 when the audit or the quality gate failed."""
     quality_failed = bool(summary.get("quality")) and not summary["quality"]["passed"]
     audit = summary.get("audit")
+    for warning in ((audit or {}).get("seal") or {}).get("warnings", []):  # a version the seal file contradicts
+        typer.echo(f"warning: {warning}; the publish gate recomputed every environment", err=True)
     if audit and not audit["verified"]:  # one line: how many problems, the first (env, table, row, field)
         more = f" (and {audit['count'] - 1} more; `vhd verify` lists them)" if audit["count"] > 1 else ""
         if as_json:

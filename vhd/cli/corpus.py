@@ -14,6 +14,11 @@ from vhd.cli.common import (
     handles_errors, JsonOption
 )
 
+SealsOption = typer.Option(None, "--seals", envvar="VHD_SEALS", metavar="PATH", help=(
+    "the seal file: one JSON line per published corpus version (its seal, chained on the previous one) that "
+    "`vhd refresh` appends when it publishes; keep it outside the warehouse (e.g. under version control): a "
+    "forger who rewrites the warehouse file cannot make its rows match it (default: <db>.seals.jsonl)"))
+
 
 @app.command(rich_help_panel="Inspect and verify")
 @handles_errors
@@ -159,18 +164,50 @@ def _print_findings(report: dict[str, Any]) -> None:
 def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
             resolve: bool = typer.Option(True, "--resolve/--no-resolve", help="also re-solve every θ and compare "
                                          "its solution row (the slow part)"),
+            full: bool = typer.Option(False, "--full", help="replay (and re-solve) every environment, whatever the "
+                                      "seal file says; by default the environments of published versions whose seals "
+                                      "match the seal file are audited row by row (ids, field digests, edges, "
+                                      "manifests) but not replayed, unless that finds a problem"),
+            seals: Optional[Path] = SealsOption,
             seal: bool = typer.Option(False, "--seal", help="write field digests for rows written before migration "
                                       "006, once the rest of the audit passes (opens the warehouse for writing)")) -> None:
-    """Audit the whole warehouse: every environment's chain (admitted or not), every published
-    corpus version and every other stored row; exit 1 on any problem, each named by
-    environment, table, row and field (docs/RELIABILITY.md, "What is verified where")."""
-    from vhd.tasks.corpus.publish_audit import whole
+    """Audit the warehouse: each published version's seal, recomputed from the stored rows, against
+    the seal file (anchored and matching, mismatching, or not anchored); then every environment's
+    chain (admitted or not), every published version and every other stored row; the
+    environments that matching anchored seals cover are audited row by row but not replayed or
+    re-solved (--full: they are too). Exit 1 on any problem, each named by environment, table, row
+    and field, or on a seal that does not match (docs/RELIABILITY.md, "What is verified where")."""
+    from vhd.tasks.corpus.publish import code_digest
+    from vhd.tasks.corpus.publish_audit import seal_plan, whole
     from vhd.tasks.corpus.marks import mark_findings
     from vhd.warehouse import Warehouse
-    from vhd.warehouse.lineage import audit_inputs, seal_rows, unsealed
+    from vhd.warehouse import seals as seal_store
+    from vhd.warehouse.lineage import audit_inputs, load_versions, seal_rows, unsealed
 
     with _reader(db) as wh:
-        report = whole(**audit_inputs(wh), marks=mark_findings(wh), resolve=resolve)
+        seal_file = seal_store.seals_path(wh.path, seals)
+        anchors = seal_store.read_anchors(seal_file)
+        plan = seal_plan(seal_store.sealed_chain(wh), anchors, load_versions(wh), code_digest())
+        covered: set[str] = set()
+        if plan["incremental"] and not full and not seal:
+            covered = seal_store.covered_ids(wh, [row["version"] for row in plan["versions"]])
+        why_full = "--full" if full else plan["why"] or "--seal"
+        if covered:
+            report = whole(**audit_inputs(wh, covered), marks=mark_findings(wh), resolve=resolve)
+            if report["findings"]:  # a covered row changed without its digest: audit all, to name the environments
+                covered, why_full = set(), "the rows the seals cover hold problems"
+        if not covered:
+            report = whole(**audit_inputs(wh), marks=mark_findings(wh), resolve=resolve)
+    report["seals"] = {"file": str(seal_file), "present": anchors is not None, "versions": plan["versions"],
+                       "covered_envs": len(covered), "full": not covered, "why_full": "" if covered else why_full}
+    for row in plan["versions"]:
+        if row["status"] in ("mismatch", "missing"):
+            report["findings"].append({"env_id": "", "table": "corpus_versions", "id": row["version"],
+                                       "field": "seal",
+                                       "problem": f"does not match the seal file {seal_file}: {row['why']}"})
+            report["lines"].append(f"corpus_versions {row['version']} seal: {report['findings'][-1]['problem']}")
+            report["problems"].append(report["findings"][-1]["problem"])
+    report["verified"] = not report["findings"]
     if seal:
         rows = unsealed(report)  # one line and nothing sealed when the audit found anything else
         with Warehouse.open(db) as wh:
@@ -180,9 +217,20 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
         _emit(report)
     else:
         _print_findings(report)
-        console.print(f"{report['envs']} environments, {report['versions']} corpus versions in {report['seconds']} s: "
-                      + ("[green]verified[/green]" if report["verified"] else f"[red]{len(report['findings'])} "
-                                                                              "problems[/red]"))
+        for row in plan["versions"]:
+            shown = {"match": "[green]anchored, matches[/green]",
+                     "mismatch": "[red]does not match the seal file[/red]",
+                     "missing": "[red]anchored but not in the warehouse[/red]",
+                     "unanchored": "[yellow]not anchored[/yellow]"}[row["status"]]
+            console.print(f"{row['version']}: seal {str(row['seal'] or '–')[:16]}… {shown}"
+                          + (f" ({row['why']})" if row["why"] else ""), highlight=False)
+        if anchors is None:
+            console.print(f"no seal file at {seal_file}: nothing is anchored (`vhd refresh` writes one when it "
+                          "publishes)", highlight=False)
+        scope = (f"{len(covered)} environments covered by anchored seals (not replayed), " if covered else "")
+        console.print(f"{scope}{report['envs']} environments audited, {report['versions']} corpus versions in "
+                      f"{report['seconds']} s: " + ("[green]verified[/green]" if report["verified"] else
+                                                    f"[red]{len(report['findings'])} problems[/red]"))
     if not report["verified"]:
         raise typer.Exit(1)
 
@@ -303,12 +351,18 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write the e
            wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="--format openenv: wheels to put "
                                                      "in each package's wheels/ (vhd-play's dependencies, for an "
                                                      "offline image build; default: the project wheel only)"),
+           seals: Optional[Path] = SealsOption,
            db: Optional[Path] = DbOption) -> None:
     """Export a published corpus version, verified against its digest first: module, player view,
     grader view, the environment's grading digest and the corpus digest, one row each; or, with
-    --format openenv, one OpenEnv package per environment that `openenv validate` checks."""
-    from vhd.tasks.corpus.export import TOOL_NAMES, rows_of, with_canonical_tool_names, write
+    --format openenv, one OpenEnv package per environment that `openenv validate` checks. The
+    version's seal (recomputed from the stored rows; refused when it does not match the seal file)
+    is written beside the export as OUT/SEAL, one JSON object a trainer can pin."""
+    from vhd.tasks.corpus.export import TOOL_NAMES, rows_of, with_canonical_tool_names, write, write_seal
     from vhd.tasks.corpus.publish import open_version, pinned
+    from vhd.tasks.corpus.publish_audit import seal_plan, version_seal
+    from vhd.warehouse import seals as seal_store
+    from vhd.warehouse.lineage import load_versions
 
     if format not in ("jsonl", "parquet", "openenv"):
         _fail(f"--format must be jsonl, parquet or openenv, got {format!r}")
@@ -320,13 +374,18 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write the e
         _fail(f"--wheelhouse {wheelhouse}: not a directory of wheels")
     _output_directory(out)
     with _reader(db) as wh:
+        seal_file = seal_store.seals_path(wh.path, seals)
+        anchors = seal_store.read_anchors(seal_file)  # an unreadable seal file: one line, nothing written
         version, envs = open_version(wh, corpus_version)  # a row changed since publication: one line, exit 1
+        plan = seal_plan(seal_store.sealed_chain(wh), anchors, load_versions(wh))
+        sealed = version_seal(plan, version, seal_file)  # a seal the seal file contradicts: one line, exit 1
         rows = rows_of(wh, envs, lambda e: pinned(e, version))
     if tool_names == "canonical":
         rows = [with_canonical_tool_names(row) for row in rows]
     if format != "openenv":
         target = write(rows, out, format)
-        console.print(f"{len(rows)} environments → {target}")
+        write_seal(out, sealed)
+        console.print(f"{len(rows)} environments → {target} (seal {sealed['seal'][:16]}… in {out / 'SEAL'})")
         return
     from vhd.tasks.corpus.openenv_package import package_name, write_package
 
@@ -343,6 +402,7 @@ def export(out: Path = typer.Option(..., "--out", help="directory to write the e
     for row in chosen:
         target = write_package(row, out / package_name(row), wheelhouse)
         console.print(f"{row['env_id'][:16]} → {target}", highlight=False)
+    write_seal(out, sealed)
     console.print(f"{len(chosen)} OpenEnv packages → {out} (check one: openenv validate {out}/<package>)",
                   highlight=False)
 

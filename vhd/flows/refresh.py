@@ -51,6 +51,7 @@ from vhd.tasks.setters.template import SETTER as TEMPLATE_SETTER
 from vhd.tasks.setters.template import SETTER_VERSION as TEMPLATE_SETTER_VERSION
 from vhd.warehouse import Warehouse
 from vhd.warehouse.lineage import load_chains, load_versions
+from vhd.warehouse import seals as seal_store
 
 
 def transient(task_, task_run, state) -> bool:
@@ -401,24 +402,59 @@ def audit_task(chains: dict, versions: list, runs: set[str]) -> dict[str, Any]:
 
 
 def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None = None,
-            note: dict[str, Any] | None = None) -> tuple[str | None, bool, dict[str, Any] | None, dict[str, Any]]:
-    """On every attempt, the audit of every environment of the next corpus version and of every
-    published one (and of the versions themselves); then, when it passes and the corpus changed
-    (its digest covers every grading field) and the data-quality suite passes, a new version.
-    `note` (a `--follow` run's plan and the environments it made) goes into the new version's
-    manifest as `follow`, sealed with it by the version row's field digests.
+            note: dict[str, Any] | None = None, seals: str | None = None
+            ) -> tuple[str | None, bool, dict[str, Any] | None, dict[str, Any]]:
+    """On every attempt, the audit of the next corpus version; then, when it passes and the corpus
+    changed (its digest covers every grading field) and the data-quality suite passes, a new version,
+    whose seal is appended to the seal file (`warehouse.seals`, default `<db>.seals.jsonl`).
+
+    The audit follows change (issue 31): the seal of every published version is recomputed from the
+    stored rows (SQL, `seals.sealed_chain`) and compared with the seal file. When every version is
+    anchored and matches, the environments of the latest one are trusted with the grading digests
+    its manifest lists, and only the others (new or changed) are audited and replayed; otherwise
+    (no seal file, an unanchored or mismatching version: a warning naming it) every environment of
+    the next version and of every published one is audited, as before. `note` (a `--follow` run's
+    plan and the environments it made) goes into the new version's manifest as `follow`.
     Returns (version, published?, quality report or None when nothing changed, audit report)."""
     refuse_forged(wh)  # a forged superseded mark would drop an environment from the version silently
+    seal_file = seal_store.seals_path(wh.path, seals)
+    anchors = seal_store.read_anchors(seal_file)
     keys = wh.environment_keys()
     versions = load_versions(wh)
-    named = {i for v, _, _ in versions if isinstance(v.manifest, dict)
-             for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
-    chains = load_chains(wh, {k["env_id"] for k in keys} | named)
-    audit = audit_task(_unwalked(chains), _unwalked(versions), {r.run_id for r in wh.runs()})
+    sealed = seal_store.sealed_chain(wh)
+    code = publish_stage.code_digest()
+    plan = gate_stage.seal_plan(sealed, anchors, versions, code)
+    for warning in plan["warnings"]:
+        print(f"warning: {warning} ({seal_file}); the publish gate recomputes every environment")
+    runs = {r.run_id for r in wh.runs()}
+    if plan["incremental"]:
+        current = {k["env_id"] for k in keys}
+        # new or changed environments; and any the anchored version holds that left the corpus without
+        # a (verified) superseded mark — e.g. `admitted` flipped by a stray UPDATE — lest it drop silently
+        todo = (current - set(plan["trusted"])) | (set(plan["trusted"]) - current - set(wh.superseded()))
+        chains = load_chains(wh, todo)
+        audit = audit_task(_unwalked(chains), [], runs)
+    else:
+        named = {i for v, _, _ in versions if isinstance(v.manifest, dict)
+                 for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
+        chains = load_chains(wh, {k["env_id"] for k in keys} | named)
+        audit = audit_task(_unwalked(chains), _unwalked(versions), runs)
+    audit["seal"] = {"file": str(seal_file), "incremental": plan["incremental"], "why": plan["why"],
+                     "trusted": len(plan["trusted"]), "warnings": plan["warnings"],
+                     "versions": [dict(row) for row in plan["versions"]],
+                     "note": gate_stage.seal_note(plan, audit["replayed"])}
+    print(audit["seal"]["note"])
     latest = versions[-1][0].version if versions else None
     if not audit["verified"]:
         return latest, False, None, audit
-    manifest = publish_stage.build_manifest([chains[k["env_id"]].environment for k in keys], audit["digests"])
+    if not plan["incremental"] and not plan["mismatch"] and (plan["unanchored"] or plan["recode"]):
+        # every version has just been recomputed from first principles by this code and none contradicts
+        # the seal file: anchor the ones it lacks (trust on first use), and the latest again under this
+        # code; a mismatching version is never anchored again
+        again = [row for row in sealed if row["version"] in plan["unanchored"] or row is sealed[-1]]
+        audit["seal"]["anchored"] = _anchor(seal_file, again, "verified", code=code)
+    digests = {**plan["trusted"], **audit["digests"]}
+    manifest = publish_stage.manifest_of_keys(keys, digests, {i: c.environment for i, c in chains.items()})
     if note is not None:
         manifest["follow"] = note
     if versions and versions[-1][0].manifest.get("digest") == manifest["digest"]:
@@ -432,7 +468,35 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
     with wh.transaction():
         wh.insert([CorpusVersionRecord(version=version, created_at=_now(), run_id=run_id,
                                        admitted=len(manifest["env_ids"]), manifest=manifest)])
+    content = seal_store.version_contents(wh, [version])[version]
+    previous = sealed[-1]["seal"] if sealed else ""
+    row = {"version": version, "seal": seal_store.seal_of(previous, content["content"]), "previous": previous,
+           "envs": content["envs"]}
+    audit["seal"]["anchored"] = _anchor(seal_file, [row], "published", code, manifest)
     return version, True, quality, audit
+
+
+def _anchor(seal_file: Any, rows: list[dict[str, Any]], how: str, code: str,
+            manifest: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Append one seal line per version to the seal file, and publish each as a Prefect artifact."""
+    lines = []
+    for row in rows:
+        line = {"version": row["version"], "seal": row["seal"], "previous": row["previous"], "created_at": _now(),
+                "anchored_by": how, "admitted": row["envs"], "code": code}
+        if manifest is not None:
+            line.update(corpus_digest=manifest["digest"], counts=manifest["counts"])
+        seal_store.append_anchor(seal_file, line)
+        lines.append(line)
+        if FlowRunContext.get() is None:  # `publish` called outside a flow run (tests, benches): the file only
+            continue
+        create_markdown_artifact(
+            key=f"seal-{str(row['version']).lower()}",
+            markdown=(f"# Seal of corpus version `{row['version']}`\n\n`{row['seal']}`\n\n"
+                      f"chained on `{row['previous'] or '(none: the first version)'}`; appended to `{seal_file}` "
+                      f"({how}). Keep this value (or the seal file) outside the warehouse: `vhd verify` checks "
+                      "the stored rows against it."),
+            description=f"seal of corpus version {row['version']}")
+    return lines
 
 
 @flow(name="refresh", log_prints=True, task_runner=bounded_runner(), flow_run_name=refresh_run_name)
@@ -449,6 +513,7 @@ def refresh(
     difficulty: tuple[float, float] | None = None,
     follow: str | None = None,
     follow_band: tuple[float, float] | None = None,
+    seals: str | None = None,
 ) -> dict[str, Any]:
     """Add a batch per family (default batch: today's date), recompute what is missing, publish.
     `families`: None for every family registered when the run starts (so the nightly deployment
@@ -459,11 +524,12 @@ def refresh(
     With `difficulty` (LO, HI) every slot is filled from candidates whose difficulty score lies in
     it; with `follow` (a learner's results file, `vhd.tasks.corpus.follow`) each family the learner played
     is filled from candidates whose predicted reward lies in `follow_band` (default 0.3–0.7), in the
-    presentations it played (`presentations` ignored).
+    presentations it played (`presentations` ignored). `seals`: the seal file (default: `VHD_SEALS`,
+    else `<db_path>.seals.jsonl`; `warehouse.seals`).
     """
     return run_batch("refresh", families or registry.names(), per_family, seed, batch or date.today().isoformat(), db_path,
                      presentations, preset, scale, setter=setter, band=difficulty, follow=follow,
-                     follow_band=follow_band)
+                     follow_band=follow_band, seals=seals)
 
 
 def with_workers(flow_: Any, workers: int | None) -> Any:
@@ -481,7 +547,8 @@ def with_workers(flow_: Any, workers: int | None) -> Any:
 def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, batch: str, db_path: str,
               presentations: tuple[str, ...], preset: str | None = None, scale: float = 1.0,
               only: list[str] | None = None, setter: str = "template", band: tuple[float, float] | None = None,
-              follow: str | None = None, follow_band: tuple[float, float] | None = None) -> dict[str, Any]:
+              follow: str | None = None, follow_band: tuple[float, float] | None = None,
+              seals: str | None = None) -> dict[str, Any]:
     """The body of `refresh` and `backfill` (call it inside a flow): one run row, every family
     through `refresh_family`, superseded marks, the quality gate, a corpus version, a summary
     artifact. With `only`, superseded marks are limited to those families (a backfill touches
@@ -499,6 +566,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
     aims: dict[str, Any] = {}
     if follow is not None and (band is not None or preset is not None):
         raise InvalidParams("--follow chooses each family's θ itself; drop --difficulty and --preset")
+    seal_store.read_anchors(seal_store.seals_path(db_path, seals))  # a bad seal file: one line, nothing written
     passages = builtin_passages()
     llm, setter_note = None, "template"
     if setter == "anthropic":
@@ -556,7 +624,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             for slot in plan.slots:
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
         note = _follow_note(wh, run, aims, per) if follow is not None else None
-        version, published, quality, audit = publish(wh, run.run_id, expected, note)
+        version, published, quality, audit = publish(wh, run.run_id, expected, note, seals)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         if band is not None:
             summary["difficulty"] = {"band": list(select.band),
@@ -650,6 +718,8 @@ def _markdown(summary: dict[str, Any], db_path: str = "") -> str:
              "| family | split | admitted | rejected | admission rate | rejected by | already there |",
              "|---|---|---|---|---|---|---|"]
     audit = summary.get("audit")
+    if audit and audit.get("seal"):
+        lines[3:3] = [audit["seal"]["note"] + "".join(f"; **warning: {w}**" for w in audit["seal"]["warnings"]), ""]
     if audit and not audit["verified"]:
         lines[3:3] = [f"**The audit found {audit['count']} problems: no corpus version was published.**", ""] + [
             f"- `{p}`" for p in audit["lines"][:20]] + [""]

@@ -160,15 +160,20 @@ def named_env_ids(versions: list[tuple[CorpusVersionRecord, dict[str, Any], dict
             for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
 
 
-def audit_inputs(wh: Warehouse) -> dict[str, Any]:
+def audit_inputs(wh: Warehouse, covered: set[str] | None = None) -> dict[str, Any]:
     """What the audit of the whole warehouse (`vhd verify`, `tasks.gate.whole`) reads, by its
     parameter names: the chains of every stored environment and of every id a version names, the
     versions, the run ids, every row of the `AUDITED` tables, every lineage edge and the findings
     (the superseded marks are checked against today's code by `tasks.marks.mark_findings`). Every
-    block is read first, so a corrupted one is one `WarehouseError` naming its table."""
+    block is read first, so a corrupted one is one `WarehouseError` naming its table.
+
+    `covered`: the env ids whose chains a matching anchored seal covers (plain `vhd verify`,
+    `seals.covered_ids`): their chains are not loaded (so not replayed); their rows are audited
+    with every other row by `whole`."""
     files.check_blocks(wh.raw, wh.path, write=False)
     versions = load_versions(wh)
-    return {"chains": load_chains(wh, named_env_ids(versions) | set(wh.env_ids())), "versions": versions,
+    return {"chains": load_chains(wh, (named_env_ids(versions) | set(wh.env_ids())) - (covered or set())),
+            "versions": versions,
             "runs": {r.run_id for r in wh.runs()},
             "tables": {table: load_rows(wh, cls) for cls, table in AUDITED.items()},
             "edges": [LineageEdge(**row) for row in wh.stored_rows(LineageEdge)]}

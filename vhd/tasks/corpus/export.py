@@ -491,3 +491,16 @@ def write(rows: list[dict[str, Any]], out: Path, format: str, card: bool = True)
             raise
         raise VhdError(f"cannot write {out}: {exc.strerror or exc}; nothing was exported") from None
     return data
+
+
+def write_seal(out: Path, seal: dict[str, Any]) -> Path:
+    """OUT/SEAL: the exported version's seal as one JSON object (`publish_audit.version_seal`), the
+    value a trainer pins and compares with the seal file the warehouse's owner keeps."""
+    import json
+
+    target = out / "SEAL"
+    try:
+        target.write_text(json.dumps(seal, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise VhdError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return target

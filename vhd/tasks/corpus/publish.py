@@ -80,11 +80,28 @@ def build_manifest(envs: list[EnvironmentRecord], known: dict[str, str] | None =
     }
 
 
-def _counts(envs: list[EnvironmentRecord]) -> dict[str, dict[str, int]]:
+def manifest_of_keys(keys: list[dict[str, str]], digests: dict[str, str],
+                     envs: dict[str, EnvironmentRecord] | None = None) -> dict[str, Any]:
+    """`build_manifest` from the environments' keys (`Warehouse.environment_keys`: env_id, family,
+    split, presentation) and their grading digests by env_id, without loading whole rows: what an
+    incremental publish builds (the digests of environments an anchored version holds come from its
+    manifest, the others from the audit, else computed from `envs`). The same manifest, digest
+    included, as `build_manifest`."""
+    keys = sorted(keys, key=lambda k: k["env_id"])
+    ids = [k["env_id"] for k in keys]
+    listed = [digests.get(i) or grading_digest((envs or {})[i]) for i in ids]
+    return {"format": FORMAT, "env_ids": ids, "env_digests": listed, "counts": _counts(keys),
+            "digest": corpus_digest(ids, listed)}
+
+
+def _counts(envs: list[Any]) -> dict[str, dict[str, int]]:
+    def of(e: Any, key: str) -> str:
+        return e[key] if isinstance(e, dict) else getattr(e, key)
+
     return {
-        "family": dict(sorted(Counter(e.family for e in envs).items())),
-        "split": dict(sorted(Counter(e.split for e in envs).items())),
-        "presentation": dict(sorted(Counter(e.presentation for e in envs).items())),
+        "family": dict(sorted(Counter(of(e, "family") for e in envs).items())),
+        "split": dict(sorted(Counter(of(e, "split") for e in envs).items())),
+        "presentation": dict(sorted(Counter(of(e, "presentation") for e in envs).items())),
     }
 
 
@@ -157,6 +174,31 @@ def current_code() -> tuple[dict[str, str], str, dict[str, str]]:
     from vhd.tasks.setters.template import SETTER, SETTER_VERSION
 
     return {f.name: f.version for f in registry.all()}, CODE_VERSION, {SETTER: SETTER_VERSION}
+
+
+_CODE: dict[str, str] = {}
+
+
+def code_digest() -> str:
+    """SHA-256 over the source files of the code the publish gate's verdicts come from — the
+    families (`vhd.mechanisms`), the stages, setters, checker, grading and audit (`vhd.tasks`) and
+    the records and hashing (`vhd.schemas`): path and bytes of every file, in path order; once a
+    process. A seal line records it: environments an anchored version holds are trusted only by the
+    same code (a family changed without a bump of its `version` is recomputed once, then anchored
+    again)."""
+    if "digest" not in _CODE:
+        import hashlib
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]  # the vhd package (not imported here: vhd imports this module)
+        h = hashlib.sha256()
+        for package in ("mechanisms", "tasks", "schemas"):
+            for path in sorted((root / package).rglob("*")):
+                if path.is_file() and path.suffix in (".py", ".sql", ".json", ".jsonl", ".txt") \
+                        and "__pycache__" not in path.parts:
+                    h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        _CODE["digest"] = h.hexdigest()
+    return _CODE["digest"]
 
 
 def mark_problems(wh: Any) -> list[tuple[str, str, str]]:

@@ -117,14 +117,129 @@ def whole(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], di
           marks: tuple[list[dict[str, str]], list[str]] = ((), ()), *, resolve: bool = True) -> dict[str, Any]:
     """`vhd verify`: every environment's chain (admitted or not, superseded included), every
     published version, every other row of the record tables, every lineage edge and the
-    superseded marks (`marks`: findings and notes, `tasks.marks.mark_findings`); π* re-solved with `resolve`."""
+    superseded marks (`marks`: findings and notes, `tasks.marks.mark_findings`); π* re-solved with `resolve`.
+    Environments whose chains are not in `chains` (plain `vhd verify`: those a matching anchored seal
+    covers) are audited row by row with every other row — hashes, ids, field digests, lineage edges,
+    manifests — but not replayed or re-solved."""
     started = time.perf_counter()
     auditor = Auditor(resolve=resolve)
     found = auditor.chains(chains)
-    found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
+    envs = {record.id: record for record, _, _ in tables.get("environments", [])}  # those no chain was asked for
+    envs.update((i, c.environment) for i, c in chains.items())
+    found += audit_versions(versions, envs, runs, auditor.digests)
     for table, rows in tables.items():
         found += auditor.rows(table, rows)
     found += edge_findings(edges, tables)
     found += list(marks[0])
     return summary(found, len(chains), len(versions), time.perf_counter() - started, [*auditor.notes, *marks[1]],
                    version_hint(auditor.unbumped))
+
+
+# -- the seal chain against its anchor (issue 31) ------------------------------------------------------
+def seal_plan(sealed: list[dict[str, Any]], anchors: dict[str, dict[str, Any]] | None,
+              versions: list[tuple[Any, dict[str, Any], dict[str, str]]], code: str | None = None) -> dict[str, Any]:
+    """What the publish gate may trust, from the seals recomputed from the stored rows (`sealed`,
+    `warehouse.seals.sealed_chain`: oldest first) and the seal file (`anchors`, None when there is
+    none): `incremental` when every stored version is anchored and its recomputed seal equals the
+    anchored one and no anchored version is missing from the warehouse; then `trusted` maps every
+    env id of the latest version to its grading digest in that version's manifest (the gate
+    replays none of them). Else `incremental` is False and `why` says why (the full recompute
+    runs); `mismatch` lists the anchored versions that no longer match (a finding worth a warning:
+    the file was rewritten, or the seal file belongs to another warehouse); a version row whose
+    values no longer match its own field digests (checked here, in Python: a few rows) counts as
+    one. `versions` as `lineage.load_versions`; `code` (`publish.code_digest`): the latest
+    version's seal line must name the same code, else `recode` is True and the full recompute runs
+    once (the gate's verdicts came from other code).
+
+        >>> seal_plan([], None, [])["why"]
+        'no seal file: nothing is anchored yet'
+    """
+    rows = {v["version"]: v for v in sealed}
+    table = []
+    mismatch: list[str] = []
+    unanchored: list[str] = []
+    for found in sealed:
+        name = found["version"]
+        anchored = (anchors or {}).get(name)
+        status, why = "unanchored", ""
+        if anchored is not None:
+            status = "match" if anchored["seal"] == found["seal"] else "mismatch"
+            if status == "mismatch":
+                why = ("its stored rows no longer give the anchored seal "
+                       f"({found['seal'][:12]}… ≠ {anchored['seal'][:12]}…)")
+        stored = next((row for v, row, _ in versions if v.version == name), None)
+        problems = digest_problems(stored) if stored is not None else []
+        if problems or found["missing"]:  # a value of the version row (its manifest) edited without its digest
+            status = "mismatch" if anchored is not None else status
+            why = (f"{found['missing']} of its environments are not stored" if found["missing"] else
+                   f"its row's {problems[0][0]} {problems[0][1]}")
+        if status == "mismatch":
+            mismatch.append(name)
+        elif status == "unanchored":
+            unanchored.append(name)
+        table.append({"version": name, "seal": found["seal"], "anchored": anchored["seal"] if anchored else None,
+                      "status": status, "why": why, "envs": found["envs"]})
+    gone = sorted(set(anchors or {}) - set(rows))
+    for name in gone:
+        mismatch.append(name)
+        table.append({"version": name, "seal": None, "anchored": anchors[name]["seal"], "status": "missing",
+                      "why": "anchored in the seal file, but the warehouse holds no such version", "envs": 0})
+    plan: dict[str, Any] = {"versions": table, "mismatch": mismatch, "unanchored": unanchored, "incremental": False,
+                            "trusted": {}, "why": "", "warnings": [], "recode": False}
+    for name in mismatch:
+        row = next(r for r in table if r["version"] == name)
+        plan["warnings"].append(f"seal of {name} does not match the seal file: {row['why']}")
+    if anchors is None:
+        plan["why"] = "no seal file: nothing is anchored yet"
+    elif not sealed:
+        plan["why"] = "no published version yet"
+    elif mismatch:
+        plan["why"] = f"the seal of {mismatch[0]} does not match the seal file"
+    elif unanchored:
+        plan["why"] = f"{unanchored[-1]} is not anchored in the seal file"
+    elif code is not None and anchors[sealed[-1]["version"]].get("code") != code:
+        plan["recode"] = True
+        plan["why"] = (f"the code changed since {sealed[-1]['version']} was anchored (its seal line names other "
+                       "sources of the families, stages or checker)")
+    else:
+        latest = versions[-1][0] if versions else None
+        manifest = latest.manifest if latest is not None and isinstance(latest.manifest, dict) else {}
+        ids, digests = manifest.get("env_ids"), manifest.get("env_digests")
+        if latest is None or latest.version != sealed[-1]["version"] or not isinstance(ids, list) \
+                or not isinstance(digests, list) or len(ids) != len(digests):
+            plan["why"] = "the latest version's manifest lists no grading digest per environment"
+        else:
+            plan["incremental"] = True
+            plan["trusted"] = dict(zip(ids, digests))
+            plan["latest"] = latest.version
+    return plan
+
+
+def seal_note(plan: dict[str, Any], replayed: int) -> str:
+    """One line for the publish report: which path the gate took and why."""
+    if plan["incremental"]:
+        return (f"publish gate: incremental — {len(plan['trusted'])} environments of {plan['latest']} trusted under "
+                f"its anchored seal, {replayed} replayed")
+    return f"publish gate: full recompute ({plan['why']}), {replayed} replayed"
+
+
+def version_seal(plan: dict[str, Any], version: Any, seal_file: Any) -> dict[str, Any]:
+    """What `vhd export` writes as OUT/SEAL for `version`: its seal recomputed from the stored rows,
+    the previous one, its corpus digest, and whether the seal file anchors it. An IntegrityError of
+    one line when the seal file anchors it with another seal (the warehouse was rewritten)."""
+    from vhd.schemas.errors import IntegrityError
+
+    row = next((r for r in plan["versions"] if r["version"] == version.version), None)
+    if row is None or row["seal"] is None:
+        raise IntegrityError(f"corpus version {version.version} seal: cannot be computed; run `vhd verify`")
+    if row["status"] == "mismatch":
+        raise IntegrityError(f"corpus version {version.version} seal: does not match the seal file {seal_file} "
+                             f"({row['why']}); run `vhd verify`")
+    previous = ""
+    for r in plan["versions"]:
+        if r["version"] == version.version:
+            break
+        previous = r["seal"] or previous
+    return {"format": "vhd-seal@1", "version": version.version, "seal": row["seal"], "previous": previous,
+            "corpus_digest": version.manifest.get("digest"), "admitted": version.admitted,
+            "anchored": row["status"] == "match", "seal_file": str(seal_file)}
