@@ -186,3 +186,27 @@ def _admitted(family: Family, models_wanted: int, batch: str,
             return _ADMITTED[key]
     raise AssertionError(f"{family.name}: no model of {models_wanted} admitted in both I and A with "
                          f"{output.setter_output_id[:12]}")
+
+
+def worlds_after_each_call(family: Family, draws: int = 4) -> Any:
+    """The family's reference World after every call of a random and the default play of each of
+    `draws` θ (`draw(family, k)`, episode seed k, presentation I), and once more after each play is
+    finished: where an invariant of the World's state (a kept balance equal to its ledger's sum) is
+    asserted."""
+    import numpy as np
+
+    from vhd.tasks.grading.oracle import reference_module
+    from vhd.tasks.stages.sample import draw
+
+    module, output = reference_module(family)
+    for k in range(draws):
+        _, theta = draw(family, k)
+        rng = np.random.default_rng(k)
+        for plan in (family.random_policy(theta, rng), family.default_policy(theta)):
+            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
+                                 "turn_budget": family.turn_budget(theta)})
+            for call in family.simulate(theta, plan, k).calls:
+                env.call(output.tool_name(call["tool"]), call["arguments"])
+                yield env._world
+            env.finish()
+            yield env._world

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import env_of, failed, gated, generated, mutant_verdicts, refused
+from family_kit import env_of, failed, gated, generated, mutant_verdicts, refused, worlds_after_each_call
 from theta_cases import bumped, smallest_theta
 from vhd.mechanisms import energy_storage as es
 from vhd.mechanisms import registry
@@ -770,21 +770,7 @@ def test_the_kept_balance_is_the_ledgers_sum():
     """The World keeps the cash (in hundredths) in its state table instead of summing the ledger on
     every call (issue 31: grading replays every call): after every call of random and default plays
     they agree."""
-    from vhd.tasks.grading.oracle import reference_module
-    from vhd.tasks.stages.sample import draw
-
-    module, output = reference_module(FAM)
-    for k in range(4):
-        _, theta = draw(FAM, k)
-        rng = np.random.default_rng(k)
-        for plan in (FAM.random_policy(theta, rng), FAM.default_policy(theta)):
-            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
-                                 "turn_budget": FAM.turn_budget(theta)})
-            world, t = env._world, env._world.t
-            for call in FAM.simulate(theta, plan, k).calls:
-                env.call(output.tool_name(call["tool"]), call["arguments"])
-                assert world._cents() == world.db.execute(
-                    f"SELECT COALESCE(SUM(hundredths), 0) FROM {t['ledger']}").fetchone()[0]
-            env.finish()
-            assert world._cents() == world.db.execute(
-                f"SELECT COALESCE(SUM(hundredths), 0) FROM {t['ledger']}").fetchone()[0]
+    for world in worlds_after_each_call(FAM):
+        t = world.t
+        assert world._cents() == world.db.execute(
+            f"SELECT COALESCE(SUM(hundredths), 0) FROM {t['ledger']}").fetchone()[0]

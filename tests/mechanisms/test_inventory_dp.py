@@ -637,25 +637,11 @@ def test_the_kept_balance_is_the_ledgers_sum_and_in_transit_the_orders():
     """The World keeps the cash and the units in transit in its state table instead of summing the
     ledger and the orders on every call (issue 31: grading replays every call): after every call of
     random and default plays they agree."""
-    from vhd.tasks.grading.oracle import reference_module
-    from vhd.tasks.stages.sample import draw
+    from family_kit import worlds_after_each_call
 
-    module, output = reference_module(FAM)
-    for k in range(4):
-        _, theta = draw(FAM, k)
-        rng = np.random.default_rng(k)
-        for plan in (FAM.random_policy(theta, rng), FAM.default_policy(theta)):
-            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
-                                 "turn_budget": FAM.turn_budget(theta)})
-            world, t = env._world, env._world.t
-            for call in FAM.simulate(theta, plan, k).calls:
-                env.call(output.tool_name(call["tool"]), call["arguments"])
-                assert world._cash() == world.db.execute(
-                    f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
-                assert world._in_transit() == world.db.execute(
-                    f"SELECT COALESCE(SUM(quantity), 0) FROM {t['orders']} WHERE status = 'in transit'").fetchone()[0]
-            env.finish()
-            assert world._cash() == world.db.execute(
-                f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
-            assert world._in_transit() == world.db.execute(
-                f"SELECT COALESCE(SUM(quantity), 0) FROM {t['orders']} WHERE status = 'in transit'").fetchone()[0]
+    for world in worlds_after_each_call(FAM):
+        t = world.t
+        assert world._cash() == world.db.execute(
+            f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
+        assert world._in_transit() == world.db.execute(
+            f"SELECT COALESCE(SUM(quantity), 0) FROM {t['orders']} WHERE status = 'in transit'").fetchone()[0]

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from family_kit import PASSAGES, env_of, failed, gated, generated, mutant_verdicts, named, refused
+from family_kit import (PASSAGES, env_of, failed, gated, generated, mutant_verdicts, named, refused,
+                        worlds_after_each_call)
 from vhd.mechanisms import maintenance as mt
 from vhd.mechanisms import registry
 from vhd.schemas.errors import InvalidParams
@@ -667,21 +668,7 @@ def test_the_work_log_is_bounded_by_the_horizon():
 def test_the_kept_balance_is_the_ledgers_sum():
     """The World keeps the cash in its state table instead of summing the ledger on every call (issue
     31: grading replays every call): after every call of random and default plays they agree."""
-    from vhd.tasks.grading.oracle import reference_module
-    from vhd.tasks.stages.sample import draw
-
-    module, output = reference_module(FAM)
-    for k in range(4):
-        _, theta = draw(FAM, k)
-        rng = np.random.default_rng(k)
-        for plan in (FAM.random_policy(theta, rng), FAM.default_policy(theta)):
-            env = module.create({"params": theta, "presentation": "I", "episode_seed": k,
-                                 "turn_budget": FAM.turn_budget(theta)})
-            world, t = env._world, env._world.t
-            for call in FAM.simulate(theta, plan, k).calls:
-                env.call(output.tool_name(call["tool"]), call["arguments"])
-                assert world._cash() == world.db.execute(
-                    f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
-            env.finish()
-            assert world._cash() == world.db.execute(
-                f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]
+    for world in worlds_after_each_call(FAM):
+        t = world.t
+        assert world._cash() == world.db.execute(
+            f"SELECT COALESCE(SUM(amount), 0) FROM {t['ledger']}").fetchone()[0]

@@ -35,11 +35,9 @@ from typing import Any
 from vhd.mechanisms import Family
 from vhd.schemas.records import EnvironmentRecord, ModelRecord, SetterOutputRecord, SolutionRecord
 from vhd.tasks.corpus.regrade import expected_budget, realized
+from vhd.tasks.setters.renders import rendered_id
 
 REL = 1e-9  # u*, u₀ replayed by the same simulator: equal but for the last bits
-
-_RENDERED: dict[tuple[str, str], str | None] = {}  # (family code version, passage id) -> the render's id
-_BUILTIN: dict[str, Any] = {}  # passage id -> the built-in passage (the template setter skins with these only)
 
 
 def close(a: Any, b: Any, rel: float = REL) -> bool:
@@ -50,26 +48,6 @@ def close(a: Any, b: Any, rel: float = REL) -> bool:
     except (TypeError, ValueError):
         return False
     return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(1.0, abs(a), abs(b))
-
-
-def rendered_id(family: Family, passage_id: str) -> str | None:
-    """The id of the module the template setter renders for `family` in the built-in passage
-    `passage_id` (None: no built-in passage has that id, or it cannot skin the family); once per
-    (family version, passage) in a process: at most families × passages renders."""
-    key = (family.code_version, passage_id)
-    if key not in _RENDERED:
-        from vhd.schemas.errors import SetterError
-        from vhd.tasks.setters.passages import builtin_passages
-        from vhd.tasks.setters.template import render_module
-
-        if not _BUILTIN:
-            _BUILTIN.update((p.passage_id, p) for p in builtin_passages())
-        passage = _BUILTIN.get(passage_id)
-        try:
-            _RENDERED[key] = render_module(family, passage).setter_output_id if passage is not None else None
-        except SetterError:
-            _RENDERED[key] = None
-    return _RENDERED[key]
 
 
 def module_problem(family: Family, output: SetterOutputRecord) -> tuple[str, str] | None:
