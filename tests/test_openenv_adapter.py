@@ -511,7 +511,8 @@ def test_vhd_export_format_openenv(refreshed, tmp_path):
     done = subprocess.run([sys.executable, "-m", "vhd.cli", "export", "--format", "openenv", "--out", str(out),
                            "--env", env_id[:12], "--db", str(db)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    (package,) = out.iterdir()
+    (package,) = [path for path in out.iterdir() if path.is_dir()]  # and OUT/SEAL, the version's seal
+    assert sorted(path.name for path in out.iterdir() if not path.is_dir()) == ["SEAL"]
     assert json.loads((package / "row.json").read_text())["env_id"] == env_id
     assert _validate(package, "--level", "static").returncode == 0
     for args, message in ((["--format", "openenv", "--env", "ffffffffffff"], "no environments of version"),
