@@ -50,7 +50,7 @@ from vhd.tasks.setters.passages import builtin_passages
 from vhd.tasks.setters.template import SETTER as TEMPLATE_SETTER
 from vhd.tasks.setters.template import SETTER_VERSION as TEMPLATE_SETTER_VERSION
 from vhd.warehouse import Warehouse
-from vhd.warehouse.lineage import load_chains, load_versions
+from vhd.warehouse.lineage import chain_batches, load_versions
 from vhd.warehouse import seals as seal_store
 
 
@@ -397,7 +397,8 @@ def quality_task(frame: Any, expected_splits: dict[str, int] | None) -> dict[str
 
 
 @task(cache_policy=NO_CACHE, task_run_name="audit")
-def audit_task(chains: dict, versions: list, runs: set[str]) -> dict[str, Any]:
+def audit_task(chains: Any, versions: list, runs: set[str]) -> dict[str, Any]:
+    """The publish gate's audit of `chains` (a dict, or batches of them as `chain_batches` yields them)."""
     return gate_stage.gate(chains, versions, runs)
 
 
@@ -432,13 +433,11 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
         # new or changed environments; and any the anchored version holds that left the corpus without
         # a (verified) superseded mark — e.g. `admitted` flipped by a stray UPDATE — lest it drop silently
         todo = (current - set(plan["trusted"])) | (set(plan["trusted"]) - current - set(wh.superseded()))
-        chains = load_chains(wh, todo)
-        audit = audit_task(_unwalked(chains), [], runs)
+        audit = audit_task(_unwalked(chain_batches(wh, todo)), [], runs)
     else:
         named = {i for v, _, _ in versions if isinstance(v.manifest, dict)
                  for i in v.manifest.get("env_ids") or [] if isinstance(i, str)}
-        chains = load_chains(wh, {k["env_id"] for k in keys} | named)
-        audit = audit_task(_unwalked(chains), _unwalked(versions), runs)
+        audit = audit_task(_unwalked(chain_batches(wh, {k["env_id"] for k in keys} | named)), _unwalked(versions), runs)
     audit["seal"] = {"file": str(seal_file), "incremental": plan["incremental"], "why": plan["why"],
                      "trusted": len(plan["trusted"]), "warnings": plan["warnings"],
                      "versions": [dict(row) for row in plan["versions"]],
@@ -454,7 +453,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
         again = [row for row in sealed if row["version"] in plan["unanchored"] or row is sealed[-1]]
         audit["seal"]["anchored"] = _anchor(seal_file, again, "verified", code=code)
     digests = {**plan["trusted"], **audit["digests"]}
-    manifest = publish_stage.manifest_of_keys(keys, digests, {i: c.environment for i, c in chains.items()})
+    manifest = publish_stage.manifest_of_keys(keys, digests)  # the audit digested every environment of `keys`
     if note is not None:
         manifest["follow"] = note
     if versions and versions[-1][0].manifest.get("digest") == manifest["digest"]:

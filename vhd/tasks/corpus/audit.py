@@ -256,14 +256,16 @@ class Auditor:
             return None
         return family
 
-    def grading(self, env: EnvironmentRecord, row: dict[str, Any] | None = None) -> str:
-        """The environment's grading digest, computed once per audit (from its stored row, if given)."""
-        if env.env_id not in self.digests:
+    def grading(self, env: EnvironmentRecord, row: dict[str, Any] | None = None, env_id: str | None = None) -> str:
+        """The environment's grading digest, computed once per audit (from its stored row, if given),
+        kept under `env_id` (the id its chain was asked for; default its own)."""
+        env_id = env_id or env.env_id
+        if env_id not in self.digests:
             try:
-                self.digests[env.env_id] = grading_digest_of_row(row) if row is not None else grading_digest(env)
+                self.digests[env_id] = grading_digest_of_row(row) if row is not None else grading_digest(env)
             except (TypeError, ValueError):  # an edited row that no longer serialises: flagged by its digests
-                self.digests[env.env_id] = ""
-        return self.digests[env.env_id]
+                self.digests[env_id] = ""
+        return self.digests[env_id]
 
     def _current(self, env: EnvironmentRecord) -> bool:
         """Replay only what today's annotator and checker made: an environment of an older

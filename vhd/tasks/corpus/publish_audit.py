@@ -16,7 +16,8 @@ The warehouse side loads the inputs (`warehouse.lineage`: `load_chains`, `load_v
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 from vhd.schemas.hashing import digest_problems
 from vhd.schemas.records import Chain
@@ -50,18 +51,41 @@ def summary(findings: list[dict[str, str]], envs: int, versions: int, seconds: f
             "notes": sorted(set(notes)), "hint": hint}
 
 
-def gate(chains: dict[str, Chain], versions: list[tuple[Any, dict[str, Any], dict[str, str]]],
-         runs: set[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EnvKey:
+    """What a version check (`publish.check_version`) reads of an environment once its chain is
+    audited: the publish gate keeps this (and the grading digest), not the chain, across chunks."""
+
+    env_id: str
+    admitted: bool
+    family: str
+    split: str
+    presentation: str
+
+
+def gate(chains: dict[str, Chain] | Iterable[dict[str, Chain]],
+         versions: list[tuple[Any, dict[str, Any], dict[str, str]]], runs: set[str]) -> dict[str, Any]:
     """The publish gate's audit: every chain (hashes, digests, lineage, verdicts, θ re-derived,
     u*/u₀/u_idle and trajectories replayed, the module against the template setter's render, the
     verdict's θ-dependent gates recomputed; π* is not re-solved) and every published version. No
     environment is skipped because a stored manifest lists its grading digest (issue 31): what
-    decides a verdict is recomputed on every attempt (`recompute`)."""
+    decides a verdict is recomputed on every attempt (`recompute`).
+
+    `chains`: one dict of chains, or batches of them (the flow loads a few hundred at a time,
+    `warehouse.lineage.chain_batches`), so that memory does not grow with the corpus: of each
+    environment only its `EnvKey` and grading digest outlive its batch."""
     started = time.perf_counter()
     auditor = Auditor(resolve=False, measure=False)
-    found = auditor.chains(chains)
-    found += audit_versions(versions, {i: c.environment for i, c in chains.items()}, runs, auditor.digests)
-    report = summary(found, len(chains), len(versions), time.perf_counter() - started, auditor.notes,
+    found: list[dict[str, str]] = []
+    kept: dict[str, EnvKey] = {}
+    for batch in ([chains] if isinstance(chains, dict) else chains):
+        found += auditor.chains(batch)
+        for env_id, chain in batch.items():
+            env = chain.environment
+            auditor.grading(env, env_id=env_id)
+            kept[env_id] = EnvKey(env.env_id, env.admitted, env.family, env.split, env.presentation)
+    found += audit_versions(versions, kept, runs, auditor.digests)
+    report = summary(found, len(kept), len(versions), time.perf_counter() - started, auditor.notes,
                      version_hint(auditor.unbumped))
     report["replayed"] = auditor.replayed
     report["digests"] = auditor.digests
