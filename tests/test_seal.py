@@ -253,3 +253,22 @@ def test_an_anchored_environment_that_leaves_the_corpus_without_a_mark_is_audite
     _, published, _, audit = _publish(db)
     assert audit["seal"]["incremental"] and not published and not audit["verified"]
     assert any(f["env_id"] == env_id and f["field"] == "admitted" for f in audit["findings"]), audit["lines"]
+
+
+def test_the_weekly_verify_flow_replays_everything_and_fails_on_a_problem(sealed, tmp_path):
+    """`vhd serve`'s weekly deployment runs the `verify` flow: `vhd verify --full` through Prefect's
+    engine. On an intact copy it replays every environment (the seals match, and cover nothing:
+    full) and returns verified; after an edit it fails the run, naming the problem."""
+    from vhd.flows.verify import verify
+    from vhd.schemas.errors import IntegrityError
+
+    db = _copy(sealed, tmp_path / "w.duckdb")
+    summary = verify(db_path=str(db), resolve=False)
+    assert summary["verified"] and summary["seals"]["full"] and summary["seals"]["covered_envs"] == 0
+    assert [row["status"] for row in summary["seals"]["versions"]] == ["match"]
+    con = duckdb.connect(str(db))
+    env_id = con.execute("SELECT env_id FROM environments WHERE admitted ORDER BY env_id LIMIT 1").fetchall()[0][0]
+    con.execute("UPDATE environments SET u_star = u_star + 1 WHERE env_id = ?", [env_id])
+    con.close()
+    with pytest.raises(IntegrityError, match=r"problems; first: environments .*u_star"):
+        verify(db_path=str(db), resolve=False)

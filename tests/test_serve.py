@@ -1,4 +1,5 @@
-"""`vhd serve`'s deployment is built (never served) and its schedule matches prefect.yaml's."""
+"""`vhd serve`'s deployments (the nightly refresh, the weekly full audit) are built (never served) and
+their schedules match prefect.yaml's."""
 
 from pathlib import Path
 
@@ -25,11 +26,30 @@ def test_nightly_deployment_runs_refresh_on_the_cron(tmp_path):
     assert "batch" not in deployment.parameters  # each night's run takes its date as the batch
 
 
-def test_prefect_yaml_declares_the_same_deployment():
-    from vhd.flows.serve import nightly
+def test_weekly_verify_deployment_runs_the_full_audit_on_its_cron(tmp_path):
+    from vhd.flows.serve import weekly_verify
+
+    deployment = weekly_verify(db_path=str(tmp_path / "w.duckdb"))
+    assert deployment.name == "weekly-verify" and deployment.flow_name == "verify"
+    assert deployment.entrypoint == "vhd.flows.verify.verify"
+    [schedule] = deployment.schedules
+    assert schedule.active and schedule.schedule.cron == "0 4 * * 0" and schedule.schedule.timezone == "UTC"
+    assert deployment.parameters == {"db_path": str(tmp_path / "w.duckdb"), "full": True}
+    with pytest.raises(ValueError):
+        weekly_verify(cron="weekly")
+
+
+def test_prefect_yaml_declares_the_same_deployments():
+    from vhd.flows.serve import nightly, weekly_verify
 
     built = nightly()
-    [declared] = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    declared, audit = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    weekly = weekly_verify()
+    assert (audit["name"], audit["entrypoint"]) == (weekly.name, "vhd/flows/verify.py:verify")
+    assert audit["parameters"] == weekly.parameters
+    [schedule] = audit["schedules"]
+    assert (schedule["cron"], schedule["timezone"]) == (weekly.schedules[0].schedule.cron,
+                                                        weekly.schedules[0].schedule.timezone)
     assert declared["name"] == built.name
     assert declared["entrypoint"] == "vhd/flows/refresh.py:refresh"
     [schedule] = declared["schedules"]
@@ -39,9 +59,10 @@ def test_prefect_yaml_declares_the_same_deployment():
     assert "families" not in declared["parameters"] and "families" not in built.parameters
 
 
-def test_a_bad_cron_is_one_line_and_exit_1(tmp_path):
-    result = run_vhd("http://127.0.0.1:9", "serve", "--cron", "every night", "--db", tmp_path / "w.duckdb")
-    assert result.returncode == 1 and "--cron 'every night'" in result.stderr
+@pytest.mark.parametrize("flag", ["--cron", "--verify-cron"])
+def test_a_bad_cron_is_one_line_and_exit_1(tmp_path, flag):
+    result = run_vhd("http://127.0.0.1:9", "serve", flag, "every night", "--db", tmp_path / "w.duckdb")
+    assert result.returncode == 1 and f"{flag} 'every night'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
@@ -49,3 +70,4 @@ def test_a_bad_cron_is_one_line_and_exit_1(tmp_path):
 def test_serve_help_explains(flag):
     result = run_vhd("http://127.0.0.1:9", "serve", flag)
     assert result.returncode == 0 and "PREFECT_API_URL" in result.stdout and "--cron" in result.stdout
+    assert "--verify-cron" in result.stdout

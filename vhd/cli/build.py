@@ -389,12 +389,17 @@ def serve(
         "rewrites between runs (as `vhd refresh --follow`)")),
     follow_band: Optional[str] = typer.Option(None, "--follow-band", metavar="LO:HI", help=(
         "with --follow: the learner's target reward band (default 0.3:0.7)")),
+    verify_cron: str = typer.Option("0 4 * * 0", "--verify-cron", help=(
+        "when the weekly full audit (`vhd verify --full`: every environment replayed and re-solved) runs, a "
+        "5-field cron expression in the same time zone; 'off' serves the refresh alone")),
     db: Optional[Path] = DbOption,
 ) -> None:
-    """Serve the nightly refresh deployment against the Prefect API (PREFECT_API_URL); blocks until Ctrl-C.
+    """Serve the nightly refresh and the weekly full audit against the Prefect API (PREFECT_API_URL);
+    blocks until Ctrl-C.
 
-    Each scheduled run is `vhd refresh` over every registered family with today's date as the batch.
-    See docs/OPERATIONS.md for running against a Prefect server and watching runs in the UI."""
+    Each scheduled refresh is `vhd refresh` over every registered family with today's date as the
+    batch; each scheduled audit is `vhd verify --full` of the same warehouse (a problem fails the
+    run). See docs/OPERATIONS.md for running against a Prefect server and watching runs in the UI."""
     from vhd.warehouse import Warehouse, default_path
 
     _per_family(per_family)
@@ -404,12 +409,20 @@ def serve(
     if follow_band is not None and follow is None:
         _fail("--follow-band needs --follow RESULTS (the learner whose reward it bands)")
     with _prefect(api=False):  # `serve` talks to the server PREFECT_API_URL names, not a temporary one
-        from vhd.flows.serve import nightly, serve as serve_deployment
+        from vhd.flows.serve import nightly, serve as serve_deployment, weekly_verify
 
         try:
             deployment = nightly(cron=cron, db_path=str(path), per_family=per_family, timezone=timezone,
                                  follow=str(follow.resolve()) if follow is not None else None, follow_band=target_band)
         except ValueError as exc:
             _fail(f"--cron {cron!r} / --timezone {timezone!r}: {str(exc).splitlines()[0]}; expected e.g. '0 3 * * *'")
+        deployments = [deployment]
+        if verify_cron != "off":
+            try:
+                deployments.append(weekly_verify(cron=verify_cron, db_path=str(path), timezone=timezone))
+            except ValueError as exc:
+                _fail(f"--verify-cron {verify_cron!r}: {str(exc).splitlines()[0]}; expected e.g. '0 4 * * 0', or 'off'")
         console.print(f"serving deployment refresh/{deployment.name} on {cron!r} ({timezone}) → {path}")
-        serve_deployment(deployment)
+        if len(deployments) > 1:
+            console.print(f"serving deployment verify/{deployments[1].name} on {verify_cron!r} ({timezone}) → {path}")
+        serve_deployment(*deployments)

@@ -177,37 +177,12 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
     environments that matching anchored seals cover are audited row by row but not replayed or
     re-solved (--full: they are too). Exit 1 on any problem, each named by environment, table, row
     and field, or on a seal that does not match (docs/RELIABILITY.md, "What is verified where")."""
-    from vhd.tasks.corpus.publish import code_digest
-    from vhd.tasks.corpus.publish_audit import seal_plan, whole
-    from vhd.tasks.corpus.marks import mark_findings
+    from vhd.flows.verification import verify_warehouse
     from vhd.warehouse import Warehouse
-    from vhd.warehouse import seals as seal_store
-    from vhd.warehouse.lineage import audit_inputs, load_versions, seal_rows, unsealed
+    from vhd.warehouse.lineage import seal_rows, unsealed
 
-    with _reader(db) as wh:
-        seal_file = seal_store.seals_path(wh.path, seals)
-        anchors = seal_store.read_anchors(seal_file)
-        plan = seal_plan(seal_store.sealed_chain(wh), anchors, load_versions(wh), code_digest())
-        covered: set[str] = set()
-        if plan["incremental"] and not full and not seal:
-            covered = seal_store.covered_ids(wh, [row["version"] for row in plan["versions"]])
-        why_full = "--full" if full else plan["why"] or "--seal"
-        if covered:
-            report = whole(**audit_inputs(wh, covered), marks=mark_findings(wh), resolve=resolve)
-            if report["findings"]:  # a covered row changed without its digest: audit all, to name the environments
-                covered, why_full = set(), "the rows the seals cover hold problems"
-        if not covered:
-            report = whole(**audit_inputs(wh), marks=mark_findings(wh), resolve=resolve)
-    report["seals"] = {"file": str(seal_file), "present": anchors is not None, "versions": plan["versions"],
-                       "covered_envs": len(covered), "full": not covered, "why_full": "" if covered else why_full}
-    for row in plan["versions"]:
-        if row["status"] in ("mismatch", "missing"):
-            report["findings"].append({"env_id": "", "table": "corpus_versions", "id": row["version"],
-                                       "field": "seal",
-                                       "problem": f"does not match the seal file {seal_file}: {row['why']}"})
-            report["lines"].append(f"corpus_versions {row['version']} seal: {report['findings'][-1]['problem']}")
-            report["problems"].append(report["findings"][-1]["problem"])
-    report["verified"] = not report["findings"]
+    report = verify_warehouse(db, seals, full=full or seal, resolve=resolve)
+    plan_versions = report["seals"]["versions"]
     if seal:
         rows = unsealed(report)  # one line and nothing sealed when the audit found anything else
         with Warehouse.open(db) as wh:
@@ -217,17 +192,18 @@ def verify_(db: Optional[Path] = DbOption, as_json: bool = JsonOption,
         _emit(report)
     else:
         _print_findings(report)
-        for row in plan["versions"]:
+        for row in plan_versions:
             shown = {"match": "[green]anchored, matches[/green]",
                      "mismatch": "[red]does not match the seal file[/red]",
                      "missing": "[red]anchored but not in the warehouse[/red]",
                      "unanchored": "[yellow]not anchored[/yellow]"}[row["status"]]
             console.print(f"{row['version']}: seal {str(row['seal'] or '–')[:16]}… {shown}"
                           + (f" ({row['why']})" if row["why"] else ""), highlight=False)
-        if anchors is None:
-            console.print(f"no seal file at {seal_file}: nothing is anchored (`vhd refresh` writes one when it "
+        if not report["seals"]["present"]:
+            console.print(f"no seal file at {report['seals']['file']}: nothing is anchored (`vhd refresh` writes one when it "
                           "publishes)", highlight=False)
-        scope = (f"{len(covered)} environments covered by anchored seals (not replayed), " if covered else "")
+        covered = report["seals"]["covered_envs"]
+        scope = f"{covered} environments covered by anchored seals (not replayed), " if covered else ""
         console.print(f"{scope}{report['envs']} environments audited, {report['versions']} corpus versions in "
                       f"{report['seconds']} s: " + ("[green]verified[/green]" if report["verified"] else
                                                     f"[red]{len(report['findings'])} problems[/red]"))

@@ -1,18 +1,21 @@
-"""A deployment of the `refresh` flow with a nightly cron, and the long-running process that serves it.
+"""The deployments `vhd serve` runs: the nightly `refresh` and the weekly `verify --full`, and the
+long-running process that serves them.
 
     >>> deployment = nightly(cron="0 3 * * *", db_path="/srv/vhd/vhd.duckdb")
     >>> deployment.name, deployment.entrypoint, deployment.parameters["db_path"]
     ('nightly', 'vhd.flows.refresh.refresh', '/srv/vhd/vhd.duckdb')
+    >>> weekly_verify(db_path="/srv/vhd/vhd.duckdb").entrypoint
+    'vhd.flows.verify.verify'
 
 and then (it blocks, so not a doctest):
 
-    serve(deployment)          # polls the Prefect API and runs each scheduled refresh
+    serve(deployment, weekly_verify(db_path=...))   # polls the Prefect API and runs each scheduled run
 
-`nightly` only builds the deployment object (no API call); `serve` registers it with the
-Prefect server named by `PREFECT_API_URL` and runs its scheduled flow runs in subprocesses.
-The deployment's entrypoint is the module path `vhd.flows.refresh:refresh`, so it does not
+`nightly` and `weekly_verify` only build deployment objects (no API call); `serve` registers them
+with the Prefect server named by `PREFECT_API_URL` and runs their scheduled flow runs in
+subprocesses. The entrypoints are module paths (`vhd.flows.refresh:refresh`), so they do not
 depend on the directory the server was started from. `prefect.yaml` at the repository root
-declares the same deployment for `prefect deploy` with a worker.
+declares the same deployments for `prefect deploy` with a worker.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron
 
 from vhd.flows.refresh import refresh
+from vhd.flows.verify import verify
 
 DEPLOYMENT = "nightly"
 DEFAULT_CRON = "0 3 * * *"
+VERIFY_DEPLOYMENT = "weekly-verify"
+DEFAULT_VERIFY_CRON = "0 4 * * 0"  # Sundays, after that night's refresh
 
 
 def nightly(cron: str = DEFAULT_CRON, db_path: str = "data/vhd.duckdb", per_family: int = 20,
@@ -52,5 +58,20 @@ def nightly(cron: str = DEFAULT_CRON, db_path: str = "data/vhd.duckdb", per_fami
     )
 
 
-def serve(deployment: RunnerDeployment) -> None:  # pragma: no cover - blocks until interrupted
-    prefect.serve(deployment, pause_on_shutdown=False)
+def weekly_verify(cron: str = DEFAULT_VERIFY_CRON, db_path: str = "data/vhd.duckdb",
+                  timezone: str = "UTC") -> RunnerDeployment:
+    """The weekly full audit (`vhd verify --full`): every environment replayed and re-solved,
+    whatever the seal file says, so what the nightly publish gate trusts is recomputed from first
+    principles once a week; a problem fails the run. A bad cron raises ValueError."""
+    return verify.to_deployment(
+        name=VERIFY_DEPLOYMENT,
+        schedules=[Cron(cron, timezone=timezone)],
+        parameters={"db_path": db_path, "full": True},
+        description="Weekly full audit: every environment replayed and re-solved against the seal file.",
+        tags=["vhd", "verify"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+def serve(*deployments: RunnerDeployment) -> None:  # pragma: no cover - blocks until interrupted
+    prefect.serve(*deployments, pause_on_shutdown=False)
