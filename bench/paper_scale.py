@@ -5,7 +5,7 @@
 Reports: wall time of `refresh(preset="paper", scale=S)` on an empty warehouse, admitted
 environments per second, per-stage seconds (the flow's own `stage_seconds`: sample, solve,
 synthesize, check, annotate, write), peak resident memory of this process tree (sampled every
-0.2 s; it includes the Prefect server this process starts and every sandbox child), the
+0.2 s by a process of its own, `tree_memory.py`; it includes the Prefect server this process starts and every sandbox child), the
 warehouse size; a no-op refresh (the same batch again) against an empty Prefect flow on the
 same server (median of `--repeats`); and with `--workers N`, the same build on a second empty
 warehouse with the check stage on a local Dask cluster, its speed-up, and whether it admitted
@@ -21,7 +21,6 @@ import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,104 +29,16 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
-import psutil  # noqa: E402
 from prefect import flow  # noqa: E402
 
 from vhd.flows.refresh import refresh, with_workers  # noqa: E402
 from vhd.warehouse import Warehouse  # noqa: E402
+from tree_memory import PeakRSS  # noqa: E402  (bench/tree_memory.py: the sampler, in a process of its own)
 
 
 @flow(name="empty")
 def empty() -> None:
     """The floor: a flow that does nothing, on the same server."""
-
-
-def _rollup(pid: int) -> tuple[int, int, int]:
-    """(RSS, PSS, USS) in bytes of one process, from /proc/PID/smaps_rollup (one cheap read).
-    RSS counts every shared page in full in each process that maps it (forked zygote children,
-    shared libraries); PSS splits a shared page among its sharers, so PSS sums to what the tree
-    really occupies; USS is what only this process holds."""
-    fields = {}
-    with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
-        for line in handle:
-            key, _, rest = line.partition(b":")
-            if key in (b"Rss", b"Pss", b"Private_Clean", b"Private_Dirty"):
-                fields[key] = int(rest.split()[0]) * 1024
-    return fields[b"Rss"], fields[b"Pss"], fields[b"Private_Clean"] + fields[b"Private_Dirty"]
-
-
-def _role(proc: psutil.Process, me: int) -> str:
-    if proc.pid == me:
-        return "flow"
-    try:
-        command = " ".join(proc.cmdline())
-    except psutil.Error:
-        return "other"
-    if "zygote.py" in command or "runner.py" in command or command.startswith(("unshare", "bwrap")) \
-            or "/unshare " in command or "/bwrap " in command:
-        return "sandbox"
-    if "prefect" in command and ("server" in command or "uvicorn" in command):
-        return "server"
-    if "dask" in command or "distributed" in command or "multiprocessing" in command:
-        return "dask"
-    return "other"
-
-
-class PeakRSS:
-    """Peaks of this process tree's memory, sampled in a thread every `every` seconds.
-
-    `peak` (kept for the report's old keys): the summed RSS of this process and all of its
-    descendants (it double-counts pages shared between processes, e.g. a zygote and its forked
-    children). Also: the summed PSS (the honest total), the flow process's own RSS, PSS and USS,
-    and, at the moment of each total's peak, its split by role (flow, server, sandbox, dask, other)."""
-
-    def __init__(self, every: float = 0.2):
-        self.every, self.peak, self._stop = every, 0, threading.Event()
-        self.peak_pss = self.flow_rss = self.flow_pss = self.flow_uss = 0
-        self.roles_at_rss_peak: dict[str, int] = {}
-        self.roles_at_pss_peak: dict[str, int] = {}
-        self.max_processes = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            rss_roles: dict[str, int] = {}
-            pss_roles: dict[str, int] = {}
-            procs = [me, *me.children(recursive=True)]
-            for proc in procs:
-                try:
-                    rss, pss, uss = _rollup(proc.pid)
-                except (OSError, KeyError, ValueError):
-                    continue
-                role = _role(proc, me.pid)
-                rss_roles[role] = rss_roles.get(role, 0) + rss
-                pss_roles[role] = pss_roles.get(role, 0) + pss
-                if role == "flow":
-                    self.flow_rss, self.flow_pss = max(self.flow_rss, rss), max(self.flow_pss, pss)
-                    self.flow_uss = max(self.flow_uss, uss)
-            self.max_processes = max(self.max_processes, len(procs))
-            if sum(rss_roles.values()) > self.peak:
-                self.peak, self.roles_at_rss_peak = sum(rss_roles.values()), rss_roles
-            if sum(pss_roles.values()) > self.peak_pss:
-                self.peak_pss, self.roles_at_pss_peak = sum(pss_roles.values()), pss_roles
-            self._stop.wait(self.every)
-
-    def report(self) -> dict:
-        mb = lambda n: round(n / 2**20)  # noqa: E731
-        return {"tree_rss_mb": mb(self.peak), "tree_pss_mb": mb(self.peak_pss),
-                "flow_rss_mb": mb(self.flow_rss), "flow_pss_mb": mb(self.flow_pss), "flow_uss_mb": mb(self.flow_uss),
-                "rss_by_role_at_peak_mb": {k: mb(v) for k, v in sorted(self.roles_at_rss_peak.items())},
-                "pss_by_role_at_peak_mb": {k: mb(v) for k, v in sorted(self.roles_at_pss_peak.items())},
-                "max_processes": self.max_processes}
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def timed(fn, *args, **kwargs):
