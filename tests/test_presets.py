@@ -104,6 +104,31 @@ def test_paper_preset_rerun_finds_every_slot_full(prefect_server, paper_small):
 
 
 @pytest.mark.registry
+def test_a_slot_fills_in_rounds_of_round_draws_with_the_same_environments(prefect_server, paper_small, tmp_path,
+                                                                           monkeypatch):
+    """A round holds at most `ROUND_DRAWS` θ draws, so the flow's memory is bounded by the round, not by
+    the slot (issue 31): filled two draws a round, the paper preset stores exactly the environments,
+    verdicts and reasons it stores when one round holds a whole slot."""
+    from vhd.flows.refresh import refresh
+    from vhd.tasks.stages import sample
+
+    db, summary = paper_small
+    monkeypatch.setattr(sample, "ROUND_DRAWS", 2)
+    small = tmp_path / "rounds.duckdb"
+    again = refresh(families=[], preset="paper", scale=0.01, batch="p1", db_path=str(small))
+    assert again["splits"] == summary["splits"] and again["rejected"] == summary["rejected"]
+    assert sum(row["computed"]["sample"] for row in again["families"].values()) > 0
+
+    def stored(path):
+        con = duckdb.connect(str(path), read_only=True)
+        rows = con.execute("SELECT env_id, admitted, reason FROM environments ORDER BY env_id").fetchall()
+        con.close()
+        return rows
+
+    assert stored(small) == stored(db)
+
+
+@pytest.mark.registry
 def test_diagnostic_preset_builds_f_i_and_a_and_f_is_scored(prefect_server, tmp_path):
     db = tmp_path / "diag.duckdb"
     result = run_vhd(prefect_server, "refresh", "--preset", "diagnostic", "--scale", "0.02", "--db", db, "--json")

@@ -155,7 +155,14 @@ DEFAULT_BACKFILL_BATCH = "backfill"  # vhd.flows.backfill's default batch key
 TIMED = STAGES + ("write",)  # seconds per stage in the flow process: wall, but check until every future
 # resolved (annotation included) and annotate the seconds spent annotating in the check threads
 FIRST_GUESS = 0.85     # admission rate assumed before a slot has any verdict
-MAX_ROUNDS = 40
+MAX_ROUNDS = 160  # rounds per slot at most: 40,000 draws (ROUND_DRAWS each), as 40 rounds of 1,000 were
+GIVE_UP = 64       # candidates a slot sees with none admitted before it stops (reported short), at least
+
+
+def give_up(target: int) -> int:
+    """Candidates a slot of `target` sees with none admitted before it stops: 4 × target, at least
+    GIVE_UP. Rounds stop there, so where the rounds end (`ROUND_DRAWS`) changes no slot's outcome."""
+    return max(4 * target, GIVE_UP)
 
 
 def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, presentations: tuple[str, ...],
@@ -317,12 +324,14 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     while True:
         if target is None:
             count = per_family
-        elif rounds == 0 and wh.model_count(name, family.version, batch):
-            count = wh.model_count(name, family.version, batch)
+        elif rounds == 0 and wh.model_count(name, family.version, batch):  # the stored draws first (a resume)
+            count = min(sample_stage.ROUND_DRAWS, wh.model_count(name, family.version, batch))
         else:
             rate = filled / seen if seen else FIRST_GUESS
-            count = min(sample_stage.MAX_PER_FAMILY,  # a round's memory is bounded; more rounds fill the slot
+            count = min(sample_stage.ROUND_DRAWS,  # a round's memory is bounded; more rounds fill the slot
                         math.ceil((target - filled) / len(presentations) / max(rate, 0.05) * 1.1) + 1)
+        if target is not None and filled == 0:  # never past the give-up point, wherever the rounds end
+            count = max(1, min(count, math.ceil((give_up(target) - seen) / len(presentations))))
         started = time.perf_counter()
         models = sample_task(name, count, seed, batch, cursor)
         seconds["sample"] += time.perf_counter() - started
@@ -361,7 +370,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
         cursor, rounds = cursor + count, rounds + 1
         if target is None or filled >= target:
             break
-        if rounds >= MAX_ROUNDS or (seen >= 4 * target and filled == 0):
+        if rounds >= MAX_ROUNDS or (seen >= give_up(target) and filled == 0):
             break  # reported as a shortfall below, never padded
     row = {"split": split or family.split, "admitted": new_admitted, "rejected": new_rejected,
            "reused": totals["found"]["check"], "reasons": reasons, **totals,

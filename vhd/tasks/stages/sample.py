@@ -24,9 +24,13 @@ from vhd.schemas.errors import InvalidParams
 from vhd.schemas.hashing import sha256_hex
 from vhd.schemas.records import ModelRecord
 
-# θ draws per family in one run, and per round of a preset's slot: a round holds all of its
-# candidates (records, reference episodes, verdicts) in memory, ~50–100 MB per 1,000 (BENCHMARKS.md)
+# θ draws per family in one run (`--per-family`: one round holds them all)
 MAX_PER_FAMILY = 1000
+# θ draws per round of a preset's slot: a round holds its candidates' rows (the environment with
+# its reference trajectories, its checks: ~150 KB a candidate, two presentations a draw) until it
+# is written, so a slot of any size fills in rounds of at most this many draws and the flow's
+# memory is bounded by the round, not by the slot or the corpus (docs/BENCHMARKS.md)
+ROUND_DRAWS = 250
 
 
 def _key(text: str) -> int:
