@@ -35,31 +35,35 @@ from typing import Any
 SUITE_VERSION = "1"
 
 
-def _hides_theta(row: Any, registry: Any) -> bool:
-    if row["presentation"] != "A":
+def _hides_theta(presentation: str, family_name: str, theta_text: Any, instruction: str, registry: Any) -> bool:
+    if presentation != "A":
         return True
     from vhd.tasks.corpus.export import visible_params
 
-    family = registry.get(row["family"])
-    theta = json.loads(row["theta"]) if isinstance(row["theta"], str) else {}
+    family = registry.get(family_name)
+    theta = json.loads(theta_text) if isinstance(theta_text, str) else {}
     if set(visible_params("A", theta, family)) & set(family.hidden):
         return False
     for key in family.hidden:  # a hidden table or list written out whole in the instruction
         value = theta.get(key)
-        if isinstance(value, (list, dict)) and len(json.dumps(value)) > 8 and json.dumps(value) in row["instruction"]:
+        if isinstance(value, (list, dict)) and len(json.dumps(value)) > 8 and json.dumps(value) in instruction:
             return False
     return True
 
 
 def derived(frame: Any, registry: Any) -> Any:
-    """The frame with the columns the suite reads."""
+    """The frame with the columns the suite reads. The texts (`theta`, `instruction`) decide
+    `hides_theta` and are then dropped: the suite reads flags and numbers, and the texts are most of
+    a row (kept, they would be copied here and in every batch the suite validates)."""
     from vhd.tasks.grading.score import reward
 
-    frame = frame.copy()
+    hides = [_hides_theta(*row, registry) for row in zip(frame["presentation"], frame["family"], frame["theta"],
+                                                        frame["instruction"])]
+    frame = frame.drop(columns=["theta", "instruction"])
+    frame["hides_theta"] = hides
     frame["reference_reward"] = [reward(u, u, d) for u, d in zip(frame["u_star"], frame["u_default"])]
     frame["default_reward"] = [reward(d, u, d) for u, d in zip(frame["u_star"], frame["u_default"])]
     frame["solution_gap"] = frame["solution_u_star"].fillna(float("-inf")) - frame["solution_u_default"].fillna(0.0)
-    frame["hides_theta"] = [_hides_theta(row, registry) for _, row in frame.iterrows()]
     frame["lineage_complete"] = frame["lineage_complete"].fillna(False).astype(bool)
     return frame
 
