@@ -42,6 +42,7 @@ from vhd.tasks.corpus.marks import refuse_forged
 from vhd.tasks.corpus import presets
 from vhd.tasks.corpus import publish as publish_stage
 from vhd.tasks.corpus import quality as quality_stage
+from vhd.tasks.stages import release_build_memory
 from vhd.tasks.stages import resume as resume_stage
 from vhd.tasks.stages import sample as sample_stage
 from vhd.tasks.stages import solve as solve_stage
@@ -632,6 +633,7 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             for slot in plan.slots:
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
         note = _follow_note(wh, run, aims, per) if follow is not None else None
+        release_build_memory()  # the build's caches and warm zygotes: the publish stage's peak is its own
         version, published, quality, audit = publish(wh, run.run_id, expected, note, seals)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         if band is not None:
