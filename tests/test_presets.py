@@ -108,12 +108,17 @@ def test_a_slot_fills_in_rounds_of_round_draws_with_the_same_environments(prefec
                                                                            monkeypatch):
     """A round holds at most `ROUND_DRAWS` θ draws, so the flow's memory is bounded by the round, not by
     the slot (issue 31): filled two draws a round, the paper preset stores exactly the environments,
-    verdicts and reasons it stores when one round holds a whole slot."""
+    verdicts and reasons it stores when one round holds a whole slot. The planner's guess is made
+    to fail too (every candidate guessed admitted: each round checks only as many as the slot still
+    wants, and a rejection stops the walk mid-round), so the next round must start at the first
+    model no check reached, or a drawn model is skipped and the slot ends elsewhere."""
     from vhd.flows.refresh import refresh
     from vhd.tasks.stages import sample
+    from vhd.tasks.stages.check import planning
 
     db, summary = paper_small
     monkeypatch.setattr(sample, "ROUND_DRAWS", 2)
+    monkeypatch.setattr(planning, "in_band", lambda family, candidate: True)
     small = tmp_path / "rounds.duckdb"
     again = refresh(families=[], preset="paper", scale=0.01, batch="p1", db_path=str(small))
     assert again["splits"] == summary["splits"] and again["rejected"] == summary["rejected"]

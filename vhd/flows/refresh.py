@@ -168,7 +168,7 @@ def give_up(target: int) -> int:
 
 def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, presentations: tuple[str, ...],
            split: str | None, wanted: int | None, llm: Any = None, run_id: str = "",
-           tick: Any = None, select: Any = None) -> dict[str, Any]:
+           tick: Any = None, select: Any = None, counted: frozenset[str] = frozenset()) -> dict[str, Any]:
     """sample → solve → synthesize → check → annotate for `models`, nothing written yet.
 
     With `wanted`, only the candidates up to the `wanted`-th admitted one (in model order) are
@@ -210,6 +210,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
                 inside.append(c)
         chosen["outside"] = len(candidates) - len(inside)
         candidates = inside
+    candidates = [c for c in candidates if c.env_id not in counted]  # the previous round walked them
     stored = wh.admission(c.env_id for c in candidates)
     pending = [c for c in candidates if c.env_id not in stored] if wanted is None else \
         check_stage.needed_checks(family, candidates, stored, wanted)  # none when the stored ones fill the slot
@@ -229,7 +230,12 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
     del futures
     t4 = clock()
     verdicts = {**stored, **{env_id: row[0].admitted for env_id, row in annotated.items()}}
-    kept, _ = _walk(candidates, verdicts, wanted)
+    kept, reached = _walk(candidates, verdicts, wanted)
+    # the walk stopped at a candidate no check reached (a guess of `needed_checks` failed): the next
+    # round starts at its model, so no drawn model is skipped and where rounds end changes nothing
+    stop = candidates[len(kept)].model.model_id if not reached and len(kept) < len(candidates) else None
+    walked = next((k for k, m in enumerate(models) if m.model_id == stop), len(models))
+    partial = [c.env_id for c in kept if c.model.model_id == stop]  # the stop model's candidates walked already
     kept_ids = {c.env_id for c in kept}
     kept_models = {c.model.model_id for c in kept} if wanted is not None else {m.model_id for m in models}
     kept_outputs = {c.setter_output.setter_output_id for c in kept} if wanted is not None else {
@@ -242,7 +248,7 @@ def _round(wh: Warehouse, name: str, models: list[ModelRecord], passages: list, 
         "rows": rows,
         "attempts": [a for a in attempts if a.setter_output_id in kept_outputs or not a.setter_output_id],
         "admitted": sum(verdicts[env_id] for env_id in kept_ids),
-        "kept": len(kept), "seen": len(verdicts), "chosen": chosen,
+        "kept": len(kept), "seen": len(verdicts), "chosen": chosen, "walked": walked, "partial": partial,
         "computed": {"sample": len(kept_models - had_models), "solve": len(fresh), "check": len(pending),
                      "synthesize": len(kept_outputs - had_outputs), "annotate": len(rows)},
         "stage_seconds": {"solve": t1 - t0, "synthesize": t2 - t1, "check": t4 - t3, "annotate": annotating},
@@ -321,6 +327,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
     new_admitted = new_rejected = 0
     reasons: dict[str, int] = {}
     cursor, rounds = 0, 0
+    counted: frozenset[str] = frozenset()
     failed = None
     while True:
         if target is None:
@@ -343,7 +350,7 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
 
         try:
             out = _round(wh, name, models, passages, presentations, split, None if target is None else target - filled,
-                         llm, run_id, tick, select)
+                         llm, run_id, tick, select, counted)
         except SetterUnavailable as exc:  # nothing of this round is written
             failed = str(exc)
             break
@@ -367,8 +374,12 @@ def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None
             if not env.admitted:
                 gate = env.reason.split(":")[0]
                 reasons[gate] = reasons.get(gate, 0) + 1
+        # the models this round decided: the next round draws from there, skipping what it walked of the next
+        walked, counted = out["walked"], frozenset(out["partial"])
+        if not walked and not counted:  # (the first pending candidate is always checked: never stand still)
+            walked = 1
         del out, models  # this round is written: its records are not held while the next round runs
-        cursor, rounds = cursor + count, rounds + 1
+        cursor, rounds = cursor + walked, rounds + 1
         if target is None or filled >= target:
             break
         if rounds >= MAX_ROUNDS or (seen >= give_up(target) and filled == 0):
