@@ -272,3 +272,19 @@ def test_the_weekly_verify_flow_replays_everything_and_fails_on_a_problem(sealed
     con.close()
     with pytest.raises(IntegrityError, match=r"problems; first: environments .*u_star"):
         verify(db_path=str(db), resolve=False)
+
+
+def test_vhd_verify_runs_no_flow_and_imports_no_prefect(sealed, tmp_path):
+    """`vhd verify` is the same audit as the weekly flow (`flows/verification.py`), without Prefect:
+    a command that runs no flow neither starts nor imports it."""
+    import subprocess
+    import sys
+
+    db = _copy(sealed, tmp_path / "w.duckdb")
+    code = ("import sys\nfrom vhd.cli import app\n"
+            "try:\n    app(['verify', '--no-resolve', '--json', '--db', sys.argv[1]], standalone_mode=False)\n"
+            "except SystemExit as exc:\n    print('EXIT', exc.code)\n"
+            "print('PREFECT' if any(m == 'prefect' or m.startswith('prefect.') for m in sys.modules) else 'CLEAN')\n")
+    result = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"verified": true' in result.stdout and result.stdout.strip().splitlines()[-1] == "CLEAN"
