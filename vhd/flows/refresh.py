@@ -42,11 +42,11 @@ from vhd.tasks.corpus.marks import refuse_forged
 from vhd.tasks.corpus import presets
 from vhd.tasks.corpus import publish as publish_stage
 from vhd.tasks.corpus import quality as quality_stage
-from vhd.tasks.stages import release_build_memory
 from vhd.tasks.stages import resume as resume_stage
 from vhd.tasks.stages import sample as sample_stage
 from vhd.tasks.stages import solve as solve_stage
 from vhd.tasks.stages import synthesize as synthesize_stage
+from vhd.tasks.sandbox import pool as sandbox_pool
 from vhd.tasks.setters.passages import builtin_passages
 from vhd.tasks.setters.template import SETTER as TEMPLATE_SETTER
 from vhd.tasks.setters.template import SETTER_VERSION as TEMPLATE_SETTER_VERSION
@@ -644,7 +644,9 @@ def run_batch(flow_name: str, families: list[str], per_family: int, seed: int, b
             for slot in plan.slots:
                 expected[slot.split] = expected.get(slot.split, 0) + slot.target
         note = _follow_note(wh, run, aims, per) if follow is not None else None
-        release_build_memory()  # the build's caches and warm zygotes: the publish stage's peak is its own
+        # the warm zygotes served the checks; publishing plays nothing in the sandbox (a render is
+        # replayed in process), so they leave before its peak (the next check starts a pool again)
+        sandbox_pool.shutdown_default()
         version, published, quality, audit = publish(wh, run.run_id, expected, note, seals)
         summary = _summary(run.run_id, batch, per, version, published, time.perf_counter() - started)
         if band is not None:
