@@ -1,5 +1,7 @@
 """The refresh and backfill flows bound how many checks run at once (docs/BENCHMARKS.md "Memory")."""
 
+import os
+
 from prefect.settings import PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -11,6 +13,13 @@ def test_flows_run_on_a_bounded_thread_pool():
     for flow_ in (refresh, backfill):
         assert isinstance(flow_.task_runner, ThreadPoolTaskRunner)
         assert flow_.task_runner._max_workers == check_threads() >= 2
+
+
+def test_the_bound_is_one_check_per_core_the_flow_may_use():
+    """The checks hold the GIL for most of their work: more threads than cores add zygotes and
+    memory, not speed (docs/BENCHMARKS.md, "One check per core")."""
+    with temporary_settings(restore_defaults={PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS}):
+        assert check_threads() == max(2, len(os.sched_getaffinity(0)))
 
 
 def test_prefects_own_setting_overrides_the_bound():

@@ -133,17 +133,29 @@ def _stamped(records: list, run_id: str) -> list:
 
 def check_threads() -> int:
     """Tasks in flight at once in the flow process: Prefect's own setting
-    PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS when it is set, else 2 per core (at least 2).
+    PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS when it is set, else one per core this process
+    may run on (at least 2).
 
     Prefect's thread-pool runner is unbounded by default: a round submitted every module's check
     at once, one thread each, and each thread borrowed its own warm zygote (the pool caps only idle
     zygotes), so a large round held hundreds of zygotes, sandbox children and candidates' reference
-    episodes in memory together, on cores that run two at a time. Verdicts do not depend on this
-    number; only how many checks overlap does."""
+    episodes in memory together, on cores that run two at a time. A check's gates and annotation
+    hold the GIL for most of its time, so threads beyond the cores add zygotes and memory, not
+    speed: the paper preset at scale 1 on 2 cores took 410 s with 4 threads and with 2, whose
+    tree peaked 135 MB lower (docs/BENCHMARKS.md). Verdicts do not depend on this number; only how
+    many checks overlap does."""
     from prefect.settings import get_current_settings
 
     configured = get_current_settings().tasks.runner.thread_pool_max_workers
-    return configured if configured else max(2, 2 * (os.cpu_count() or 1))
+    return configured if configured else max(2, _cores())
+
+
+def _cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def bounded_runner() -> ThreadPoolTaskRunner:
