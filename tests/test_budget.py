@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from family_kit import gated
-from vhd.tasks.stages.check.budget import measure
+from vhd.tasks.stages.check.budget import measure, why_not
 from vhd.mechanisms import registry
 from vhd.tasks.stages.check.planning import budget_binds
 from vhd.tasks.corpus.presets import preset
@@ -57,6 +57,22 @@ def test_where_no_budget_binds_every_probe_is_needed(name):
         b = measure(family, theta)
         assert b.play + b.full_reading > b.budget, b
         assert b.needed_reading >= b.full_reading - max(3, b.full_reading // 4), b
+
+
+@pytest.mark.parametrize("name", BINDING)
+def test_the_verdict_is_the_full_measures_at_every_budget_around_its_thresholds(name):
+    """`why_not` stops reducing the needed reading once it fits, and skips it when everything
+    fits: at every budget from below play + needed to past play + full its message is the one the
+    full measure gives, figures included."""
+    family = registry.get(name)
+    for seed in range(3):
+        _, theta = draw(family, 7_000 + seed)
+        s = family.solve(theta)
+        b = measure(family, theta, s)
+        low, high = b.play + b.needed_reading - 2, b.play + b.full_reading + 1
+        budgets = sorted({*range(low, min(high, low + 4) + 1), *range(max(low, high - 3), high + 1), b.budget})
+        for budget in budgets:
+            assert why_not(family, theta, s, budget) == dataclasses.replace(b, budget=budget).why_not(), (seed, budget)
 
 
 def test_the_gate_rejects_an_a_candidate_whose_budget_does_not_bind_and_admits_only_binding_ones():

@@ -104,12 +104,14 @@ class Budget:
         return ""
 
 
-def _reduced(family: Family, calls: list[dict[str, Any]], keeps) -> list[dict[str, Any]]:
+def _reduced(family: Family, calls: list[dict[str, Any]], keeps, fits=None) -> list[dict[str, Any]]:
     """`calls` with probes dropped, the most expensive first (ties: the last read first), while
-    `keeps(rest)` holds."""
+    `keeps(rest)` holds; with `fits`, no further once `fits(kept)` holds."""
     kept = list(calls)
     order = sorted(range(len(calls)), key=lambda i: (-family.tool(calls[i]["tool"]).turn_cost, -i))
     for i in order:
+        if fits is not None and fits(kept):
+            break
         rest = [c for c in kept if c is not calls[i]]
         if keeps(rest):
             kept = rest
@@ -134,11 +136,16 @@ def _enough(family: Family, theta: dict[str, Any], floor: float, read: list[dict
         return False
 
 
-def needed_reading(family: Family, theta: dict[str, Any], u_star: float, u_default: float) -> list[dict[str, Any]]:
+def needed_reading(family: Family, theta: dict[str, Any], u_star: float, u_default: float,
+                   within: int | None = None, full: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The probes of an irreducible reading whose belief's optimum loses at most NEAR of the span
-    u* − u_default on θ."""
+    u* − u_default on θ (`full`: θ's `full_reading`, found here unless given). With `within`, the
+    reduction stops as soon as the reading takes at most `within` turns: enough to tell whether
+    the needed reading fits there (dropping more probes only makes it shorter), not its length."""
     floor = u_star - NEAR * max(u_star - u_default, 0.0)
-    return _reduced(family, full_reading(family, theta), lambda rest: _enough(family, theta, floor, rest))
+    fits = None if within is None else (lambda kept: turns_of(family, kept) <= within)
+    return _reduced(family, full_reading(family, theta) if full is None else full,
+                    lambda rest: _enough(family, theta, floor, rest), fits)
 
 
 def play_turns(family: Family, theta: dict[str, Any], policy: np.ndarray, u_star: float) -> int:
@@ -168,6 +175,19 @@ def _played(family: Family, theta: dict[str, Any], calls: list[dict[str, Any]]) 
         env.call(output.tool_name(call["tool"]), call["arguments"])
     env.finish()
     return float(env.outcome()["utility"])
+
+
+def why_not(family: Family, theta: dict[str, Any], solution: Solution, budget: int) -> str:
+    """`measure(family, theta, solution, budget).why_not()`, with no more solving than the verdict
+    needs: the needed reading is not sought when reading everything already fits beside π*'s play,
+    and is reduced only until it fits (`needed_reading`'s `within`). Where it never fits, it is
+    reduced all the way, so the message names the same figures."""
+    play = play_turns(family, theta, solution.policy, solution.u_star)
+    full = full_reading(family, theta)
+    if play + turns_of(family, full) <= budget:
+        return Budget(budget, play, turns_of(family, full), turns_of(family, full)).why_not()
+    needed = needed_reading(family, theta, solution.u_star, solution.u_default, within=budget - play, full=full)
+    return Budget(budget, play, turns_of(family, full), turns_of(family, needed)).why_not()
 
 
 def measure(family: Family, theta: dict[str, Any], solution: Solution | None = None,

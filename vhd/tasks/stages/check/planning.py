@@ -7,7 +7,7 @@ import math
 from vhd.mechanisms import Family, Solution
 from vhd.schemas.records import SolutionRecord
 from vhd.tasks.grading import written
-from vhd.tasks.stages.check.budget import measure
+from vhd.tasks.stages.check.budget import why_not
 from vhd.tasks.stages.check.candidates import Candidate
 from vhd.tasks.stages.solve import unpack_policy
 
@@ -43,7 +43,7 @@ def budget_binds(family: Family, candidate: Candidate) -> tuple[bool, str]:
         solution = Solution(s.u_star, unpack_policy(s.policy), s.u_default, s.u_idle, None)
         if len(_BINDS) >= 100_000:
             _BINDS.clear()
-        _BINDS[key] = measure(family, candidate.model.theta, solution, candidate.turn_budget).why_not()
+        _BINDS[key] = why_not(family, candidate.model.theta, solution, candidate.turn_budget)
     problem = _BINDS[key]
     return (False, "in presentation A " + problem) if problem else (True, "and the turn budget binds in A")
 
