@@ -19,26 +19,39 @@ def frame(refreshed):
         return wh.quality_frame()
 
 
+@pytest.fixture(scope="module")
+def texts(refreshed):
+    db, _ = refreshed
+    with Warehouse.open(db, read_only=True) as wh:
+        return list(wh.quality_texts(batch=2))  # several batches
+
+
 def _failed(report):
     return {e["column"]: e["rows"] for e in report["expectations"] if not e["passed"]}
 
 
-def test_a_refreshed_corpus_passes(frame):
-    report = validate(frame, registry, {"train": len(frame)})
+def test_a_refreshed_corpus_passes(frame, texts):
+    report = validate(frame, registry, {"train": len(frame)}, texts)
     assert report["passed"] and report["rows"] == len(frame) > 0, _failed(report)
+    assert "theta" not in frame and "instruction" not in frame  # the texts are streamed, not held
+    assert sorted(t[0] for t in texts) == sorted(frame.loc[frame["presentation"] == "A", "env_id"]) != []
 
 
-def test_each_expectation_fails_on_the_row_that_breaks_it(frame):
+def test_an_a_row_without_its_texts_does_not_count_as_hiding_theta(frame, texts):
+    report = validate(frame, registry, {"train": len(frame)}, texts[1:])
+    assert _failed(report) == {"hides_theta": [texts[0][0]]}
+
+
+def test_each_expectation_fails_on_the_row_that_breaks_it(frame, texts):
     bad = frame.copy()
     first, second, third = bad["env_id"].iloc[0], bad["env_id"].iloc[1], bad["env_id"].iloc[2]
     bad.loc[0, "lineage_complete"] = False
     bad.loc[1, "u_default"] = bad.loc[1, "u_star"]            # no reward span: the reference cannot score 1
     bad.loc[2, "solution_u_default"] = bad.loc[2, "solution_u_star"] + 5
-    a_rows = bad.index[bad["presentation"] == "A"]
-    leaked = bad.loc[a_rows[0], "env_id"]
-    theta = json.loads(bad.loc[a_rows[0], "theta"])
-    bad.loc[a_rows[0], "instruction"] += " demand weights: " + json.dumps(theta["demand_weights"])
-    failed = _failed(validate(bad, registry, {"train": len(bad) + 1}))
+    leaked, family, theta_text, instruction = texts[0]
+    theta = json.loads(theta_text)
+    told = [(leaked, family, theta_text, instruction + " demand weights: " + json.dumps(theta["demand_weights"]))]
+    failed = _failed(validate(bad, registry, {"train": len(bad) + 1}, told + texts[1:]))
     assert failed["lineage_complete"] == [first]
     assert failed["reference_reward"] == [second] and "default_reward" not in failed  # r(u0) is 0 anyway
     assert failed["solution_gap"] == [third]

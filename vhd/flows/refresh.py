@@ -425,8 +425,8 @@ def _finished(key: str, row: dict[str, Any], per_family: int | None, presentatio
 
 
 @task(cache_policy=NO_CACHE, task_run_name="quality suite")
-def quality_task(frame: Any, expected_splits: dict[str, int] | None) -> dict[str, Any]:
-    return quality_stage.validate(frame, registry, expected_splits)
+def quality_task(frame: Any, expected_splits: dict[str, int] | None, texts: Any = ()) -> dict[str, Any]:
+    return quality_stage.validate(frame, registry, expected_splits, texts)
 
 
 @task(cache_policy=NO_CACHE, task_run_name="audit")
@@ -493,7 +493,7 @@ def publish(wh: Warehouse, run_id: str, expected_splits: dict[str, int] | None =
         return latest, False, None, audit
     if not manifest["env_ids"]:
         return None, False, None, audit
-    quality = quality_task(wh.quality_frame(), expected_splits)
+    quality = quality_task(wh.quality_frame(), expected_splits, _unwalked(wh.quality_texts()))
     if not quality["passed"]:
         return latest, False, quality, audit
     version = publish_stage.next_version([v.version for v, _, _ in versions])

@@ -600,10 +600,16 @@ class Warehouse:
     def quality_frame(self) -> Any:
         """One pandas row per admitted environment with what the data-quality suite checks: its
         ids, the solution's values, the player-facing fields, and whether each link of its
-        lineage chain (model, solution, module, passage and the five edges) is stored."""
-        return self.con.execute("""
-            SELECT e.env_id, e.family, e.split, e.presentation, e.u_star, e.u_default, e.instruction,
-                   m.theta, s.u_star AS solution_u_star, s.u_default AS solution_u_default,
+        lineage chain (model, solution, module, passage and the five edges) is stored; in env_id
+        order.
+
+        The texts the suite also reads (θ, the instruction) are not in it: `quality_texts` streams
+        them. Carried through this query's joins, or held as the frame's string columns, they made
+        the flow process hold ten times their size (scale 3 of the paper preset: +250 MB for 23 MB of
+        text, docs/BENCHMARKS.md)."""
+        frame = self.con.execute("""
+            SELECT e.env_id, e.family, e.split, e.presentation, e.u_star, e.u_default,
+                   s.u_star AS solution_u_star, s.u_default AS solution_u_default,
                    (m.model_id IS NOT NULL AND s.solution_id IS NOT NULL AND o.setter_output_id IS NOT NULL
                     AND p.passage_id IS NOT NULL
                     AND EXISTS (SELECT 1 FROM lineage_edges x WHERE x.child_id = e.env_id AND x.parent_id = e.model_id
@@ -621,7 +627,19 @@ class Warehouse:
             LEFT JOIN solutions s ON s.solution_id = e.solution_id
             LEFT JOIN setter_outputs o ON o.setter_output_id = e.setter_output_id
             LEFT JOIN passages p ON p.passage_id = o.passage_id
-            WHERE e.admitted AND e.env_id NOT IN (SELECT id FROM superseded) ORDER BY e.env_id""").df()
+            WHERE e.admitted AND e.env_id NOT IN (SELECT id FROM superseded)""").df()
+        return frame.sort_values("env_id", ignore_index=True)
+
+    def quality_texts(self, batch: int = 512) -> Iterator[tuple[str, str, str | None, str]]:
+        """(env_id, family, θ as stored, instruction) of every admitted, current environment in
+        presentation A, the one that hides θ: what the quality suite's `hides_theta` reads, `batch`
+        rows at a time (the texts are most of a row)."""
+        self.con.execute("""
+            SELECT e.env_id, e.family, m.theta, e.instruction FROM environments e
+            LEFT JOIN models m ON m.model_id = e.model_id
+            WHERE e.admitted AND e.presentation = 'A' AND e.env_id NOT IN (SELECT id FROM superseded)""")
+        while rows := self.con.fetchmany(batch):
+            yield from rows
 
     def exemplars(self, family: str, k: int = 3) -> list[SetterOutputRecord]:
         """Up to `k` modules of `family` behind admitted, current environments, in id order

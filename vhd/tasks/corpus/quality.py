@@ -1,17 +1,19 @@
 """The data-quality gate: a Great Expectations suite over the admitted corpus, before publishing.
 
-    >>> frame = derived(wh.quality_frame(), registry)     # wh: a Warehouse; the columns the suite reads
+    >>> frame = derived(wh.quality_frame(), registry, wh.quality_texts())  # wh: a Warehouse; the columns the suite reads
     >>> frame[["lineage_complete", "reference_reward", "default_reward", "hides_theta"]].to_dict("records")
     [{'lineage_complete': True, 'reference_reward': 1.0, 'default_reward': 0.0, 'hides_theta': True}]
 
 The suite itself, on a corpus of at least 2200 train environments (not a doctest: Great
 Expectations takes ~4 s to import):
 
-    report = validate(wh.quality_frame(), registry, expected_splits={"train": 2200})
+    report = validate(wh.quality_frame(), registry, expected_splits={"train": 2200}, texts=wh.quality_texts())
     report["passed"], [e["expectation"] for e in report["expectations"] if not e["passed"]]  # (True, [])
 
 The warehouse hands over one pandas row per admitted environment (`Warehouse.quality_frame`;
-Great Expectations takes pandas, not polars, and its DuckDB SQL path is not used). This module
+Great Expectations takes pandas, not polars, and its DuckDB SQL path is not used), and streams
+the texts of presentation A (θ and the instruction, `Warehouse.quality_texts`), which decide
+`hides_theta` one row at a time and are never held together. This module
 adds the derived columns, runs the suite in an ephemeral context and names the failing rows
 by `env_id`. A failed expectation blocks publication of a corpus version (flows/refresh).
 
@@ -30,14 +32,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Iterable
 
 SUITE_VERSION = "1"
 
 
-def _hides_theta(presentation: str, family_name: str, theta_text: Any, instruction: str, registry: Any) -> bool:
-    if presentation != "A":
-        return True
+def _hides_theta(family_name: str, theta_text: Any, instruction: str, registry: Any) -> bool:
+    """Whether an environment of presentation A keeps its family's hidden θ out of its player config
+    and its instruction."""
     from vhd.tasks.corpus.export import visible_params
 
     family = registry.get(family_name)
@@ -51,16 +53,17 @@ def _hides_theta(presentation: str, family_name: str, theta_text: Any, instructi
     return True
 
 
-def derived(frame: Any, registry: Any) -> Any:
-    """The frame with the columns the suite reads. The texts (`theta`, `instruction`) decide
-    `hides_theta` and are then dropped: the suite reads flags and numbers, and the texts are most of
-    a row (kept, they would be copied here and in every batch the suite validates)."""
+def derived(frame: Any, registry: Any, texts: Iterable[tuple[str, str, Any, str]] = ()) -> Any:
+    """The frame with the columns the suite reads. `texts`: (env_id, family, θ as stored,
+    instruction) of its presentation-A rows (`Warehouse.quality_texts`), each judged as it is read
+    and dropped; an A row whose texts are not among them does not count as hiding θ."""
     from vhd.tasks.grading.score import reward
 
-    hides = [_hides_theta(*row, registry) for row in zip(frame["presentation"], frame["family"], frame["theta"],
-                                                        frame["instruction"])]
-    frame = frame.drop(columns=["theta", "instruction"])
-    frame["hides_theta"] = hides
+    judged = {env_id: _hides_theta(family, theta, instruction, registry)
+              for env_id, family, theta, instruction in texts}
+    frame = frame.copy()
+    frame["hides_theta"] = [judged.get(env_id, False) if presentation == "A" else True
+                            for env_id, presentation in zip(frame["env_id"], frame["presentation"])]
     frame["reference_reward"] = [reward(u, u, d) for u, d in zip(frame["u_star"], frame["u_default"])]
     frame["default_reward"] = [reward(d, u, d) for u, d in zip(frame["u_star"], frame["u_default"])]
     frame["solution_gap"] = frame["solution_u_star"].fillna(float("-inf")) - frame["solution_u_default"].fillna(0.0)
@@ -68,8 +71,10 @@ def derived(frame: Any, registry: Any) -> Any:
     return frame
 
 
-def validate(frame: Any, registry: Any, expected_splits: dict[str, int] | None = None) -> dict[str, Any]:
-    """Run the suite; {"passed", "rows", "expectations": [{expectation, column, passed, unexpected, env_ids}]}."""
+def validate(frame: Any, registry: Any, expected_splits: dict[str, int] | None = None,
+             texts: Iterable[tuple[str, str, Any, str]] = ()) -> dict[str, Any]:
+    """Run the suite on `frame` and the A rows' `texts` (`derived`); {"passed", "rows",
+    "expectations": [{expectation, column, passed, unexpected, env_ids}]}."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     import pandas as pd
@@ -78,7 +83,7 @@ def validate(frame: Any, registry: Any, expected_splits: dict[str, int] | None =
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_pandas("vhd")
-    frame = derived(frame, registry)
+    frame = derived(frame, registry, texts)
     E = gx.expectations
     checks = [
         ("environments", E.ExpectColumnValuesToNotBeNull(column="env_id")),
