@@ -599,7 +599,7 @@ class Warehouse:
 
     def quality_frame(self) -> Any:
         """One pandas row per admitted environment with what the data-quality suite checks: its
-        ids, the solution's values, the player-facing fields, and whether each link of its
+        ids, split and presentation, the solution's values, and whether each link of its
         lineage chain (model, solution, module, passage and the five edges) is stored; in env_id
         order.
 
