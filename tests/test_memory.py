@@ -17,7 +17,7 @@ def test_flows_run_on_a_bounded_thread_pool():
 
 def test_the_bound_is_one_check_per_core_the_flow_may_use():
     """The checks hold the GIL for most of their work: more threads than cores add zygotes and
-    memory, not speed (docs/BENCHMARKS.md, "One check per core")."""
+    memory, not speed (docs/BENCHMARKS.md, "Memory that does not grow with the corpus")."""
     with temporary_settings(restore_defaults={PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS}):
         assert check_threads() == max(2, len(os.sched_getaffinity(0)))
 
@@ -25,8 +25,6 @@ def test_the_bound_is_one_check_per_core_the_flow_may_use():
 def test_prefects_own_setting_overrides_the_bound():
     with temporary_settings({PREFECT_TASKS_RUNNER_THREAD_POOL_MAX_WORKERS: 3}):
         assert check_threads() == 3
-
-
 
 
 def test_the_refresh_shuts_its_warm_zygotes_down_before_it_publishes(prefect_server, tmp_path, monkeypatch):

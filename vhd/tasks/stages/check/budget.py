@@ -184,10 +184,11 @@ def why_not(family: Family, theta: dict[str, Any], solution: Solution, budget: i
     reduced all the way, so the message names the same figures."""
     play = play_turns(family, theta, solution.policy, solution.u_star)
     full = full_reading(family, theta)
-    if play + turns_of(family, full) <= budget:
-        return Budget(budget, play, turns_of(family, full), turns_of(family, full)).why_not()
+    everything = turns_of(family, full)
+    if play + everything <= budget:  # the verdict reads no needed reading
+        return Budget(budget, play, everything, everything).why_not()
     needed = needed_reading(family, theta, solution.u_star, solution.u_default, within=budget - play, full=full)
-    return Budget(budget, play, turns_of(family, full), turns_of(family, needed)).why_not()
+    return Budget(budget, play, everything, turns_of(family, needed)).why_not()
 
 
 def measure(family: Family, theta: dict[str, Any], solution: Solution | None = None,
