@@ -50,3 +50,25 @@ def test_the_refresh_shuts_its_warm_zygotes_down_before_it_publishes(prefect_ser
                       presentations=("I",))
     assert summary["families"]["knapsack"]["computed"]["check"] == 1
     assert calls == [("shutdown", pools.enabled()), ("publish", True)]
+
+
+def test_trim_drops_what_duckdb_cached_and_puts_its_memory_limit_back(tmp_path):
+    """DuckDB caches every block it reads or writes up to its memory limit (80 % of RAM): a refresh
+    trims the cache between rounds and an audit between batches (`Warehouse.trim`), so the flow's
+    memory does not grow with the file (docs/BENCHMARKS.md, "Memory that does not grow")."""
+    from vhd.warehouse import Warehouse
+
+    def cached(wh):
+        return wh.raw.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()[0][0]
+
+    with Warehouse.open(tmp_path / "w.duckdb") as wh:
+        wh.raw.execute("CREATE TABLE scratch AS SELECT i, md5(i::VARCHAR) || md5((i + 1)::VARCHAR) || md5((i + 2)::VARCHAR) AS s "
+                       "FROM range(400000) r(i)")
+        wh.raw.execute("CHECKPOINT")
+        limit = wh.raw.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        assert wh.raw.execute("SELECT count(DISTINCT s) FROM scratch").fetchall()[0][0] == 400000
+        assert cached(wh) > 8 << 20
+        wh.trim()
+        assert cached(wh) <= 4 << 20
+        assert wh.raw.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == limit
+        assert wh.raw.execute("SELECT count(DISTINCT s) FROM scratch").fetchall()[0][0] == 400000  # read again

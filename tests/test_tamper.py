@@ -333,6 +333,43 @@ def test_the_untampered_warehouse_verifies(built):
     assert report["seals"]["covered_envs"] == 6 or report["seals"]["why_full"].startswith("the code changed")
 
 
+@pytest.mark.parametrize("table, column", [("models", "theta"), ("solutions", "u_star"), ("checks", "passed"),
+                                           ("environments", "u_star"), ("setter_outputs", "module")])
+def test_an_audit_in_batches_finds_what_one_audit_finds(built, tmp_path, table, column):
+    """The publish gate audits a batch of chains at a time and forgets the rows only that batch held
+    (issue 31: memory that does not grow with the corpus): a tampered row the I environment shares
+    with its A twin (θ, π*) or with other modules' chains is found again in every batch it is met in."""
+    from vhd.tasks.corpus.publish_audit import gate
+    from vhd.warehouse.lineage import chain_batches, load_chains
+
+    db, env, _ = built
+    copy = tmp_path / "w.duckdb"
+    _copy(db, copy)
+    row_id, field = _apply(copy, env, table, column, "")
+    with Warehouse.open(copy, read_only=True) as wh:
+        ids = {k["env_id"] for k in wh.environment_keys()}
+        runs = {r.run_id for r in wh.runs()}
+        whole = gate(load_chains(wh, ids), [], runs)
+        batched = gate(chain_batches(wh, ids, size=1), [], runs)
+    assert any(f["id"] == row_id and f["field"] == field for f in whole["findings"]), whole["lines"]
+    assert sorted(batched["lines"]) == sorted(whole["lines"])
+    assert batched["digests"] == whole["digests"] and batched["envs"] == whole["envs"] == len(ids)
+
+
+def test_an_auditor_forgets_the_rows_of_a_batch_and_keeps_the_shared_ones(built):
+    from vhd.tasks.corpus.audit import Auditor
+    from vhd.warehouse.lineage import load_chains
+
+    db, env, _ = built
+    with Warehouse.open(db, read_only=True) as wh:
+        chains = load_chains(wh, [env["env_id"]])
+    auditor = Auditor(resolve=False, measure=False)
+    assert auditor.chains(chains) == []
+    auditor.forget(chains)
+    assert not auditor._models and not auditor._solutions
+    assert set(auditor._rows) == {env["setter_output_id"], env["passage_id"]}
+
+
 # -- an insert never reuses a row that no longer matches its id (issue 18, item 3) ----------------
 
 @pytest.mark.parametrize("cls, column", [(ModelRecord, "theta"), (SolutionRecord, "u_star"),

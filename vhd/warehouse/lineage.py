@@ -44,9 +44,11 @@ CHAIN_BATCH = 256  # chains loaded at once by `chain_batches` (a chain holds ~14
 
 def chain_batches(wh: Warehouse, env_ids: Iterable[str], size: int = CHAIN_BATCH) -> Iterator[dict[str, Chain]]:
     """`load_chains` of `env_ids`, `size` at a time in id order: what an audit of the whole corpus
-    walks, so that it holds a batch of chains, never the corpus's."""
+    walks, so that it holds a batch of chains, never the corpus's (nor DuckDB's cache of it:
+    `Warehouse.trim` between batches)."""
     ordered = sorted(set(env_ids))
     for start in range(0, len(ordered), size):
+        wh.trim()  # the blocks DuckDB cached before this batch (the seals' SQL over every row, the batch before)
         yield load_chains(wh, ordered[start:start + size])
 
 

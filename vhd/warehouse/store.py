@@ -65,6 +65,7 @@ SEALED = frozenset({"passages", "models", "solutions", "setter_outputs", "checks
 # columns that may differ when a stored row is met again: who wrote it first, how long it took
 METADATA = frozenset({"run_id", "seconds", "gate_seconds", "created_at", "field_digests"})
 DIGESTS = "field_digests"
+TRIMMED = "4MB"  # the memory limit `Warehouse.trim` sets for a moment: DuckDB evicts its cache down to it
 
 
 def default_path() -> Path:
@@ -230,6 +231,19 @@ class Warehouse:
         except duckdb.Error as exc:  # a full disk at commit: DuckDB rolls the transaction back
             raise WarehouseError(f"cannot commit to warehouse {self.path}: {str(exc).strip().splitlines()[0]}; "
                                  "nothing of this transaction was stored") from None
+
+    def trim(self) -> None:
+        """Drop the blocks DuckDB keeps cached. DuckDB caches every block it reads or writes, up
+        to its memory limit (80 % of the machine's RAM): a refresh would hold about as much of the
+        file as it wrote or audited, and its memory would grow with the corpus (issue 31). Lowering
+        the limit evicts the unpinned blocks at once; the limit is then reset to DuckDB's default, so no
+        query runs under a smaller one. Called between a refresh's rounds and an audit's batches."""
+        try:
+            self.raw.execute(f"SET memory_limit = '{TRIMMED}'")
+        except duckdb.Error:  # blocks a running query holds pinned: they stay, the rest is gone
+            pass
+        finally:
+            self.raw.execute("RESET memory_limit")
 
     @contextmanager
     def _registered(self, name: str, table: pa.Table) -> Iterator[None]:
@@ -606,7 +620,7 @@ class Warehouse:
         The texts the suite also reads (θ, the instruction) are not in it: `quality_texts` streams
         them. With them, this frame took a fresh process from 165 to 411 MB at scale 3 of the paper
         preset (23 MB of text); without them, to 235 MB (docs/BENCHMARKS.md)."""
-        return self.con.execute("""
+        frame = self.con.execute("""
             SELECT e.env_id, e.family, e.split, e.presentation, e.u_star, e.u_default,
                    s.u_star AS solution_u_star, s.u_default AS solution_u_default,
                    (m.model_id IS NOT NULL AND s.solution_id IS NOT NULL AND o.setter_output_id IS NOT NULL
@@ -627,17 +641,25 @@ class Warehouse:
             LEFT JOIN setter_outputs o ON o.setter_output_id = e.setter_output_id
             LEFT JOIN passages p ON p.passage_id = o.passage_id
             WHERE e.admitted AND e.env_id NOT IN (SELECT id FROM superseded) ORDER BY e.env_id""").df()
+        self.trim()  # the blocks the joins read: the suite holds the frame, not DuckDB's cache of the file
+        return frame
 
     def quality_texts(self, batch: int = 512) -> Iterator[tuple[str, str, str | None, str]]:
         """(env_id, family, θ as stored, instruction) of every admitted, current environment in
-        presentation A, the one that hides θ: what the quality suite's `hides_theta` reads, `batch`
-        rows at a time (the texts are most of a row). It reads the connection's pending result: use
-        it up before the next query on this warehouse."""
-        self.con.execute("""
-            SELECT e.env_id, e.family, m.theta, e.instruction FROM environments e
-            LEFT JOIN models m ON m.model_id = e.model_id
-            WHERE e.admitted AND e.presentation = 'A' AND e.env_id NOT IN (SELECT id FROM superseded)""")
-        while rows := self.con.fetchmany(batch):
+        presentation A, the one that hides θ: what the quality suite's `hides_theta` reads, in
+        env_id order, `batch` rows a query (the texts are most of a row), DuckDB's cache trimmed
+        after each (`trim`): neither this process nor DuckDB holds more than a batch of them."""
+        after = ""
+        while True:
+            rows = self.con.execute("""
+                SELECT e.env_id, e.family, m.theta, e.instruction FROM environments e
+                LEFT JOIN models m ON m.model_id = e.model_id
+                WHERE e.admitted AND e.presentation = 'A' AND e.env_id NOT IN (SELECT id FROM superseded)
+                  AND e.env_id > ? ORDER BY e.env_id LIMIT ?""", [after, batch]).fetchall()
+            self.trim()
+            if not rows:
+                return
+            after = rows[-1][0]
             yield from rows
 
     def exemplars(self, family: str, k: int = 3) -> list[SetterOutputRecord]:

@@ -89,6 +89,20 @@ class Auditor:
         env_id was changed is reported under the id its referrers name)."""
         return [f for env_id, chain in chains.items() for f in self.chain(chain, env_id)]
 
+    def forget(self, chains: dict[str, Chain]) -> None:
+        """Drop what this audit remembers of the rows only `chains` hold (environments, θ,
+        solutions, checks), keeping the rows many chains share (modules, passages): an audit in
+        batches then holds one batch's worth, whatever the corpus's size. A row met again in a
+        later batch (the same θ in I and A) is checked again, to the same findings."""
+        for chain in chains.values():
+            for record in (chain.environment, chain.model, chain.solution, *chain.checks):
+                if record is not None:
+                    self._rows.pop(record.id, None)
+            if chain.model is not None:
+                self._models.pop(chain.model.model_id, None)
+            if chain.solution is not None:
+                self._solutions.pop(chain.solution.solution_id, None)
+
     def rows(self, table: str, rows: Iterable[tuple[Any, dict[str, Any], dict[str, str]]]) -> list[dict[str, str]]:
         """Findings on the rows of `table` that no chain of this audit reached (a passage no module
         skins, a check moved off its environment): (record, row as stored, invalid) each."""

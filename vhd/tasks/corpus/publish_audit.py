@@ -84,6 +84,8 @@ def gate(chains: dict[str, Chain] | Iterable[dict[str, Chain]],
             env = chain.environment
             auditor.grading(env, env_id=env_id)
             kept[env_id] = EnvKey(env.env_id, env.admitted, env.family, env.split, env.presentation)
+        if not isinstance(chains, dict):
+            auditor.forget(batch)
     found += audit_versions(versions, kept, runs, auditor.digests)
     report = summary(found, len(kept), len(versions), time.perf_counter() - started, auditor.notes,
                      version_hint(auditor.unbumped))
