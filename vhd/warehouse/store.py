@@ -240,7 +240,7 @@ class Warehouse:
         query runs under a smaller one. Called between a refresh's rounds and an audit's batches."""
         try:
             self.raw.execute(f"SET memory_limit = '{TRIMMED}'")
-        except duckdb.Error:  # blocks a running query holds pinned: they stay, the rest is gone
+        except duckdb.Error:  # a limit DuckDB cannot reach now (blocks a pending result pins): the cache stays
             pass
         finally:
             self.raw.execute("RESET memory_limit")
@@ -647,19 +647,18 @@ class Warehouse:
     def quality_texts(self, batch: int = 512) -> Iterator[tuple[str, str, str | None, str]]:
         """(env_id, family, θ as stored, instruction) of every admitted, current environment in
         presentation A, the one that hides θ: what the quality suite's `hides_theta` reads, in
-        env_id order, `batch` rows a query (the texts are most of a row), DuckDB's cache trimmed
-        after each (`trim`): neither this process nor DuckDB holds more than a batch of them."""
-        after = ""
-        while True:
+        env_id order. The ids are read first; the texts (most of a row) `batch` ids a query,
+        DuckDB's cache trimmed after each (`trim`): neither this process nor DuckDB holds more
+        than a batch of them."""
+        ids = [row[0] for row in self.con.execute(
+            "SELECT env_id FROM environments WHERE admitted AND presentation = 'A' "
+            "AND env_id NOT IN (SELECT id FROM superseded) ORDER BY env_id").fetchall()]
+        for start in range(0, len(ids), batch):
             rows = self.con.execute("""
                 SELECT e.env_id, e.family, m.theta, e.instruction FROM environments e
                 LEFT JOIN models m ON m.model_id = e.model_id
-                WHERE e.admitted AND e.presentation = 'A' AND e.env_id NOT IN (SELECT id FROM superseded)
-                  AND e.env_id > ? ORDER BY e.env_id LIMIT ?""", [after, batch]).fetchall()
+                WHERE e.env_id IN (SELECT unnest(?)) ORDER BY e.env_id""", [ids[start:start + batch]]).fetchall()
             self.trim()
-            if not rows:
-                return
-            after = rows[-1][0]
             yield from rows
 
     def exemplars(self, family: str, k: int = 3) -> list[SetterOutputRecord]:
