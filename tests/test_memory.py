@@ -72,3 +72,62 @@ def test_trim_drops_what_duckdb_cached_and_puts_its_memory_limit_back(tmp_path):
         assert cached(wh) <= 4 << 20
         assert wh.raw.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == limit
         assert wh.raw.execute("SELECT count(DISTINCT s) FROM scratch").fetchall()[0][0] == 400000  # read again
+
+
+def test_an_audit_batch_drops_each_tables_cached_blocks_before_reading_the_next(refreshed):
+    """A few rows of a table are read by scanning all of it, and DuckDB caches every block the scan
+    read: a batch of chains that held every table's blocks at once was the publish stage's peak,
+    growing with the corpus (docs/BENCHMARKS.md, "Writes and audit batches that read what they
+    need"). `load_chains` trims after each table's read, so no two tables' scans are cached at once."""
+    from vhd.warehouse import Warehouse
+    from vhd.warehouse.lineage import load_chains
+
+    db, _ = refreshed
+    events = []
+    with Warehouse.open(db, read_only=True) as wh:
+        ids = [k["env_id"] for k in wh.environment_keys()]
+        reads, trim = wh.stored_rows, wh.trim
+        wh.stored_rows = lambda *args, **kwargs: (events.append("read"), reads(*args, **kwargs))[1]
+        wh.trim = lambda: (events.append("trim"), trim())[1]
+        chains = load_chains(wh, ids)
+    assert len(chains) == len(ids) > 0 and all(c.checks for c in chains.values())
+    assert events.count("read") >= 7  # environments, models, solutions, modules, passages, edges, checks
+    assert "read read" not in " ".join(events), events
+
+
+def test_a_batch_of_new_rows_is_written_without_reading_the_stored_ones(tmp_path):
+    """Writing a round compares a batch with the stored rows of the same ids only when there are
+    some: the comparison reads every column of every stored row (the scans a round's write cached
+    grew with the corpus), while a refresh writes mostly new rows. A changed row is still refused."""
+    import pytest
+
+    from vhd.schemas.errors import IntegrityError
+    from vhd.schemas.records import ModelRecord
+    from vhd.warehouse import Warehouse
+    from vhd.mechanisms import registry
+    from vhd.tasks.stages.sample import sample_models
+
+    models = sample_models(registry.get("knapsack"), 3, 0, "writes")
+    statements = []
+    with Warehouse.open(tmp_path / "w.duckdb") as wh:
+        with wh.transaction():
+            wh.insert(models[:2])
+        class Spied:  # the warehouse's connection, its statements recorded
+            def __init__(self, con):
+                self._con = con
+
+            def execute(self, sql, *args):
+                statements.append(sql)
+                return self._con.execute(sql, *args)
+
+            def __getattr__(self, name):
+                return getattr(self._con, name)
+
+        wh.con = Spied(wh.con)
+        with wh.transaction():
+            wh.insert(models[2:])  # new: the key column is read, no stored row is compared
+        assert not any("IS DISTINCT FROM" in sql for sql in statements), statements
+        with pytest.raises(IntegrityError, match="seed differs"), wh.transaction():
+            wh.insert([models[2], models[0].model_copy(update={"seed": models[0].seed + 1})])
+        assert any("IS DISTINCT FROM" in sql for sql in statements)
+        assert wh.present(ModelRecord, [m.model_id for m in models]) == {m.model_id for m in models}

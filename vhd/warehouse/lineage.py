@@ -60,13 +60,22 @@ def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
     stored: dict[str, dict[str, Any]] = {}
     invalid: dict[str, dict[str, str]] = {}
 
+    def rows_of(cls: type, column: str, values: Iterable[Any]) -> list[dict[str, Any]]:
+        # a few rows of a table read by scanning all of it: DuckDB caches every block the scan read,
+        # so each table's blocks are dropped before the next is read (`Warehouse.trim`); else a batch
+        # of 256 chains held all seven tables' blocks at once, the most memory of a publish and
+        # growing with the corpus (+280 MB a batch at scale 3 over the flow before the audit)
+        rows = wh.stored_rows(cls, column, values)
+        wh.trim()
+        return rows
+
     def load(cls: type, values: Iterable[Any], column: str | None = None) -> dict[str, Any]:
         # rows read in bulk are not run through pydantic (their field digests and ids say whether
         # they changed since they were written, valid records); modules and passages are (their
         # interface and vocabulary are nested models)
         table, key = TABLES[cls]
         column, wanted = column or key, sorted(set(values))
-        pairs = [(row[key] if column != key else row[column], row) for row in wh.stored_rows(cls, column, wanted)]
+        pairs = [(row[key] if column != key else row[column], row) for row in rows_of(cls, column, wanted)]
         if column == key:
             pairs += list(moved(wh, cls, set(wanted) - {ident for ident, _ in pairs}).items())
         out = {}
@@ -83,7 +92,7 @@ def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
     solutions = load(SolutionRecord, (e.solution_id for e in envs.values()))
     outputs = load(SetterOutputRecord, (e.setter_output_id for e in envs.values()))
     passages = load(PassageRecord, (o.passage_id for o in outputs.values()))
-    by_edge = {row["child_id"]: row["parent_id"] for row in wh.stored_rows(LineageEdge, "parent_id", list(envs))
+    by_edge = {row["child_id"]: row["parent_id"] for row in rows_of(LineageEdge, "parent_id", list(envs))
                if row["relation"] == "checks"}  # a check whose env_id was changed keeps its edge
     checks: dict[str, list[CheckRecord]] = {}
     found = load(CheckRecord, envs, "env_id")
@@ -96,7 +105,7 @@ def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
                                                                          *outputs.values())}
     children |= {c.check_id for cs in checks.values() for c in cs}
     edges: dict[str, list[LineageEdge]] = {}
-    for row in wh.stored_rows(LineageEdge, "child_id", sorted(children)):
+    for row in rows_of(LineageEdge, "child_id", sorted(children)):
         edges.setdefault(row["child_id"], []).append(LineageEdge(**row))
     runs = {r.run_id: r for r in wh.runs()}
     chains = {}

@@ -278,6 +278,12 @@ class Warehouse:
         a different value in one of `columns` (run ids and timings may differ: the first write stays)."""
         if not columns:
             return
+        # the batch's keys met in the table first: that join reads the key column alone, while the
+        # comparison reads every column of every stored row (at scale 3, +58 MB of DuckDB's cache
+        # for an environments batch against +31 MB at scale 1); a refresh writes mostly new rows
+        if not self.con.execute(f'SELECT 1 FROM _vhd_batch b SEMI JOIN {table} t ON t."{key}" = b."{key}" '
+                                f'LIMIT 1').fetchall():
+            return
         differs = [f'b."{c}" IS DISTINCT FROM t."{c}"' for c in columns]
         found = self.con.execute(
             f"SELECT b.\"{key}\", [{', '.join(f'CASE WHEN {d} THEN {c!r} END' for d, c in zip(differs, columns))}] "
