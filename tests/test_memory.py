@@ -131,3 +131,28 @@ def test_a_batch_of_new_rows_is_written_without_reading_the_stored_ones(tmp_path
             wh.insert([models[2], models[0].model_copy(update={"seed": models[0].seed + 1})])
         assert any("IS DISTINCT FROM" in sql for sql in statements)
         assert wh.present(ModelRecord, [m.model_id for m in models]) == {m.model_id for m in models}
+
+
+def test_a_round_forgets_prefects_links_from_its_results_to_their_states(prefect_server):
+    """Prefect keeps a copy of the final state of every task result (and of every item of it) for the
+    whole flow run; a round's results are written and dropped, so the refresh drops those links
+    after each round (`_forget_results`), and the flow's memory does not grow by ~5 KB a task run."""
+    from prefect import flow, task
+    from prefect.context import FlowRunContext
+
+    from vhd.flows.refresh import _forget_results
+
+    @task
+    def rows(k: int) -> tuple[list[str], float]:
+        return [f"row {k}"], 0.5
+
+    @flow
+    def a_round() -> tuple[int, int]:
+        results = [future.result() for future in [rows.submit(k) for k in range(3)]]
+        linked = len(FlowRunContext.get().run_results)
+        del results
+        _forget_results()
+        return linked, len(FlowRunContext.get().run_results)
+
+    linked, kept = a_round()
+    assert linked >= 3 and kept == 0
