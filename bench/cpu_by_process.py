@@ -6,12 +6,13 @@
 Runs the command (default: the paper preset at `--scale` from an empty warehouse in a temporary
 directory, through the real Prefect engine and its temporary server) and samples its process
 tree every `--every` seconds from this process: each process's own user + system CPU seconds, and
-for the sandbox's outermost processes (a zygote, a bwrap) also those of the children they reaped
-(every sandbox run of a module; those children are not counted again). Prints one JSON object: wall seconds, CPU seconds by role (`tree_memory._role`:
-flow, sandbox, server, other) and the machine's busy share over the run (/proc/stat). A child that
-lives less than one sampling interval and is not reaped by a sampled process (a sandbox child
-launched without a zygote) is missed: `--every 0.1` on such runs. The flow's CPU is its own,
-without what it reaped (its children are sampled themselves).
+for the sandbox's zygotes also those of the children they forked and reaped (every sandbox run
+of a module; those children are not counted again). Prints one JSON object:
+wall seconds, CPU seconds by role (`tree_memory._role`: flow, sandbox, server, other) and the
+machine's busy share over the run (/proc/stat). A process that lives less than one sampling
+interval and whose parent is not sampled either is missed: use `--every 0.1` on runs without the
+warm zygotes. The flow's CPU is its own, without what it reaped (its children are sampled
+themselves).
 
 The 300 s bar of issue 31 is a CPU budget on a machine the checks keep busy: wall ≈ total CPU /
 cores, so the split says which process's work a speed-up has to cut (docs/BENCHMARKS.md).
@@ -41,6 +42,12 @@ def _times(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / TICKS, (int(fields[13]) + int(fields[14])) / TICKS
 
 
+def _zygote(command: list[str]) -> bool:
+    """A warm zygote's interpreter (not the bwrap or unshare launcher whose command names it too)."""
+    return bool(command) and os.path.basename(command[0]) not in ("bwrap", "unshare") and \
+        any(part.endswith("zygote.py") for part in command)
+
+
 def _busy() -> tuple[int, int]:
     """(busy, total) jiffies of the machine since boot."""
     with open("/proc/stat") as handle:
@@ -50,7 +57,7 @@ def _busy() -> tuple[int, int]:
 
 
 def measure(command: list[str], every: float) -> dict:
-    seen: dict[int, tuple[str, int, float, float]] = {}  # pid -> (role, parent, own, reaped), the last sample's
+    seen: dict[int, tuple[str, int, bool, float, float]] = {}  # pid -> (role, parent, zygote?, own, reaped)
     busy0, total0 = _busy()
     started = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -63,19 +70,19 @@ def measure(command: list[str], every: float) -> dict:
         for p in tree:
             try:
                 own, reaped = _times(p.pid)
-                role = seen[p.pid][0] if p.pid in seen else _role(p, proc.pid)
-                parent = seen[p.pid][1] if p.pid in seen else p.ppid()
+                role, parent, zygote = seen[p.pid][:3] if p.pid in seen else \
+                    (_role(p, proc.pid), p.ppid(), _zygote(p.cmdline()))
             except (OSError, psutil.Error):
                 continue
-            seen[p.pid] = (role, parent, own, reaped)
+            seen[p.pid] = (role, parent, zygote, own, reaped)
         time.sleep(every)
     wall = time.perf_counter() - started
     busy1, total1 = _busy()
     cpu: dict[str, float] = {}
-    for pid, (role, parent, own, reaped) in seen.items():
-        if role == "sandbox" and seen.get(parent, ("",))[0] == "sandbox":
-            continue  # a sandbox process's child: in its parent's reaped time (a zygote's forked runs)
-        cpu[role] = cpu.get(role, 0.0) + own + (reaped if role == "sandbox" else 0.0)
+    for role, parent, zygote, own, reaped in seen.values():
+        if seen.get(parent, ("", 0, False))[2]:
+            continue  # a zygote's forked run: in the zygote's reaped time
+        cpu[role] = cpu.get(role, 0.0) + own + (reaped if zygote else 0.0)
     return {"command": command, "returncode": proc.returncode, "wall_s": round(wall, 1),
             "cpu_s": {role: round(s, 1) for role, s in sorted(cpu.items(), key=lambda kv: -kv[1])},
             "cpu_total_s": round(sum(cpu.values()), 1), "cores": len(os.sched_getaffinity(0)),
