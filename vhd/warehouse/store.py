@@ -240,8 +240,8 @@ class Warehouse:
         query runs under a smaller one. Called between a refresh's rounds and an audit's batches."""
         try:
             self.raw.execute(f"SET memory_limit = '{TRIMMED}'")
-        except duckdb.Error:  # a limit DuckDB cannot reach now (blocks a pending result pins): the cache stays
-            pass
+        except duckdb.Error:  # a limit DuckDB cannot reach: what can be evicted was, and the rest stays
+            pass  # (the primary keys' indexes, once an insert has loaded them; blocks a pending result pins)
         finally:
             self.raw.execute("RESET memory_limit")
 
