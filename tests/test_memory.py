@@ -112,6 +112,7 @@ def test_a_batch_of_new_rows_is_written_without_reading_the_stored_ones(tmp_path
     with Warehouse.open(tmp_path / "w.duckdb") as wh:
         with wh.transaction():
             wh.insert(models[:2])
+
         class Spied:  # the warehouse's connection, its statements recorded
             def __init__(self, con):
                 self._con = con

@@ -48,7 +48,7 @@ def chain_batches(wh: Warehouse, env_ids: Iterable[str], size: int = CHAIN_BATCH
     `Warehouse.trim` between batches)."""
     ordered = sorted(set(env_ids))
     for start in range(0, len(ordered), size):
-        wh.trim()  # the blocks DuckDB cached before this batch (the seals' SQL over every row, the batch before)
+        wh.trim()  # DuckDB's cache before this batch: the seals' SQL over every row, the last batch's runs
         yield load_chains(wh, ordered[start:start + size])
 
 
@@ -64,7 +64,8 @@ def load_chains(wh: Warehouse, env_ids: Iterable[str]) -> dict[str, Chain]:
         # a few rows of a table read by scanning all of it: DuckDB caches every block the scan read,
         # so each table's blocks are dropped before the next is read (`Warehouse.trim`); else a batch
         # of 256 chains held all seven tables' blocks at once, the most memory of a publish and
-        # growing with the corpus (+280 MB a batch at scale 3 over the flow before the audit)
+        # growing with the corpus (the audit's high-water mark 413 -> 322 MB at scale 3, 337 -> 301
+        # at scale 1, in a fresh process: docs/BENCHMARKS.md)
         rows = wh.stored_rows(cls, column, values)
         wh.trim()
         return rows

@@ -237,7 +237,8 @@ class Warehouse:
         to its memory limit (80 % of the machine's RAM): a refresh would hold about as much of the
         file as it wrote or audited, and its memory would grow with the corpus (issue 31). Lowering
         the limit evicts the unpinned blocks at once; the limit is then reset to DuckDB's default, so no
-        query runs under a smaller one. Called between a refresh's rounds and an audit's batches."""
+        query runs under a smaller one. Called where a read or write of many blocks ends: after a
+        refresh's round is written, after each table an audit batch reads, after the quality reads."""
         try:
             self.raw.execute(f"SET memory_limit = '{TRIMMED}'")
         except duckdb.Error:  # a limit DuckDB cannot reach: what can be evicted was, and the rest stays
