@@ -531,6 +531,32 @@ def test_a_forged_superseded_mark_is_reported_and_blocks_publishing(built, prefe
         assert wh.version_names() == ["v1"]
 
 
+@pytest.mark.parametrize("table, where", [("checks", "check_id = ?"), ("lineage_edges", "child_id = ? AND relation = 'checks'")])
+def test_a_row_stored_twice_is_reported_and_blocks_publishing(built, tmp_path, table, where):
+    """checks and lineage_edges have no primary key (migration 008: their indexes grew with the
+    corpus), so plain SQL can store a row twice, which `Warehouse.insert` never does: a copy of a
+    check would count its gate twice. `vhd verify` names the key and publishing refuses it."""
+    from vhd.flows.refresh import publish
+
+    db, env, _ = built
+    copy = tmp_path / "twice.duckdb"
+    _copy(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute(f"INSERT INTO {table} SELECT * FROM {table} WHERE {where} LIMIT 1", [env["check_id"]])
+    con.close()
+
+    result = vhd("verify", "--db", copy, "--json", "--no-resolve")
+    assert result.exit_code == 1, result.output[-2000:]
+    twice = [f for f in json.loads(result.stdout)["findings"] if f["table"] == table]
+    assert len(twice) == 1 and env["check_id"] in twice[0]["id"] and "more than one row" in twice[0]["problem"]
+    with Warehouse.open(copy) as wh:
+        with pytest.raises(IntegrityError) as caught:
+            publish(wh, "twice")
+        assert wh.version_names() == ["v1"]
+    message = str(caught.value)
+    assert message.splitlines() == [message] and message.startswith(f"{table} ") and env["check_id"] in message
+
+
 def test_a_forged_model_mark_is_reported_and_a_missing_mark_noted(built, tmp_path):
     """The marks both ways: a model marked by hand (its environments would follow at the next
     refresh) is a finding of `vhd verify`, before the fix `superseded` was not audited at all

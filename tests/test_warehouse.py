@@ -16,7 +16,7 @@ def test_migrations_apply_once(tmp_path):
     with Warehouse.open(tmp_path / "w.duckdb") as wh:
         assert migrate(wh.con) == []  # already applied by open()
         versions = wh.con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)] == [(v,) for v, _, _ in available()]
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)] == [(v,) for v, _, _ in available()]
 
 
 def test_a_reader_refuses_a_warehouse_that_needs_a_migration(tmp_path):

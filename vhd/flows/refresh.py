@@ -313,7 +313,7 @@ def _write(wh: Warehouse, run_id: str, out: dict[str, Any]) -> None:
         edges = [e for _, _, row_edges in rows for e in row_edges]
         wh.insert(annotate_stage.upstream_edges(out["solutions"], out["outputs"]) + edges)
         wh.insert(_stamped(out.get("attempts", []), run_id))
-    wh.trim()  # what DuckDB cached of this round's blocks: the flow's memory does not grow with the corpus
+    wh.checkpoint()  # this round's blocks and key indexes out of DuckDB's cache: the flow's memory does not grow
 
 
 def refresh_family(wh: Warehouse, run_id: str, name: str, per_family: int | None, seed: int, batch: str,

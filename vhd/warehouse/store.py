@@ -65,6 +65,11 @@ SEALED = frozenset({"passages", "models", "solutions", "setter_outputs", "checks
 # columns that may differ when a stored row is met again: who wrote it first, how long it took
 METADATA = frozenset({"run_id", "seconds", "gate_seconds", "created_at", "field_digests"})
 DIGESTS = "field_digests"
+# tables without a primary key (migration 008), by the columns that identify a row: a key's index is
+# held in memory from the first insert on and grew with the corpus (~13 checks and ~17 edges an
+# environment); a row is written where no stored row has its key (`insert`), and a row stored
+# twice, which only an edit of the file makes, is what `stored_twice` finds
+UNKEYED = {"checks": ("check_id",), "lineage_edges": ("child_id", "parent_id", "relation")}
 TRIMMED = "4MB"  # the memory limit `Warehouse.trim` sets for a moment: DuckDB evicts its cache down to it
 
 
@@ -238,13 +243,28 @@ class Warehouse:
         file as it wrote or audited, and its memory would grow with the corpus (issue 31). Lowering
         the limit evicts the unpinned blocks at once; the limit is then reset to DuckDB's default, so no
         query runs under a smaller one. Called where a read or write of many blocks ends: after a
-        refresh's round is written, after each table an audit batch reads, after the quality reads."""
+        refresh's round is written (`checkpoint`), after each table an audit batch reads, after the quality reads."""
         try:
             self.raw.execute(f"SET memory_limit = '{TRIMMED}'")
         except duckdb.Error:  # a limit DuckDB cannot reach: what can be evicted was, and the rest stays
-            pass  # (the primary keys' indexes, once an insert has loaded them; blocks a pending result pins)
+            pass  # (primary-key indexes changed since the last checkpoint; blocks a pending result pins)
         finally:
             self.raw.execute("RESET memory_limit")
+
+    def checkpoint(self) -> None:
+        """Write what the write-ahead log holds into the file (DuckDB's CHECKPOINT), then `trim`. An
+        insert loads its table's primary-key index (DuckDB's ART), and an index changed since the last
+        checkpoint cannot be evicted: kept, the flow held every key of lineage_edges and checks from
+        its first write to its end (75 MB at scale 3, 28 at scale 1; docs/BENCHMARKS.md). Once written
+        out, it is evicted like any block and read back by the next insert that needs it. Called after
+        a refresh's round is written: a few tenths of a second, which DuckDB's own checkpoints (when the
+        log passes 16 MB) would otherwise spend later."""
+        try:
+            self.raw.execute("CHECKPOINT")
+        except duckdb.Error as exc:  # e.g. a full disk: what was committed is in the log, and stays there
+            raise WarehouseError(f"cannot checkpoint warehouse {self.path}: {str(exc).strip().splitlines()[0]}; "
+                                 "what was committed is kept in its write-ahead log") from None
+        self.trim()
 
     @contextmanager
     def _registered(self, name: str, table: pa.Table) -> Iterator[None]:
@@ -272,7 +292,13 @@ class Warehouse:
         with self._registered("_vhd_batch", pa.Table.from_pylist(rows)):
             if key:
                 self._refuse_changed(table, key, [c for c in rows[0] if c != key and c not in METADATA])
-            self.con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT * FROM _vhd_batch")
+            if table in UNKEYED:  # the first row of each key, where no stored row has it: INSERT OR IGNORE's rule
+                ids = ", ".join(f'b."{c}"' for c in UNKEYED[table])
+                stored = " AND ".join(f't."{c}" = b."{c}"' for c in UNKEYED[table])
+                self.con.execute(f"INSERT INTO {table} BY NAME SELECT DISTINCT ON ({ids}) b.* FROM _vhd_batch b "
+                                 f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {stored})")
+            else:
+                self.con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT * FROM _vhd_batch")
 
     def _refuse_changed(self, table: str, key: str, columns: list[str]) -> None:
         """Raise IntegrityError when a row of `_vhd_batch` meets a stored row with the same key and
@@ -691,6 +717,18 @@ class Warehouse:
                  "first_try_rate": round(ft, 4), "mean_attempts": round(att, 4), "rewrite_rate": round(rw, 4),
                  "cost_usd": round(cost, 6), "cost_per_admitted_usd": round(cost / adm, 6) if adm else None}
                 for s, m, n, ft, att, rw, cost, runs, adm in rows]
+
+    def stored_twice(self) -> list[tuple[str, str]]:
+        """(table, key) of every key stored in more than one row of a table without a primary key
+        (`UNKEYED`): `insert` never writes one, so the file was edited. One scan of the key columns."""
+        found = []
+        for table, columns in UNKEYED.items():
+            named = ", ".join(columns)
+            rows = self.con.execute(f"SELECT {named} FROM {table} GROUP BY {named} HAVING count(*) > 1 "
+                                    f"ORDER BY {named}").fetchall()
+            found += [(table, " ".join(row)) for row in rows]
+        self.trim()
+        return found
 
     def counts(self) -> dict[str, int]:
         return {table: self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] for table, _ in TABLES.values()}

@@ -236,6 +236,25 @@ def refuse_tampered_marks(wh: Any) -> None:
                              + "; run `vhd verify` for every problem")
 
 
+def stored_twice_findings(wh: Any) -> list[dict[str, str]]:
+    """A finding per key stored in more than one row of checks or lineage_edges (migration 008: no
+    primary key; `Warehouse.insert` never writes a second row of a key, so the file was edited)."""
+    return [finding("", table, key, "row", "stored in more than one row (the warehouse file was edited)")
+            for table, key in wh.stored_twice()]
+
+
+def refuse_stored_twice(wh: Any) -> None:
+    """An IntegrityError (one line) when a key of checks or lineage_edges is stored twice: every
+    reader checks each row it reads (`Warehouse.verified`), so a second row that differs is refused
+    where it is read, and one that does not would still count twice; a publish refuses both."""
+    found = stored_twice_findings(wh)
+    if found:
+        first = found[0]
+        raise IntegrityError(f"{first['table']} {first['id']}: {first['problem']}"
+                             + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+                             + "; run `vhd verify` for every problem")
+
+
 def recomputed(wh: Any, envs: list[EnvironmentRecord]) -> list[dict[str, str]]:
     """Findings on `envs` from what trusted code recomputes (`recompute.environment_problems`: θ
     from its seed, the grading fields replayed, the module against the template setter's
