@@ -7,7 +7,8 @@ its content id is the render's), the two are one code in one skin: its own runs 
 stand for the reference World's, and the check stage plays them once (`batch._play_and_judge`).
 This file holds that substitution to the reference World's sandbox runs, registry-wide and
 report for report, in presentations I and A and in a world that restyles ids; and shows that a
-module which is not the render still meets the reference World.
+module which is not the render still meets the reference World. A render is also compiled once in
+the parent (`sandbox.compiled`): its code plays report for report as its source does.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from vhd.tasks.stages.check.reference import reference_runs
 from vhd.tasks.stages.check.sequences import call_sequences
 from vhd.tasks.stages.sample import sample_models
 from vhd.tasks.stages.solve import solve_models
-from vhd.tasks.sandbox import Limits, run_job
+from vhd.tasks.sandbox import Limits, compiled, run_job
 
 
 def _passage(family):
@@ -76,3 +77,36 @@ def test_only_the_render_itself_is_a_render():
     assert not is_render(family, other.model_copy(update={"passage_id": output.passage_id}))
     assert not is_render(family, output.model_copy(update={"setter": "anthropic"}))
     assert not is_render(registry.get("lp"), output)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_a_render_compiled_in_the_parent_plays_as_its_source_does(name):
+    """The check stage compiles a render once and sends the code with each job (`job["code"]`);
+    every report of every trajectory, fuzz and describe included, is the one the child's own
+    compile of the source gives."""
+    family = registry.get(name)
+    output, candidates = _candidates(family, count=2)
+    candidates = [c for c in candidates if c.presentation == "A"]
+    refs = [references(family, c) for c in candidates]
+    sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
+    job = check_batch_module._job(family, output, candidates, refs, sequences, None)
+    code = compiled(output.module)
+    assert code is not None
+    from_source = run_job(job, Limits(), hash_seed=1).settled()
+    from_code = run_job({**job, "code": code}, Limits(), hash_seed=1).settled()
+    assert from_source.status == from_code.status == "ok", (from_source.message, from_code.message)
+    assert from_code.episodes == from_source.episodes
+
+
+def test_a_compiled_module_takes_no_future_flag_from_the_parent():
+    """`compiled` runs in a module that imports `annotations` from __future__; the runner compiles
+    without it, so an annotation naming nothing fails when the module is executed. The code the
+    parent sends must fail the same way, not defer the annotation; and a module that does not
+    compile gets no code (the child compiles it and reports the error)."""
+    source = "def create(config: no_such_name):\n    return config\n"
+    job = {"module": source, "episodes": [{"key": "k", "config": {}, "trajectories": []}]}
+    from_source = run_job(job, Limits())
+    from_code = run_job({**job, "code": compiled(source)}, Limits())
+    assert from_source.status == from_code.status == "import_error"
+    assert "no_such_name" in from_code.message
+    assert compiled("def create(:\n") is None

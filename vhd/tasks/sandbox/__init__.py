@@ -30,6 +30,9 @@ transient `SandboxError`, to be retried.
 
 from __future__ import annotations
 
+import base64
+import functools
+import marshal
 from typing import Any
 
 from vhd.tasks.sandbox import pool as pools
@@ -39,8 +42,8 @@ from vhd.tasks.sandbox.launch import (
 from vhd.tasks.sandbox.report import TRANSIENT, SandboxResult
 from vhd.tasks.sandbox.usage import Usage, descendants, usage
 
-__all__ = ["MARKER", "RUNNER", "SANDBOX_UID", "TRANSIENT", "Limits", "Plan", "SandboxResult", "Usage", "descendants",
-           "marked_processes", "network_isolation", "plan", "run_job", "usage"]
+__all__ = ["MARKER", "RUNNER", "SANDBOX_UID", "TRANSIENT", "Limits", "Plan", "SandboxResult", "Usage", "compiled",
+           "descendants", "marked_processes", "network_isolation", "plan", "run_job", "usage"]
 
 
 def run_job(job: dict[str, Any], limits: Limits = Limits(), *, hash_seed: int = 0, pool: Any = None) -> SandboxResult:
@@ -56,3 +59,21 @@ def run_job(job: dict[str, Any], limits: Limits = Limits(), *, hash_seed: int = 
             return _run(job, limits, hash_seed, plan())
         pool = pools.default_pool()
     return pool.run(job, limits, hash_seed)
+
+
+@functools.lru_cache(maxsize=16)
+def compiled(source: str) -> str | None:
+    """`source` compiled here as the runner compiles it (file name vhd_env.py, no future flag of
+    this process inherited), as a job carries it: `job["code"]`, base64 of the marshalled code
+    object, which the runner executes instead of compiling the source again. None when it does
+    not compile (the runner then compiles it and reports the error).
+
+    For trusted source only (the template setter's renders, `renders.is_render`): compiling runs
+    none of the module's code, but the compiler is not the sandbox's to expose to generated text.
+    Every job of a check compiled a 40 KB render again (7.6 ms; 0.3 ms to load the code instead),
+    three jobs per module and round: docs/BENCHMARKS.md, "A render compiled once"."""
+    try:
+        code = compile(source, "vhd_env.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    return base64.b64encode(marshal.dumps(code)).decode("ascii")

@@ -4,7 +4,8 @@
 
 Reads the job (as the launching user), deletes the job file, takes the per-job key out of it,
 drops to UID when one is given (and checks the drop cannot be undone), installs a tripwire
-audit hook, executes the module source in a fresh namespace, plays every trajectory of every
+audit hook, executes the module in a fresh namespace (its source, or the code the parent compiled
+from it, `job["code"]`: see `vhd.tasks.sandbox.compiled`), plays every trajectory of every
 episode, and writes one signed JSON line per record to RESULT_FD:
 
     <hex HMAC-SHA256(key, "<line number>:" + json)> <json>
@@ -16,9 +17,11 @@ still recover it (see docs/RELIABILITY.md). The operating-system limits are the 
 audit hook is a tripwire that makes attempts visible.
 """
 
+import base64
 import hashlib
 import hmac
 import json
+import marshal
 import os
 import sys
 import traceback
@@ -324,6 +327,7 @@ def main(job_path, result_fd, uid=None):
     module = types.ModuleType("vhd_env")
     episodes = job["episodes"]
     source = job.pop("module")
+    code = job.pop("code", None)
     del job
     sys.addaudithook(_tripwire(channel, os.getcwd()))
 
@@ -339,7 +343,8 @@ def main(job_path, result_fd, uid=None):
 
     try:
         try:
-            exec(compile(source, "vhd_env.py", "exec"), module.__dict__)
+            code = compile(source, "vhd_env.py", "exec") if code is None else marshal.loads(base64.b64decode(code))
+            exec(code, module.__dict__)
         except MemoryError:
             raise
         except BaseException:

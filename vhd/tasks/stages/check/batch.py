@@ -29,7 +29,7 @@ from vhd.tasks.stages.check.reference import reference_runs
 from vhd.tasks.setters.renders import is_render
 from vhd.tasks.stages.check.sequences import IDLE, call_sequences, fuzz_calls, probed, tailed, twin_theta
 from vhd.tasks.stages.sample import draw
-from vhd.tasks.sandbox import Limits, SandboxResult, run_job
+from vhd.tasks.sandbox import Limits, SandboxResult, compiled, run_job
 from vhd.tasks.stages.solve import unpack_policy
 
 EXTRA_THETAS = 2
@@ -168,14 +168,15 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
     started = time.perf_counter()
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
     if is_render(family, setter_output):  # the family's own World: its runs are the reference World's
-        job = _job(family, setter_output, candidates, refs, sequences, None)
+        code = compiled(setter_output.module)  # trusted text: compiled once here, not in each job's child
+        job = {**_job(family, setter_output, candidates, refs, sequences, None), "code": code}
         first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
         failed = {"exception": f"the module's sandbox run ended {first.status}: {first.message}"}
         expected = [own_runs(first.episodes.get(c.env_id) if first.status == "ok" else None, r, len(seqs))
                     or [failed] * (len(seqs) + 1) for c, r, seqs in zip(candidates, refs, sequences)]
         if first.status == "ok" and any(c.presentation == "A" for c in candidates):
-            twins = run_job(_twin_job(family, setter_output, candidates, refs, sequences, expected, job), limits,
-                            hash_seed=1).settled()
+            twins = run_job({**_twin_job(family, setter_output, candidates, refs, sequences, expected, job),
+                             "code": code}, limits, hash_seed=1).settled()
             if twins.status == "ok":
                 first.episodes.update(twins.episodes)
             else:
