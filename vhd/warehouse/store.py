@@ -14,7 +14,8 @@
     vhd.schemas.errors.IntegrityError: models ...: the stored row's seed differs from the row being written with the same id; ...
 
 Records go in as batches (one Arrow table per kind and call: `executemany` is ~400× slower
-here) with `INSERT OR IGNORE`, so writing a row that is already there is a no-op: ids are
+here) with `INSERT OR IGNORE` (its rule as an anti-join for the tables without a primary key,
+`UNKEYED`), so writing a row that is already there is a no-op: ids are
 content hashes, and equal ids mean equal content. A stored row met again with different content
 (it was changed after it was written) is an `IntegrityError`, never reused. Every row of a
 `SEALED` table is written with its per-field digests (`field_digests`, migration 006), which the
@@ -254,9 +255,10 @@ class Warehouse:
     def checkpoint(self) -> None:
         """Write what the write-ahead log holds into the file (DuckDB's CHECKPOINT), then `trim`. An
         insert loads its table's primary-key index (DuckDB's ART), and an index changed since the last
-        checkpoint cannot be evicted: kept, the flow held every key of lineage_edges and checks from
-        its first write to its end (75 MB at scale 3, 28 at scale 1; docs/BENCHMARKS.md). Once written
-        out, it is evicted like any block and read back by the next insert that needs it. Called after
+        checkpoint cannot be evicted: kept, the flow held the keys of every table it wrote from its
+        first write to its end (75 MB at scale 3, 28 at scale 1, before migration 008 took the keys of
+        checks and edges away; docs/BENCHMARKS.md). Once written out, an index is evicted like any
+        block and read back by the next insert that needs it. Called after
         a refresh's round is written: a few tenths of a second, which DuckDB's own checkpoints (when the
         log passes 16 MB) would otherwise spend later."""
         try:
@@ -720,14 +722,18 @@ class Warehouse:
 
     def stored_twice(self) -> list[tuple[str, str]]:
         """(table, key) of every key stored in more than one row of a table without a primary key
-        (`UNKEYED`): `insert` never writes one, so the file was edited. One scan of the key columns."""
+        (`UNKEYED`): `insert` never writes one, so the file was edited. The keys are grouped by their
+        64-bit hashes first, and only the rows of a hash met twice by the keys themselves: grouping
+        the keys took +92 MB at scale 3 (245,642 edges), the hashes +37 (+15 at scale 1), ~70 ms."""
         found = []
         for table, columns in UNKEYED.items():
             named = ", ".join(columns)
-            rows = self.con.execute(f"SELECT {named} FROM {table} GROUP BY {named} HAVING count(*) > 1 "
-                                    f"ORDER BY {named}").fetchall()
+            rows = self.con.execute(f"""
+                WITH twice AS (SELECT hash({named}) AS h FROM {table} GROUP BY h HAVING count(*) > 1)
+                SELECT {named} FROM {table} WHERE hash({named}) IN (SELECT h FROM twice)
+                GROUP BY {named} HAVING count(*) > 1 ORDER BY {named}""").fetchall()
             found += [(table, " ".join(row)) for row in rows]
-        self.trim()
+            self.trim()  # the blocks of this table's keys, before the next table's are read
         return found
 
     def counts(self) -> dict[str, int]:

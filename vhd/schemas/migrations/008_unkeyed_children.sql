@@ -5,8 +5,8 @@
 -- memory that grew with the corpus. `Warehouse.insert` writes a row of them only where no stored
 -- row has its key, as the key's INSERT OR IGNORE did, and refuses a stored row met with another
 -- content, as before; a row stored twice (which only an edit of the file makes) is refused by every
--- publish and reader and reported by `vhd verify` (`Warehouse.stored_twice`). Columns, types and
--- order as they were.
+-- publish and reported by `vhd verify` (`Warehouse.stored_twice`). Columns, types and order as they
+-- were.
 CREATE TABLE checks_008 (
     check_id VARCHAR NOT NULL, env_id VARCHAR NOT NULL, gate VARCHAR NOT NULL, passed BOOLEAN NOT NULL,
     message VARCHAR NOT NULL, checker_version VARCHAR NOT NULL, seconds DOUBLE NOT NULL, run_id VARCHAR NOT NULL,
