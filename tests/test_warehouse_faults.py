@@ -106,10 +106,12 @@ def _data_block(db: Path, table: str) -> int:
 
 
 def _probe(db: Path) -> str | None:
-    """DuckDB's own error on reading every row and index entry of `db` (rolled back), or None."""
+    """DuckDB's own error on consulting every primary key's index of `db` (each table with a key inserted
+    into itself, rolled back), or None."""
     con = duckdb.connect(str(db))
     try:
-        for (table,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall():
+        for (table,) in con.execute("SELECT DISTINCT table_name FROM duckdb_constraints() "  # keyed tables:
+                                    "WHERE constraint_type = 'PRIMARY KEY' ORDER BY 1").fetchall():  # an index
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute(f'INSERT OR IGNORE INTO "{table}" SELECT * FROM "{table}"')
@@ -127,9 +129,18 @@ def _probe(db: Path) -> str | None:
 
 @pytest.fixture(scope="module")
 def index_block(base, tmp_path_factory):
-    """The offset of a block holding no table's rows and no catalog, whose corruption DuckDB meets
-    only when a write consults a primary key's index; None when this DuckDB keeps none such."""
-    db, _ = base
+    """(a copy of the base warehouse with an index too big for the catalog's blocks, the offset of a
+    block holding no table's rows and no catalog, whose corruption DuckDB meets only when a write
+    consults a primary key's index); offset None when this DuckDB keeps none such. The copy holds
+    5,000 more runs: the base's keyed tables hold a row or two, whose indexes fit in the catalog's
+    blocks (the keys of its checks and edges did not, before migration 008 took them away)."""
+    db = tmp_path_factory.mktemp("indexed") / "vhd.duckdb"
+    shutil.copy(base[0], db)
+    con = duckdb.connect(str(db))
+    con.execute("INSERT INTO runs SELECT md5(i::VARCHAR) || md5((i + 1)::VARCHAR), 'refresh', '2026-01-01', "
+                "'2026-01-01', 'done', '{}', 'c', '{}' FROM range(5000) r(i)")
+    con.execute("CHECKPOINT")
+    con.close()
     con = duckdb.connect(str(db), read_only=True)
     try:
         total, size = con.execute("SELECT total_blocks, block_size FROM pragma_database_size()").fetchall()[0]
@@ -152,8 +163,8 @@ def index_block(base, tmp_path_factory):
         except duckdb.Error:
             continue  # a catalog block: every command refuses it at open
         if rows and (_probe(scratch) or "").startswith("Corrupt"):
-            return HEADER + block * size + 8
-    return None
+            return db, HEADER + block * size + 8
+    return db, None
 
 
 @pytest.mark.parametrize("name", ["verify", "envs", "export", "score", "refresh"])
@@ -174,9 +185,11 @@ def test_a_corrupted_block_of_checks_is_one_line_naming_the_table(prefect_server
 
 def test_a_corrupted_index_block_stops_a_refresh_before_it_writes(prefect_server, base, folder, index_block):
     """Only a write consults an index: reads pass, so a refresh must probe before its first commit."""
-    if index_block is None:
+    db, offset = index_block
+    if offset is None:
         pytest.skip("this DuckDB keeps no separate index block in a warehouse this small")
-    _write_garbage(folder / "vhd.duckdb", index_block)
+    shutil.copy(db, folder / "vhd.duckdb")
+    _write_garbage(folder / "vhd.duckdb", offset)
     refused(prefect_server, folder, command("refresh", folder, base[1]), "corrupted", "restore it from a backup")
 
 
