@@ -159,6 +159,11 @@ def test_a_round_forgets_prefects_links_from_its_results_to_their_states(prefect
     assert linked >= 3 and kept == 0
 
 
+def _key_indexes(wh):
+    """Bytes of primary-key indexes (DuckDB's ART) the warehouse's connection holds in memory."""
+    return wh.raw.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'ART_INDEX'").fetchall()[0][0]
+
+
 def test_checks_and_edges_keep_no_key_index_and_a_row_met_again_is_still_a_no_op(tmp_path):
     """DuckDB holds a primary key's index (ART) in memory from the first insert on: the keys of
     checks and lineage_edges (~30 rows an environment) were 70 MB of a refresh at scale 3 and 28 at
@@ -167,14 +172,11 @@ def test_checks_and_edges_keep_no_key_index_and_a_row_met_again_is_still_a_no_op
     from vhd.schemas.records import LineageEdge
     from vhd.warehouse import Warehouse
 
-    def indexes(wh):
-        return wh.raw.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'ART_INDEX'").fetchall()[0][0]
-
     edges = [LineageEdge(child_id=f"{k:064x}", parent_id=f"{k + 1:064x}", relation="checks") for k in range(60000)]
     with Warehouse.open(tmp_path / "w.duckdb") as wh:
         with wh.transaction():
             wh.insert(edges)
-        assert indexes(wh) == 0
+        assert _key_indexes(wh) == 0
         with wh.transaction():
             wh.insert(edges[:10] + edges[:10] + [edges[0].model_copy(update={"relation": "solves"})])
         assert wh.raw.execute("SELECT count(*) FROM lineage_edges").fetchall()[0][0] == 60001
@@ -186,15 +188,12 @@ def test_a_checkpoint_leaves_no_key_index_in_memory(tmp_path):
     the last checkpoint; `Warehouse.checkpoint` (after each round's write) writes it out and trims."""
     from vhd.warehouse import Warehouse
 
-    def indexes(wh):
-        return wh.raw.execute("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'ART_INDEX'").fetchall()[0][0]
-
     with Warehouse.open(tmp_path / "w.duckdb") as wh:
         with wh.transaction():
             wh.raw.execute("INSERT INTO runs SELECT md5(i::VARCHAR) || md5((i + 1)::VARCHAR), 'f', 's', NULL, 'done', "
                            "'{}', 'c', '{}' FROM range(60000) r(i)")
         wh.trim()
-        assert indexes(wh) > 4 << 20  # what a trim alone leaves
+        assert _key_indexes(wh) > 4 << 20  # what a trim alone leaves
         wh.checkpoint()
-        assert indexes(wh) == 0
+        assert _key_indexes(wh) == 0
         assert wh.raw.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 60000

@@ -70,7 +70,7 @@ DIGESTS = "field_digests"
 # held in memory from the first insert on and grew with the corpus (~13 checks and ~17 edges an
 # environment); a row is written where no stored row has its key (`insert`), and a row stored
 # twice, which only an edit of the file makes, is what `stored_twice` finds
-UNKEYED = {"checks": ("check_id",), "lineage_edges": ("child_id", "parent_id", "relation")}
+UNKEYED = {"checks": (TABLES[CheckRecord][1],), "lineage_edges": tuple(LineageEdge.model_fields)}
 TRIMMED = "4MB"  # the memory limit `Warehouse.trim` sets for a moment: DuckDB evicts its cache down to it
 
 
@@ -258,9 +258,9 @@ class Warehouse:
         checkpoint cannot be evicted: kept, the flow held the keys of every table it wrote from its
         first write to its end (75 MB at scale 3, 28 at scale 1, before migration 008 took the keys of
         checks and edges away; docs/BENCHMARKS.md). Once written out, an index is evicted like any
-        block and read back by the next insert that needs it. Called after
-        a refresh's round is written: a few tenths of a second, which DuckDB's own checkpoints (when the
-        log passes 16 MB) would otherwise spend later."""
+        block and read back by the next insert that needs it. Called after a refresh's round is
+        written: a few tenths of a second, which DuckDB's own checkpoints (when the log passes 16 MB)
+        would otherwise spend later."""
         try:
             self.raw.execute("CHECKPOINT")
         except duckdb.Error as exc:  # e.g. a full disk: what was committed is in the log, and stays there
@@ -724,7 +724,7 @@ class Warehouse:
         """(table, key) of every key stored in more than one row of a table without a primary key
         (`UNKEYED`): `insert` never writes one, so the file was edited. The keys are grouped by their
         64-bit hashes first, and only the rows of a hash met twice by the keys themselves: grouping
-        the keys took +92 MB at scale 3 (245,642 edges), the hashes +37 (+15 at scale 1), ~70 ms."""
+        the keys took +92 MB at scale 3 (245,642 edges), the hashes +37 (+15 at scale 1), 40–70 ms."""
         found = []
         for table, columns in UNKEYED.items():
             named = ", ".join(columns)
