@@ -214,3 +214,34 @@ def test_needed_checks_stop_where_the_verdicts_and_the_band_reach_the_slot(batch
     # stored verdicts count as they are; a stored rejection needs one more candidate
     assert check_stage.needed_checks(FAMILY, ordered, {candidates[0].env_id: False}, 2) == [far, *candidates[2:4]]
     assert check_stage.needed_checks(FAMILY, ordered, {c.env_id: True for c in ordered[:3]}, 2) == []
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_random_calls_draw_what_rng_choice_draws(name):
+    """The random call sequences are drawn from a searched table instead of `Generator.choice`:
+    the same calls from the same generator, registry-wide and for every role profile, and the
+    generator left in the same state (the sequences drawn after them are the same too)."""
+    import numpy as np
+    from vhd.tasks.stages.check.sequences import CALL_PROFILES, _random_value, random_calls
+
+    family = registry.get(name)
+    knobs = family.Params().model_dump()
+
+    def by_choice(rng, weights, length):  # what random_calls drew with rng.choice
+        scale = max([int(v) for v in knobs.values() if isinstance(v, int)] + [4])
+        tools = list(family.tools)
+        p = np.array([weights[t.role] / sum(1 for u in tools if u.role == t.role) for t in tools])
+        calls = []
+        for _ in range(length):
+            spec = tools[int(rng.choice(len(tools), p=p / p.sum()))]
+            properties, required = spec.input_schema.get("properties", {}), set(spec.input_schema.get("required", []))
+            calls.append({"tool": spec.name, "arguments": {key: _random_value(prop, rng, scale)
+                                                           for key, prop in properties.items()
+                                                           if key in required or rng.random() < 0.5}})
+        return calls
+
+    for seed in range(3):
+        for weights in CALL_PROFILES:
+            mine, theirs = np.random.default_rng(seed), np.random.default_rng(seed)
+            assert random_calls(family, knobs, mine, 80, weights) == by_choice(theirs, weights, 80)
+            assert mine.random() == theirs.random()
