@@ -24,6 +24,7 @@ from vhd.tasks.stages.annotate import make_candidates
 from vhd.tasks.stages.check import batch as check_batch_module
 from vhd.tasks.stages.check.candidates import references
 from vhd.tasks.stages.check.evidence import FINISHED_AT_ONCE, sequence_name, trajectory_names
+from vhd.tasks.stages.check.planning import in_band
 from vhd.tasks.stages.check.reference import reference_runs
 from vhd.tasks.stages.check.sequences import call_sequences
 from vhd.tasks.stages.sample import sample_models
@@ -110,3 +111,24 @@ def test_a_compiled_module_takes_no_future_flag_from_the_parent():
     assert from_source.status == from_code.status == "import_error"
     assert "no_such_name" in from_code.message
     assert compiled("def create(:\n") is None
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_a_render_is_judged_as_any_module_is(name, monkeypatch):
+    """The render's shortcuts (its own runs for the reference World's, its code compiled in the
+    parent, its twins played beside the determinism replay at hash seed 2) give every gate's
+    verdict and message that the path of any other setter's module gives: the reference World in
+    a child of its own, the twins in the first run at hash seed 1."""
+    family = registry.get(name)
+    output, candidates = _candidates(family, count=4)
+    banded = [c for c in candidates if c.presentation == "A" and in_band(family, c)]
+    candidates = [c for c in candidates if c.presentation == "I"][:1] + banded[:1]  # the twins are played
+    assert len(candidates) == 2, f"{name}: no candidate of presentation A in the band among 4 θ"
+    fast = check_batch_module.check_batch(family, output, candidates)
+    monkeypatch.setattr(check_batch_module, "is_render", lambda family, output: False)
+    slow = check_batch_module.check_batch(family, output, candidates)
+
+    def judged(verdicts):
+        return [(v.candidate.env_id, v.instruction, [(g.name, g.passed, g.message) for g in v.gates]) for v in verdicts]
+
+    assert judged(fast) == judged(slow)

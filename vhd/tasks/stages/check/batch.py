@@ -8,7 +8,8 @@ A module that is the template setter's render (`renders.is_render`) is the famil
 in its skin: its runs of the call sequences are the reference World's, so they are played once.
 Its job runs first without the twins, its own runs stand for the reference World's
 (`own_runs`; tests/test_render_runs.py holds them equal, registry-wide), and the twins, built
-from them, run in a child of their own at the same hash seed.
+from them, are played by the second process with the replay (hash seed 2): two sandbox runs of
+the module per batch, as for any other module.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
                     refs: list[References], limits: Limits, simulate_seconds: float) -> dict[str, Verdict]:
     started = time.perf_counter()
     sequences = [call_sequences(family, c, r) for c, r in zip(candidates, refs)]
+    twins: list[dict[str, Any]] = []  # a render's twin episodes, played in the second process
     if is_render(family, setter_output):  # the family's own World: its runs are the reference World's
         code = compiled(setter_output.module)  # trusted text: compiled once here, not in each job's child
         job = {**_job(family, setter_output, candidates, refs, sequences, None), "code": code}
@@ -174,14 +176,8 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
         failed = {"exception": f"the module's sandbox run ended {first.status}: {first.message}"}
         expected = [own_runs(first.episodes.get(c.env_id) if first.status == "ok" else None, r, len(seqs))
                     or [failed] * (len(seqs) + 1) for c, r, seqs in zip(candidates, refs, sequences)]
-        if first.status == "ok" and any(c.presentation == "A" for c in candidates):
-            twins = run_job({**_twin_job(family, setter_output, candidates, refs, sequences, expected, job),
-                             "code": code}, limits, hash_seed=1).settled()
-            if twins.status == "ok":
-                first.episodes.update(twins.episodes)
-            else:
-                first = SandboxResult(twins.status, message=twins.message, seconds=first.seconds)
-            first.seconds += twins.seconds
+        if first.status == "ok":
+            twins = _twin_job(family, setter_output, candidates, refs, sequences, expected, job)["episodes"]
         reference_seconds = 0.0
     else:
         expected = reference_runs(family, candidates, sequences, limits, setter_output)
@@ -190,11 +186,18 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
         first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
     # the second process replays what `determinism` compares: the candidates' trajectories
     # (not the fuzz, the twins or the extra θ, which only the first run's gates read; and without
-    # the answers' number digests, which only reference_agreement reads, from the first run)
+    # the answers' number digests, which only reference_agreement reads, from the first run); a
+    # render's twins, built from its first run, are played there too (one process, not two)
     keys = {c.env_id for c in candidates}
-    replay = {**job, "episodes": [{**e, "fuzz": None, "numbers": False} for e in job["episodes"] if e["key"] in keys]}
+    replay = {**job, "episodes": [{**e, "fuzz": None, "numbers": False} for e in job["episodes"] if e["key"] in keys]
+              + twins}
     second = (run_job(replay, limits, hash_seed=2).settled() if first.status == "ok"
               else SandboxResult(first.status))
+    if twins:  # the twins are the first run's evidence (information_hiding reads them beside it)
+        if second.status == "ok":
+            first.episodes.update({t["key"]: second.episodes.pop(t["key"]) for t in twins if t["key"] in second.episodes})
+        else:  # as when the twins had a process of their own: no complete report, nothing judged
+            first = SandboxResult(second.status, message=second.message, seconds=first.seconds)
     share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),
              "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2,
              "reference_agreement": reference_seconds}

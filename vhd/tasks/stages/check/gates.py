@@ -238,11 +238,13 @@ def gate_decision_reward(ev: Evidence) -> tuple[bool, str]:
     seeds = [candidate.episode_seed] + [candidate.episode_seed + 1 + k for k in range(DECISION_SEEDS)]
     plans = {"π*": unpack_policy(s.policy), "the default": family.default_policy(theta),
              "a random plan": family.random_policy(theta, np.random.default_rng([candidate.episode_seed, 0xADA]))}
+    simulated = {("π*", candidate.episode_seed): ev.refs.optimal, ("the default", candidate.episode_seed): ev.refs.default}
     tolerance = 1e-6 * max(1.0, abs(s.u_star))
     for seed in seeds if family.stochastic else seeds[:1]:
         config = dict(candidate.config(), episode_seed=seed)
         for name, plan in plans.items() if seed == candidate.episode_seed else [("π*", plans["π*"])]:
-            steps = step_advantages(family, config, family.simulate(theta, plan, seed).calls)
+            episode = simulated.get((name, seed)) or family.simulate(theta, plan, seed)  # (the references' own)
+            steps = step_advantages(family, config, episode.calls)
             if name == "π*" and (steps.total != 0.0 or any(steps.per_call)):
                 return False, f"π*'s decisions have advantage {steps.total:.6g} on episode seed {seed}, not 0"
             if max(steps.per_call + [steps.finish]) > tolerance:
