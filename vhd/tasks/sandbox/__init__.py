@@ -61,7 +61,10 @@ def run_job(job: dict[str, Any], limits: Limits = Limits(), *, hash_seed: int = 
     return pool.run(job, limits, hash_seed)
 
 
-@functools.lru_cache(maxsize=16)
+RENDERS_KEPT = 96  # a family's renders (one per built-in passage: 90), each compiled once a build
+
+
+@functools.lru_cache(maxsize=RENDERS_KEPT)
 def compiled(source: str) -> str | None:
     """`source` compiled here as the runner compiles it (file name vhd_env.py, no future flag of
     this process inherited), as a job carries it: `job["code"]`, base64 of the marshalled code
@@ -71,7 +74,9 @@ def compiled(source: str) -> str | None:
     For trusted source only (the template setter's renders, `renders.is_render`): compiling runs
     none of the module's code, but the compiler is not the sandbox's to expose to generated text.
     Every job of a check compiled a 40 KB render again (7.6 ms; 0.3 ms to load the code instead),
-    three jobs per module and round: docs/BENCHMARKS.md, "A render compiled once"."""
+    two jobs per module and round: docs/BENCHMARKS.md, "A render compiled once". A slot's rounds
+    come back to the same modules, so RENDERS_KEPT are kept (source and code, ~125 KB each: 12 MB);
+    with 16 kept, a scale-1 build compiled about once per batch (4.6 % of the flow's CPU)."""
     try:
         code = compile(source, "vhd_env.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):

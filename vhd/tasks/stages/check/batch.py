@@ -54,9 +54,9 @@ def _job(family: Family, setter_output: SetterOutputRecord, candidates: list[Can
                                       for t in family.tools_with_role("probe")])
     episodes = []
     for c, r, random_sequences, runs in zip(candidates, refs, sequences, expected or [None] * len(candidates)):
-        optimal = to_calls(setter_output, r.optimal.calls)
-        half = len(optimal) // 2
         plays = {name: to_calls(setter_output, ep.calls) for name, ep in r.episodes()}  # what each trajectory plays
+        optimal = plays["optimal"]
+        half = len(optimal) // 2
         plays.update({sequence_name(k): tailed(family, setter_output, calls, c.turn_budget)
                       for k, calls in enumerate(random_sequences)})
         plays.update({FINISHED_AT_ONCE: IDLE, LOOKS: looks, PROBES: probes})
