@@ -92,16 +92,21 @@ def test_the_runners_number_walk_finds_what_a_recursive_walk_finds():
         assert sorted(mine) == sorted(reference), observation
 
 
-def test_an_episode_without_numbers_reports_everything_else_the_same():
+def test_an_episode_without_numbers_or_answers_reports_everything_else_the_same():
+    """The determinism replay asks for neither (it compares each trajectory's digest of every
+    answer): its trajectories report the same utility, end, turns, refusals and digest."""
     family, output, candidates = _admitted("inventory_dp")
     module = types.ModuleType("vhd_env")
     exec(compile(output.module, "vhd_env.py", "exec"), module.__dict__)
     config = candidates[0].config()
-    calls = [{"tool": output.tool_name("end_day"), "arguments": {}}] * 3
+    calls = [{"tool": output.tool_name("end_day"), "arguments": {}}] * 3 + [{"tool": "no_such_tool", "arguments": {}}]
     full = runner._play(module, config, calls, True)
     bare = runner._play(module, config, calls, True, numbers=False)
-    assert len(full["obs_numbers"]) == 3 and bare["obs_numbers"] == []
+    blind = runner._play(module, config, calls, True, numbers=False, answered=False)
+    assert len(full["obs_numbers"]) == 4 and bare["obs_numbers"] == [] and blind["answers"] == []
+    assert [ok for ok, _ in full["answers"]] == [True, True, True, False] and full["errors"] == 1
     assert {**full, "obs_numbers": []} == bare
+    assert {**bare, "answers": []} == blind
 
 
 def test_edge_values_reach_just_past_every_theta_size_inside_the_schema():

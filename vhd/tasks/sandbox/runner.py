@@ -73,7 +73,7 @@ PAST_END = 2  # clock calls recorded after a tailed trajectory's episode is over
 MAX_REFUSAL = 300  # characters of a refusal text kept in a trajectory's `answers`
 
 
-def _play(module, config, trajectory, finish, numbers=True):
+def _play(module, config, trajectory, finish, numbers=True, answered=True):
     """Play one trajectory and report what happened. A trajectory is a list of calls, or
     {"calls": [...], "then": CLOCK}: the calls, then CLOCK while the episode is not over (at most
     the turn budget), then PAST_END more CLOCK calls, every answer recorded; or {"calls": [...],
@@ -81,10 +81,13 @@ def _play(module, config, trajectory, finish, numbers=True):
     ended by the module's `Env.finish()`, the contract's one rule for an unfinished episode.
     `answers` holds one [ok, text] per recorded call: a refusal's error text (at most MAX_REFUSAL
     characters), or the first 12 hex digits of an accepted answer's SHA-256 (the information-hiding
-    gate compares them between worlds). `obs_numbers` holds each answer's `_numeric` digest, or
-    nothing when `numbers` is false (an episode whose job says "numbers": false: no gate reads them)."""
+    gate compares them between worlds), or nothing when `answered` is false (an episode whose job
+    says "answers": false: the determinism replay, compared by `obs_digest`). `obs_numbers` holds
+    each answer's `_numeric` digest, or nothing when `numbers` is false (an episode whose job says
+    "numbers": false: no gate reads them)."""
     digest = hashlib.sha256()
     errors, first_error, answers = 0, None, []
+    answer = answers.append if answered else (lambda pair: None)
     found = [] if numbers else None
     if isinstance(trajectory, dict):
         calls, then = trajectory["calls"], trajectory.get("then")
@@ -108,10 +111,10 @@ def _play(module, config, trajectory, finish, numbers=True):
             if not (isinstance(observation, dict) and observation.get("ok") is True):
                 errors += 1
                 error = str(observation.get("error") if isinstance(observation, dict) else observation)
-                answers.append([False, error[:MAX_REFUSAL]])
+                answer([False, error[:MAX_REFUSAL]])
                 if first_error is None:
                     first_error = error
-            else:
+            elif answered:
                 answers.append([True, hashlib.sha256(text).hexdigest()[:12]])
 
         for step in calls:
@@ -354,7 +357,7 @@ def main(job_path, result_fd, uid=None):
             record = {"key": episode["key"], "describe": describe(module, episode["config"])}
             record["trajectories"] = [
                 play(module, episode["config"], trajectory, episode.get("finish") is True,
-                     episode.get("numbers") is not False)
+                     episode.get("numbers") is not False, episode.get("answers") is not False)
                 for trajectory in episode["trajectories"]
             ]
             fuzz = episode.get("fuzz")

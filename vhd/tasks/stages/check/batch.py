@@ -186,11 +186,12 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
         first = run_job(job, limits, hash_seed=1).settled()  # SandboxError (retried) on a wall_timeout
     # the second process replays what `determinism` compares: the candidates' trajectories
     # (not the fuzz, the twins or the extra θ, which only the first run's gates read; and without
-    # the answers' number digests, which only reference_agreement reads, from the first run); a
+    # the answers or their number digests, which reference_agreement and information_hiding read
+    # from the first run: determinism compares each trajectory's digest of every answer); a
     # render's twins, built from its first run, are played there too (one process, not two)
     keys = {c.env_id for c in candidates}
-    replay = {**job, "episodes": [{**e, "fuzz": None, "numbers": False} for e in job["episodes"] if e["key"] in keys]
-              + twins}
+    replay = {**job, "episodes": [{**e, "fuzz": None, "numbers": False, "answers": False}
+                                  for e in job["episodes"] if e["key"] in keys] + twins}
     second = (run_job(replay, limits, hash_seed=2).settled() if first.status == "ok"
               else SandboxResult(first.status))
     if twins:  # the twins are the first run's evidence (information_hiding reads them beside it)
