@@ -87,7 +87,6 @@ def _play(module, config, trajectory, finish, numbers=True, answered=True):
     "numbers": false: no gate reads them)."""
     digest = hashlib.sha256()
     errors, first_error, answers = 0, None, []
-    answer = answers.append if answered else (lambda pair: None)
     found = [] if numbers else None
     if isinstance(trajectory, dict):
         calls, then = trajectory["calls"], trajectory.get("then")
@@ -111,7 +110,8 @@ def _play(module, config, trajectory, finish, numbers=True, answered=True):
             if not (isinstance(observation, dict) and observation.get("ok") is True):
                 errors += 1
                 error = str(observation.get("error") if isinstance(observation, dict) else observation)
-                answer([False, error[:MAX_REFUSAL]])
+                if answered:
+                    answers.append([False, error[:MAX_REFUSAL]])
                 if first_error is None:
                     first_error = error
             elif answered:

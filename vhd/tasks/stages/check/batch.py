@@ -199,6 +199,7 @@ def _play_and_judge(family: Family, setter_output: SetterOutputRecord, candidate
             first.episodes.update({t["key"]: second.episodes.pop(t["key"]) for t in twins if t["key"] in second.episodes})
         else:  # as when the twins had a process of their own: no complete report, nothing judged
             first = SandboxResult(second.status, message=second.message, seconds=first.seconds)
+    # (a render's second run also plays its twins: their seconds are counted under determinism)
     share = {"executes": first.seconds / max(1, len(candidates)), "determinism": second.seconds / max(1, len(candidates)),
              "replay_agreement": simulate_seconds / 2, "dynamics_agreement": simulate_seconds / 2,
              "reference_agreement": reference_seconds}
